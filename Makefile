@@ -1,0 +1,100 @@
+# hookwheel - build, run and test. Targets: all (default), run, test, deps,
+# unit, integration, test-sanitize, clean. SANITIZER=address,undefined builds
+# into build/sanitize.
+
+CC        ?= cc
+SANITIZER ?=
+ifeq ($(SANITIZER),)
+BUILD     ?= build
+else
+BUILD     ?= build/sanitize
+endif
+PYTHON    ?= /usr/bin/python3
+
+PKGS      := libmicrohttpd libcurl jansson hiredis openssl
+DEB_PKGS  := build-essential pkg-config libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev \
+             libhiredis-dev libssl-dev libcmocka-dev redis-server redis-tools nginx-light \
+             python3 python3-pytest curl
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN      := -Wall -Wextra -Wformat=2 -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+OPT       ?= -O2 -g
+CFLAGS    += -std=gnu11 $(OPT) $(WARN) -MMD -MP -D_GNU_SOURCE \
+             -Iservice -Iapi -Ipersistence -I$(BUILD) $(PKG_CFLAGS)
+LDLIBS    += $(PKG_LIBS) -lpthread -lm
+ifneq ($(SANITIZER),)
+CFLAGS    += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS   += -fsanitize=$(SANITIZER)
+endif
+
+# Everything but main.o, so the test binaries link the rest.
+LIB_SRCS  := service/xalloc.c service/log.c service/clock.c service/config.c \
+             service/wheel.c service/limiter.c service/backoff.c service/spec.c \
+             service/engine.c service/dispatch.c \
+             persistence/keys.c persistence/store.c persistence/redis_child.c \
+             api/http.c api/problem.c api/timers.c
+LUA       := $(wildcard persistence/lua/*.lua)
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+MAIN_OBJ  := $(BUILD)/service/main.o
+BIN       := $(BUILD)/hookwheel
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all run test unit integration test-sanitize deps check-deps clean
+all: check-deps $(BIN) hookwheel
+
+hookwheel: $(BIN)
+	@ln -sf $(BIN) hookwheel
+
+$(BIN): $(LIB_OBJS) $(MAIN_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.c | $(BUILD)/lua_scripts.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# Lua scripts are embedded as C strings, one per file (persistence/lua/x.lua -> lua_x).
+$(BUILD)/lua_scripts.h: $(LUA)
+	@mkdir -p $(BUILD)
+	@for f in $(LUA); do \
+	  n=$$(basename $$f .lua); \
+	  printf 'static const char lua_%s[] =\n' "$$n"; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$$/\\n"/' $$f; \
+	  printf ';\n'; \
+	done > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_OBJS) $(LDLIBS) -lcmocka
+
+run: deps all
+	./hookwheel
+
+unit: check-deps $(UNIT_BINS)
+	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+
+integration: check-deps $(BIN)
+	HOOKWHEEL_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q tests/integration
+
+# The same suites under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-sanitize:
+	$(MAKE) SANITIZER=address,undefined OPT="-O1 -g" unit integration
+
+test: unit integration test-sanitize
+
+check-deps:
+	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "missing Debian packages:$$missing"; \
+	  echo "run: make deps   (or: sudo apt-get install -y$$missing)"; exit 1; fi
+
+deps:
+	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then echo "all dependencies present"; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing; \
+	else echo "missing:$$missing"; echo "sudo apt-get install -y$$missing"; exit 1; fi
+
+clean:
+	rm -rf build hookwheel
+
+-include $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d)

@@ -1,0 +1,124 @@
+/* clock.c - RFC 3339 formatting and parsing of epoch milliseconds.
+ *
+ * The parser is strict on purpose: it accepts exactly
+ * "YYYY-MM-DD(T|t)HH:MM:SS[.fraction](Z|z|+HH:MM|-HH:MM)" and nothing after
+ * it, checks every field's range (including the days of February in leap
+ * years) and keeps millisecond precision, truncating further digits. A due
+ * time that is silently normalised (2026-02-30 becoming March 2nd) would fire
+ * a webhook on a day the client never asked for, so such dates are errors. */
+#include "clock.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+/* 9999-12-31T23:59:59.999Z: the last instant with a four-digit year. */
+#define CLOCK_MAX_MS 253402300799999ull
+
+void clock_format_rfc3339(uint64_t ms, char *buf, size_t size)
+{
+    /* Later instants would need a five-digit year and overflow the
+     * documented 25-byte buffer, so they are clamped. */
+    if (ms > CLOCK_MAX_MS)
+        ms = CLOCK_MAX_MS;
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (unsigned)(ms % 1000));
+}
+
+/* Reads exactly n decimal digits at *p into *out and advances *p. */
+static int digits(const char **p, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        char c = (*p)[i];
+        if (c < '0' || c > '9')
+            return -EINVAL;
+        v = v * 10 + (c - '0');
+    }
+    *p += n;
+    *out = v;
+    return 0;
+}
+
+/* Reads n digits, then requires the separator sep (unless sep is '\0'). */
+static int field(const char **p, int n, char sep, int *out)
+{
+    if (digits(p, n, out) < 0)
+        return -EINVAL;
+    if (sep == '\0')
+        return 0;
+    if (**p != sep)
+        return -EINVAL;
+    (*p)++;
+    return 0;
+}
+
+static int days_in_month(int year, int month)
+{
+    static const int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    return month == 2 && leap ? 29 : days[month - 1];
+}
+
+/* Reads an optional ".digits" fraction as milliseconds. */
+static int fraction(const char **p, int *ms)
+{
+    *ms = 0;
+    if (**p != '.')
+        return 0;
+    (*p)++;
+    if (**p < '0' || **p > '9')
+        return -EINVAL;
+    for (int scale = 100; **p >= '0' && **p <= '9'; (*p)++, scale /= 10)
+        *ms += (**p - '0') * scale;
+    return 0;
+}
+
+/* Reads "Z", "z" or "+HH:MM"/"-HH:MM" as minutes east of UTC. */
+static int offset(const char **p, int *minutes)
+{
+    char sign = **p;
+    int hh, mm;
+    *minutes = 0;
+    if (sign == 'Z' || sign == 'z') {
+        (*p)++;
+        return 0;
+    }
+    if (sign != '+' && sign != '-')
+        return -EINVAL;
+    (*p)++;
+    if (field(p, 2, ':', &hh) < 0 || field(p, 2, '\0', &mm) < 0 || hh > 23 || mm > 59)
+        return -EINVAL;
+    *minutes = (sign == '-' ? -1 : 1) * (hh * 60 + mm);
+    return 0;
+}
+
+int clock_parse_rfc3339(const char *s, int64_t *out_ms)
+{
+    struct tm tm = {0};
+    int year, month, day, hour, min, sec, ms, off;
+    const char *p = s;
+
+    if (!s)
+        return -EINVAL;
+    if (field(&p, 4, '-', &year) < 0 || field(&p, 2, '-', &month) < 0 ||
+        field(&p, 2, '\0', &day) < 0 || (*p != 'T' && *p != 't'))
+        return -EINVAL;
+    p++;
+    if (field(&p, 2, ':', &hour) < 0 || field(&p, 2, ':', &min) < 0 ||
+        field(&p, 2, '\0', &sec) < 0 || fraction(&p, &ms) < 0 || offset(&p, &off) < 0 || *p)
+        return -EINVAL;
+    if (month < 1 || month > 12 || day < 1 || day > days_in_month(year, month) || hour > 23 ||
+        min > 59 || sec > 60)
+        return -EINVAL;
+    tm.tm_year = year - 1900;
+    tm.tm_mon = month - 1;
+    tm.tm_mday = day;
+    tm.tm_hour = hour;
+    tm.tm_min = min;
+    tm.tm_sec = sec; /* a leap second (60) rolls over into the next minute */
+    *out_ms = (int64_t)timegm(&tm) * 1000 + ms - (int64_t)off * 60000;
+    return 0;
+}
