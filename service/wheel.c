@@ -1,0 +1,275 @@
+/* wheel.c - hashed timing wheel (Netty's HashedWheelTimer, placed at insert).
+ *
+ * Design. Time is cut into ticks of tick_ms; tick k covers (k-1)*tick_ms ..
+ * k*tick_ms, and a timer due at d carries the absolute tick ceil(d / tick_ms),
+ * the first tick boundary at or after d. The wheel is a power-of-two ring of
+ * slots, each an intrusive FIFO list with a sentinel; a timer lives in slot
+ * (tick & mask). Timers of later rounds share the slot and simply keep their
+ * absolute tick, so there is no per-turn "rounds" countdown to maintain:
+ * expiring a slot for tick k takes the timers whose tick is <= k and leaves the
+ * others where they are.
+ *
+ * Invariants.
+ *  - `done` is the last tick processed: every linked timer has tick > done.
+ *    A timer added with a tick <= done goes to done + 1 (the next advance).
+ *    The same invariant tells a wheel timer (tick > done) from one already
+ *    moved to a caller's `expired` list (tick <= done) in wheel_cancel.
+ *  - Bit s of `bits` is set exactly when slot s is non-empty. wheel_next_ms
+ *    finds the next occupied slot with a word scan (ctz), and wheel_advance
+ *    skips empty slots without touching their list heads.
+ *  - Within a slot, timers are in insertion order, and all timers of one tick
+ *    are in the same slot, so walking a slot front to back gives FIFO order
+ *    within a tick.
+ *
+ * Advancing by fewer than `slots` ticks visits each tick's slot at most once,
+ * in tick order, and each visited slot holds at most one expiring tick. A jump
+ * of a full turn or more (a stalled loop, a clock step) visits every occupied
+ * slot exactly once, collects all due timers into a local list and sorts that
+ * list by tick with a stable merge sort (no allocation), so the output is
+ * still in tick order and FIFO within a tick; the cost is O(k log k) in the
+ * number of expired timers, paid only on such jumps.
+ *
+ * Trade-off: a slot holding timers of later rounds is walked on every visit
+ * (as in Netty), and wheel_next_ms may report such a slot's tick early. With
+ * the claim window shorter than one turn, later rounds are rare.
+ */
+#include "wheel.h"
+
+#include <stdlib.h>
+
+#include "xalloc.h"
+
+struct wheel {
+    struct list_node *slots; /* nslots sentinels */
+    uint64_t *bits;          /* occupancy, one bit per slot */
+    uint32_t nslots;
+    uint32_t mask;
+    uint32_t nwords;
+    uint32_t tick_ms;
+    uint64_t done; /* last tick processed */
+    size_t count;
+};
+
+#define NONE UINT32_MAX
+
+static uint64_t timer_tick(const struct list_node *n)
+{
+    return container_of(n, wtimer, node)->tick;
+}
+
+static void bit_set(wheel *w, uint32_t s) { w->bits[s >> 6] |= UINT64_C(1) << (s & 63); }
+
+static void bit_clear(wheel *w, uint32_t s) { w->bits[s >> 6] &= ~(UINT64_C(1) << (s & 63)); }
+
+/* Distance (0 .. nslots-1) from slot `from` to the first occupied slot at or
+ * after it, wrapping around; NONE when every slot is empty. Bits past nslots
+ * (when nslots < 64) are never set, so they need no masking. */
+static uint32_t next_occupied(const wheel *w, uint32_t from)
+{
+    uint32_t i = from >> 6;
+    uint64_t m = w->bits[i] & (~UINT64_C(0) << (from & 63));
+    if (m)
+        return ((i << 6) | (uint32_t)__builtin_ctzll(m)) - from;
+    for (uint32_t j = 1; j <= w->nwords; j++) {
+        uint32_t k = (i + j) & (w->nwords - 1);
+        if (w->bits[k])
+            return (((k << 6) | (uint32_t)__builtin_ctzll(w->bits[k])) - from) & w->mask;
+    }
+    return NONE;
+}
+
+wheel *wheel_create(uint32_t slots, uint32_t tick_ms, uint64_t now_ms)
+{
+    if (slots < 2 || (slots & (slots - 1)) != 0 || tick_ms < 1)
+        return NULL;
+    wheel *w = xcalloc(1, sizeof *w);
+    w->nslots = slots;
+    w->mask = slots - 1;
+    w->nwords = (slots + 63) / 64; /* a power of two too, so it masks */
+    w->tick_ms = tick_ms;
+    w->done = now_ms / tick_ms;
+    w->slots = xmalloc(sizeof *w->slots * slots);
+    w->bits = xcalloc(w->nwords, sizeof *w->bits);
+    for (uint32_t s = 0; s < slots; s++)
+        list_init(&w->slots[s]);
+    return w;
+}
+
+void wheel_free(wheel *w)
+{
+    if (!w)
+        return;
+    free(w->slots);
+    free(w->bits);
+    free(w);
+}
+
+void wtimer_init(wtimer *t)
+{
+    list_init(&t->node);
+    t->tick = 0;
+}
+
+void wheel_add(wheel *w, wtimer *t)
+{
+    /* ceil without the overflow of (due + tick_ms - 1). */
+    uint64_t tick = t->due_ms / w->tick_ms + (t->due_ms % w->tick_ms != 0);
+    if (tick <= w->done)
+        tick = w->done + 1;
+    t->tick = tick;
+    uint32_t s = (uint32_t)tick & w->mask;
+    list_insert_tail(&w->slots[s], &t->node);
+    bit_set(w, s);
+    w->count++;
+}
+
+void wheel_cancel(wheel *w, wtimer *t)
+{
+    if (!list_linked(&t->node))
+        return;
+    if (t->tick <= w->done) {
+        /* Already handed out in an `expired` list: unlink it from there, the
+         * wheel no longer counts it. */
+        list_remove(&t->node);
+        return;
+    }
+    uint32_t s = (uint32_t)t->tick & w->mask;
+    list_remove(&t->node);
+    if (list_empty(&w->slots[s]))
+        bit_clear(w, s);
+    w->count--;
+}
+
+/* Moves the timers of slot s whose tick is <= upto to the tail of out, in
+ * slot order, and keeps the occupancy bit right. Returns the number moved. */
+static size_t expire_slot(wheel *w, uint32_t s, uint64_t upto, struct list_node *out)
+{
+    struct list_node *head = &w->slots[s], *n, *next;
+    size_t moved = 0;
+    for (n = head->next; n != head; n = next) {
+        next = n->next;
+        if (timer_tick(n) > upto)
+            continue;
+        list_remove(n);
+        list_insert_tail(out, n);
+        moved++;
+    }
+    if (list_empty(head))
+        bit_clear(w, s);
+    return moved;
+}
+
+/* Stable merge of two NULL-terminated chains (linked by next only) sorted by
+ * tick; on equal ticks a's nodes come first. */
+static struct list_node *merge(struct list_node *a, struct list_node *b)
+{
+    struct list_node head, *tail = &head;
+    while (a && b) {
+        if (timer_tick(b) < timer_tick(a)) {
+            tail->next = b;
+            b = b->next;
+        } else {
+            tail->next = a;
+            a = a->next;
+        }
+        tail = tail->next;
+    }
+    tail->next = a ? a : b;
+    return head.next;
+}
+
+/* Sorts list by tick, stably, without allocating: a bottom-up merge sort
+ * where bin[i] holds a sorted run of 2^i nodes that precede every later run
+ * (a binary counter, as in Linux's list_sort). Then relinks prev pointers. */
+static void sort_by_tick(struct list_node *list)
+{
+    struct list_node *bin[64] = {0}, *n, *run, *prev;
+    int i, top = 0;
+    if (list_empty(list))
+        return;
+    list->prev->next = NULL;
+    for (n = list->next; n;) {
+        run = n;
+        n = n->next;
+        run->next = NULL;
+        for (i = 0; bin[i]; i++) {
+            run = merge(bin[i], run);
+            bin[i] = NULL;
+        }
+        bin[i] = run;
+        top = i > top ? i : top;
+    }
+    for (run = NULL, i = 0; i <= top; i++)
+        if (bin[i])
+            run = run ? merge(bin[i], run) : bin[i];
+    for (prev = list, n = run; n; prev = n, n = n->next)
+        n->prev = prev;
+    prev->next = list;
+    list->prev = prev;
+    list->next = run;
+}
+
+/* Processes the `span` (< nslots) ticks after done, skipping empty slots. */
+static size_t advance_partial(wheel *w, uint64_t span, struct list_node *expired)
+{
+    uint32_t first = (uint32_t)(w->done + 1) & w->mask;
+    size_t moved = 0;
+    for (uint64_t off = 0; off < span; off++) {
+        uint32_t d = next_occupied(w, (first + (uint32_t)off) & w->mask);
+        if (d == NONE || d >= span - off)
+            break;
+        off += d;
+        moved += expire_slot(w, (first + (uint32_t)off) & w->mask, w->done + 1 + off, expired);
+    }
+    return moved;
+}
+
+/* Processes ticks up to target when that is a full turn or more away: every
+ * occupied slot once, then a stable sort restores tick order. */
+static size_t advance_full(wheel *w, uint64_t target, struct list_node *expired)
+{
+    struct list_node due;
+    uint32_t first = (uint32_t)(w->done + 1) & w->mask;
+    size_t moved = 0;
+    list_init(&due);
+    for (uint32_t off = 0; off < w->nslots; off++) {
+        uint32_t d = next_occupied(w, (first + off) & w->mask);
+        if (d == NONE || d >= w->nslots - off)
+            break;
+        off += d;
+        moved += expire_slot(w, (first + off) & w->mask, target, &due);
+    }
+    sort_by_tick(&due);
+    list_splice_tail(expired, &due);
+    return moved;
+}
+
+size_t wheel_advance(wheel *w, uint64_t now_ms, struct list_node *expired)
+{
+    uint64_t target = now_ms / w->tick_ms;
+    size_t moved = 0;
+    if (target <= w->done)
+        return 0;
+    if (w->count) {
+        if (target - w->done < w->nslots)
+            moved = advance_partial(w, target - w->done, expired);
+        else
+            moved = advance_full(w, target, expired);
+    }
+    w->done = target;
+    w->count -= moved;
+    return moved;
+}
+
+int64_t wheel_next_ms(const wheel *w, uint64_t now_ms)
+{
+    if (w->count == 0)
+        return -1;
+    uint32_t d = next_occupied(w, (uint32_t)(w->done + 1) & w->mask);
+    uint64_t at = (w->done + 1 + d) * w->tick_ms;
+    if (at <= now_ms)
+        return 0;
+    return at - now_ms > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(at - now_ms);
+}
+
+size_t wheel_count(const wheel *w) { return w->count; }
