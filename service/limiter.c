@@ -1,0 +1,214 @@
+/* limiter.c - global and per-queue parallelism caps with round robin.
+ *
+ * Design. Each named queue has a FIFO of waiting jobs and counts its jobs in
+ * flight. A queue is "eligible" when it has a waiting job and free
+ * parallelism (waiting > 0 && inflight < cap); eligible queues sit in one
+ * ring. limiter_pop_ready takes the queue at the head of the ring, starts its
+ * oldest job, and moves the queue to the tail if it is still eligible, so
+ * queues take turns for free global slots. Every operation that changes a
+ * queue's waiting or inflight count or its cap re-checks that one queue's
+ * eligibility (queue_update), which keeps pop O(1) and never scans queues.
+ *
+ * Invariants: l->inflight <= global_cap (pop refuses at the cap); a queue's
+ * inflight only grows in pop, which only serves eligible queues, so it never
+ * passes the cap in force at that moment (lowering a cap below inflight
+ * stops new starts but never stops running jobs); the ring holds exactly
+ * the eligible queues.
+ *
+ * Queues are found by name in a chained hash table (FNV-1a, power-of-two
+ * buckets, doubled when the load passes 1). Names are short and queues few
+ * (hundreds at most), and each queue is one allocation with its name inline.
+ */
+#include "limiter.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "xalloc.h"
+
+struct lqueue {
+    struct list_node fifo; /* waiting ljobs, oldest first */
+    struct list_node ring; /* link in limiter.eligible; self-linked when not eligible */
+    struct lqueue *hnext;  /* hash chain */
+    uint32_t hash;
+    uint32_t cap;
+    uint32_t inflight;
+    uint32_t waiting;
+    char name[]; /* owned copy */
+};
+
+struct limiter {
+    struct lqueue **buckets;
+    uint32_t nbuckets; /* power of two */
+    uint32_t nqueues;
+    struct list_node eligible; /* ring of eligible queues, next to serve first */
+    uint32_t global_cap;
+    uint32_t default_cap;
+    uint32_t inflight;
+    uint32_t waiting;
+};
+
+#define INITIAL_BUCKETS 16
+
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* Puts q in the ring when it has become eligible and takes it out when it
+ * has stopped being so; a queue that stays eligible keeps its turn. */
+static void queue_update(limiter *l, lqueue *q)
+{
+    int eligible = q->waiting > 0 && q->inflight < q->cap;
+    if (eligible && !list_linked(&q->ring))
+        list_insert_tail(&l->eligible, &q->ring);
+    else if (!eligible && list_linked(&q->ring))
+        list_remove(&q->ring);
+}
+
+limiter *limiter_create(uint32_t global_cap, uint32_t default_queue_cap)
+{
+    if (global_cap < 1 || default_queue_cap < 1)
+        return NULL;
+    limiter *l = xcalloc(1, sizeof *l);
+    l->nbuckets = INITIAL_BUCKETS;
+    l->buckets = xcalloc(l->nbuckets, sizeof *l->buckets);
+    l->global_cap = global_cap;
+    l->default_cap = default_queue_cap;
+    list_init(&l->eligible);
+    return l;
+}
+
+void limiter_free(limiter *l)
+{
+    if (!l)
+        return;
+    for (uint32_t b = 0; b < l->nbuckets; b++) {
+        lqueue *q = l->buckets[b], *next;
+        for (; q; q = next) {
+            next = q->hnext;
+            free(q);
+        }
+    }
+    free(l->buckets);
+    free(l);
+}
+
+/* Doubles the bucket array and relinks every queue by its stored hash. */
+static void grow(limiter *l)
+{
+    uint32_t n = l->nbuckets * 2;
+    lqueue **nb = xcalloc(n, sizeof *nb);
+    for (uint32_t b = 0; b < l->nbuckets; b++) {
+        lqueue *q = l->buckets[b], *next;
+        for (; q; q = next) {
+            next = q->hnext;
+            q->hnext = nb[q->hash & (n - 1)];
+            nb[q->hash & (n - 1)] = q;
+        }
+    }
+    free(l->buckets);
+    l->buckets = nb;
+    l->nbuckets = n;
+}
+
+static lqueue *queue_new(limiter *l, const char *name, uint32_t hash)
+{
+    size_t len = strlen(name);
+    lqueue *q = xcalloc(1, sizeof *q + len + 1);
+    memcpy(q->name, name, len + 1);
+    list_init(&q->fifo);
+    list_init(&q->ring);
+    q->hash = hash;
+    q->cap = l->default_cap;
+    return q;
+}
+
+lqueue *limiter_queue(limiter *l, const char *name)
+{
+    uint32_t h = name_hash(name);
+    for (lqueue *q = l->buckets[h & (l->nbuckets - 1)]; q; q = q->hnext)
+        if (q->hash == h && strcmp(q->name, name) == 0)
+            return q;
+    if (l->nqueues >= l->nbuckets)
+        grow(l);
+    lqueue *q = queue_new(l, name, h);
+    q->hnext = l->buckets[h & (l->nbuckets - 1)];
+    l->buckets[h & (l->nbuckets - 1)] = q;
+    l->nqueues++;
+    return q;
+}
+
+void limiter_set_queue_cap(limiter *l, lqueue *q, uint32_t cap)
+{
+    q->cap = cap < 1 ? 1 : cap;
+    queue_update(l, q);
+}
+
+void ljob_init(ljob *j)
+{
+    list_init(&j->node);
+    j->q = NULL;
+    j->running = 0;
+}
+
+void limiter_push(limiter *l, lqueue *q, ljob *j)
+{
+    j->q = q;
+    j->running = 0;
+    list_insert_tail(&q->fifo, &j->node);
+    q->waiting++;
+    l->waiting++;
+    queue_update(l, q);
+}
+
+ljob *limiter_pop_ready(limiter *l)
+{
+    if (l->inflight >= l->global_cap || list_empty(&l->eligible))
+        return NULL;
+    lqueue *q = container_of(l->eligible.next, lqueue, ring);
+    ljob *j = container_of(list_pop_head(&q->fifo), ljob, node);
+    j->running = 1;
+    q->waiting--;
+    l->waiting--;
+    q->inflight++;
+    l->inflight++;
+    /* Served: give up the turn, rejoining at the tail if still eligible. */
+    list_remove(&q->ring);
+    queue_update(l, q);
+    return j;
+}
+
+void limiter_done(limiter *l, ljob *j)
+{
+    if (!j->running)
+        return;
+    j->running = 0;
+    j->q->inflight--;
+    l->inflight--;
+    queue_update(l, j->q);
+}
+
+int limiter_remove(limiter *l, ljob *j)
+{
+    if (j->running || !list_linked(&j->node))
+        return 0;
+    list_remove(&j->node);
+    j->q->waiting--;
+    l->waiting--;
+    queue_update(l, j->q);
+    return 1;
+}
+
+uint32_t limiter_inflight(const limiter *l) { return l->inflight; }
+
+uint32_t limiter_waiting(const limiter *l) { return l->waiting; }
+
+uint32_t limiter_queue_inflight(const lqueue *q) { return q->inflight; }
+
+uint32_t limiter_queue_waiting(const lqueue *q) { return q->waiting; }
+
+const char *limiter_queue_name(const lqueue *q) { return q->name; }

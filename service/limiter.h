@@ -1,0 +1,63 @@
+/* limiter.h - accounting of the limiting dispatcher.
+ *
+ * Engine thread only. A global cap on attempts in flight and a parallelism
+ * cap per named queue (Kotlin's LimitingDispatcher): a ready job that cannot
+ * start waits in its queue's FIFO and starts as slots free up. Queues that
+ * have waiting jobs and free parallelism take turns for free global slots
+ * (round robin), so one busy queue cannot starve the others. Pure
+ * bookkeeping: no I/O, no clock; the caller embeds an ljob in its job. */
+#ifndef HW_LIMITER_H
+#define HW_LIMITER_H
+
+#include <stdint.h>
+
+#include "list.h"
+
+typedef struct limiter limiter; /* opaque */
+typedef struct lqueue lqueue;   /* opaque: one named queue, owned by the limiter */
+
+typedef struct ljob {
+    struct list_node node; /* private: queue FIFO link */
+    lqueue *q;             /* private */
+    int running;           /* private: 1 while counted in flight */
+} ljob;
+
+/* Creates a limiter allowing global_cap (>= 1) jobs in flight, with queues
+ * created on demand with parallelism default_queue_cap (>= 1). */
+limiter *limiter_create(uint32_t global_cap, uint32_t default_queue_cap);
+
+/* Frees the limiter and its queues; jobs are the caller's. NULL is a no-op. */
+void limiter_free(limiter *l);
+
+/* Returns the queue named `name`, creating it on first use. The limiter keeps
+ * its own copy of the name. */
+lqueue *limiter_queue(limiter *l, const char *name);
+
+/* Changes a queue's parallelism (>= 1). Lowering it never stops running jobs. */
+void limiter_set_queue_cap(limiter *l, lqueue *q, uint32_t cap);
+
+/* Initialises j so that limiter_remove on it is a safe no-op. */
+void ljob_init(ljob *j);
+
+/* Appends a ready job to q's FIFO. It starts when limiter_pop_ready hands it out. */
+void limiter_push(limiter *l, lqueue *q, ljob *j);
+
+/* Returns the next waiting job that may start now, counting it in flight
+ * (global and its queue), or NULL when none may. Call until NULL after every
+ * push and done. */
+ljob *limiter_pop_ready(limiter *l);
+
+/* A job handed out by limiter_pop_ready has finished: uncount it. */
+void limiter_done(limiter *l, ljob *j);
+
+/* Removes a waiting (not running) job from its FIFO. Returns 1 if it was
+ * waiting, 0 otherwise (running or not pushed). */
+int limiter_remove(limiter *l, ljob *j);
+
+uint32_t limiter_inflight(const limiter *l);
+uint32_t limiter_waiting(const limiter *l);
+uint32_t limiter_queue_inflight(const lqueue *q);
+uint32_t limiter_queue_waiting(const lqueue *q);
+const char *limiter_queue_name(const lqueue *q);
+
+#endif

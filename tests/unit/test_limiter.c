@@ -1,0 +1,346 @@
+/* test_limiter.c - unit tests of the limiting dispatcher's accounting. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "limiter.h"
+
+/* A test job: the ljob plus its position in its queue's push order. */
+typedef struct tjob {
+    ljob j;
+    int id;
+    int qi; /* index of its queue in the test's array */
+    enum { J_IDLE, J_WAITING, J_RUNNING, J_DONE } state;
+} tjob;
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng_state += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static uint64_t rnd_below(uint64_t n) { return rnd() % n; }
+
+static tjob *pop(limiter *l)
+{
+    ljob *j = limiter_pop_ready(l);
+    return j ? container_of(j, tjob, j) : NULL;
+}
+
+static void push(limiter *l, lqueue *q, tjob *t, int id)
+{
+    ljob_init(&t->j);
+    t->id = id;
+    limiter_push(l, q, &t->j);
+}
+
+static void test_limiter_create_rejects_zero_caps(void **state)
+{
+    (void)state;
+    assert_null(limiter_create(0, 1));
+    assert_null(limiter_create(1, 0));
+    limiter_free(NULL);
+}
+
+static void test_limiter_finds_queues_by_name_and_keeps_its_own_copy(void **state)
+{
+    (void)state;
+    enum { NQ = 500 };
+    limiter *l = limiter_create(4, 2);
+    lqueue *qs[NQ];
+    char name[32];
+    for (int i = 0; i < NQ; i++) {
+        snprintf(name, sizeof name, "queue-%d", i);
+        qs[i] = limiter_queue(l, name);
+        assert_non_null(qs[i]);
+    }
+    strcpy(name, "changed");
+    for (int i = 0; i < NQ; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "queue-%d", i);
+        assert_ptr_equal(limiter_queue(l, want), qs[i]);
+        assert_string_equal(limiter_queue_name(qs[i]), want);
+    }
+    assert_ptr_not_equal(limiter_queue(l, ""), qs[0]);
+    assert_ptr_equal(limiter_queue(l, ""), limiter_queue(l, ""));
+    limiter_free(l);
+}
+
+static void test_limiter_keeps_fifo_order_within_a_queue(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    tjob jobs[N];
+    limiter *l = limiter_create(100, 100);
+    lqueue *q = limiter_queue(l, "a");
+    for (int i = 0; i < N; i++)
+        push(l, q, &jobs[i], i);
+    assert_int_equal(limiter_waiting(l), N);
+    assert_int_equal(limiter_queue_waiting(q), N);
+    for (int i = 0; i < N; i++)
+        assert_ptr_equal(pop(l), &jobs[i]);
+    assert_null(pop(l));
+    assert_int_equal(limiter_inflight(l), N);
+    assert_int_equal(limiter_queue_inflight(q), N);
+    assert_int_equal(limiter_waiting(l), 0);
+    limiter_free(l);
+}
+
+static void test_limiter_reuses_a_freed_slot_at_once(void **state)
+{
+    (void)state;
+    tjob a, b, c;
+    limiter *l = limiter_create(1, 5);
+    lqueue *q = limiter_queue(l, "only");
+    push(l, q, &a, 0);
+    push(l, q, &b, 1);
+    push(l, q, &c, 2);
+    assert_ptr_equal(pop(l), &a);
+    assert_null(pop(l)); /* global cap */
+    limiter_done(l, &a.j);
+    assert_ptr_equal(pop(l), &b);
+    assert_null(pop(l));
+    limiter_done(l, &b.j);
+    assert_ptr_equal(pop(l), &c);
+    limiter_done(l, &c.j);
+    assert_null(pop(l));
+    assert_int_equal(limiter_inflight(l), 0);
+    assert_int_equal(limiter_queue_inflight(q), 0);
+    limiter_free(l);
+}
+
+static void test_limiter_serves_queues_round_robin(void **state)
+{
+    (void)state;
+    enum { NQ = 3, PER = 4 };
+    tjob jobs[NQ][PER];
+    lqueue *qs[NQ];
+    limiter *l = limiter_create(1, 10);
+    const char *names[NQ] = {"a", "b", "c"};
+    for (int q = 0; q < NQ; q++)
+        qs[q] = limiter_queue(l, names[q]);
+    /* Queue a pushes all its jobs first: it must not starve b and c. */
+    for (int q = 0; q < NQ; q++)
+        for (int i = 0; i < PER; i++)
+            push(l, qs[q], &jobs[q][i], q * PER + i);
+    for (int i = 0; i < PER; i++) {
+        for (int q = 0; q < NQ; q++) {
+            tjob *t = pop(l);
+            assert_ptr_equal(t, &jobs[q][i]);
+            assert_null(pop(l));
+            limiter_done(l, &t->j);
+        }
+    }
+    assert_null(pop(l));
+    limiter_free(l);
+}
+
+static void test_limiter_round_robin_skips_a_queue_at_its_cap(void **state)
+{
+    (void)state;
+    tjob a1, a2, b1, b2;
+    limiter *l = limiter_create(3, 1);
+    lqueue *a = limiter_queue(l, "a"), *b = limiter_queue(l, "b");
+    push(l, a, &a1, 0);
+    push(l, a, &a2, 1);
+    push(l, b, &b1, 2);
+    push(l, b, &b2, 3);
+    assert_ptr_equal(pop(l), &a1);
+    assert_ptr_equal(pop(l), &b1);
+    assert_null(pop(l)); /* both queues at cap 1, one global slot free */
+    limiter_done(l, &b1.j);
+    assert_ptr_equal(pop(l), &b2);
+    limiter_done(l, &a1.j);
+    assert_ptr_equal(pop(l), &a2);
+    limiter_free(l);
+}
+
+static void test_limiter_remove_takes_out_a_waiting_job_only(void **state)
+{
+    (void)state;
+    tjob a, b, c, never;
+    limiter *l = limiter_create(1, 1);
+    lqueue *q = limiter_queue(l, "q");
+    push(l, q, &a, 0);
+    push(l, q, &b, 1);
+    push(l, q, &c, 2);
+    ljob_init(&never.j);
+    assert_int_equal(limiter_remove(l, &never.j), 0);
+    assert_ptr_equal(pop(l), &a);
+    assert_int_equal(limiter_remove(l, &a.j), 0); /* running */
+    assert_int_equal(limiter_remove(l, &b.j), 1);
+    assert_int_equal(limiter_remove(l, &b.j), 0); /* already out */
+    assert_int_equal(limiter_waiting(l), 1);
+    assert_int_equal(limiter_queue_waiting(q), 1);
+    limiter_done(l, &a.j);
+    assert_ptr_equal(pop(l), &c);
+    limiter_done(l, &c.j);
+    assert_null(pop(l));
+    /* Removing the last waiting job makes the queue ineligible. */
+    push(l, q, &b, 3);
+    assert_int_equal(limiter_remove(l, &b.j), 1);
+    assert_null(pop(l));
+    assert_int_equal(limiter_waiting(l), 0);
+    limiter_free(l);
+}
+
+static void test_limiter_applies_a_raised_or_lowered_queue_cap(void **state)
+{
+    (void)state;
+    enum { N = 6 };
+    tjob jobs[N];
+    limiter *l = limiter_create(10, 1);
+    lqueue *q = limiter_queue(l, "q");
+    for (int i = 0; i < N; i++)
+        push(l, q, &jobs[i], i);
+    assert_ptr_equal(pop(l), &jobs[0]);
+    assert_null(pop(l));
+    limiter_set_queue_cap(l, q, 3); /* raised: two more start */
+    assert_ptr_equal(pop(l), &jobs[1]);
+    assert_ptr_equal(pop(l), &jobs[2]);
+    assert_null(pop(l));
+    limiter_set_queue_cap(l, q, 1); /* lowered: running jobs keep running */
+    assert_int_equal(limiter_queue_inflight(q), 3);
+    limiter_done(l, &jobs[0].j);
+    assert_null(pop(l));
+    limiter_done(l, &jobs[1].j);
+    assert_null(pop(l));
+    limiter_done(l, &jobs[2].j);
+    assert_ptr_equal(pop(l), &jobs[3]);
+    assert_null(pop(l));
+    limiter_set_queue_cap(l, q, 0); /* treated as 1 */
+    assert_null(pop(l));
+    limiter_set_queue_cap(l, q, 5);
+    assert_ptr_equal(pop(l), &jobs[4]);
+    assert_ptr_equal(pop(l), &jobs[5]);
+    assert_null(pop(l));
+    limiter_free(l);
+}
+
+/* The random workload's model of one queue. */
+struct qmodel {
+    lqueue *q;
+    uint32_t cap;
+    uint32_t inflight, waiting;
+    int last_started; /* id of the last job started, for FIFO */
+};
+
+enum { RW_QUEUES = 7, RW_JOBS = 20000, RW_GLOBAL = 6 };
+
+/* Starts every job that may start, checking the caps and FIFO at each. */
+static void drain(limiter *l, struct qmodel *m, uint32_t *inflight)
+{
+    tjob *t;
+    while ((t = pop(l)) != NULL) {
+        struct qmodel *qm = &m[t->qi];
+        assert_int_equal(t->state, J_WAITING);
+        assert_true(qm->inflight < qm->cap); /* it was allowed to start */
+        assert_true(*inflight < RW_GLOBAL);
+        assert_true(t->id > qm->last_started);
+        qm->last_started = t->id;
+        t->state = J_RUNNING;
+        qm->inflight++;
+        qm->waiting--;
+        (*inflight)++;
+    }
+    /* Nothing more may start: the global cap is reached, or every queue
+     * with waiting jobs is at its own cap. */
+    assert_int_equal(limiter_inflight(l), *inflight);
+    for (int i = 0; i < RW_QUEUES; i++) {
+        assert_int_equal(limiter_queue_inflight(m[i].q), m[i].inflight);
+        assert_int_equal(limiter_queue_waiting(m[i].q), m[i].waiting);
+        if (*inflight < RW_GLOBAL && m[i].waiting > 0)
+            assert_true(m[i].inflight >= m[i].cap);
+    }
+}
+
+/* Picks a random job in state st, or NULL (a few tries are enough). */
+static tjob *pick(tjob *jobs, int njobs, int st)
+{
+    for (int tries = 0; tries < 64 && njobs > 0; tries++) {
+        tjob *t = &jobs[rnd_below((uint64_t)njobs)];
+        if ((int)t->state == st)
+            return t;
+    }
+    return NULL;
+}
+
+static void random_step(limiter *l, struct qmodel *m, tjob *jobs, int *njobs, uint32_t *inflight)
+{
+    uint64_t op = rnd_below(100);
+    tjob *t;
+    if (op < 45 && *njobs < RW_JOBS) {
+        t = &jobs[*njobs];
+        t->qi = (int)rnd_below(RW_QUEUES);
+        t->state = J_WAITING;
+        push(l, m[t->qi].q, t, *njobs);
+        m[t->qi].waiting++;
+        (*njobs)++;
+    } else if (op < 85 && (t = pick(jobs, *njobs, J_RUNNING)) != NULL) {
+        limiter_done(l, &t->j);
+        t->state = J_DONE;
+        m[t->qi].inflight--;
+        (*inflight)--;
+    } else if (op < 95 && (t = pick(jobs, *njobs, J_WAITING)) != NULL) {
+        assert_int_equal(limiter_remove(l, &t->j), 1);
+        t->state = J_DONE;
+        m[t->qi].waiting--;
+    } else if (op >= 95) {
+        int qi = (int)rnd_below(RW_QUEUES);
+        m[qi].cap = 1 + (uint32_t)rnd_below(4);
+        limiter_set_queue_cap(l, m[qi].q, m[qi].cap);
+    }
+}
+
+static void test_limiter_never_exceeds_either_cap_under_a_random_workload(void **state)
+{
+    (void)state;
+    tjob *jobs = calloc(RW_JOBS, sizeof *jobs);
+    struct qmodel m[RW_QUEUES];
+    uint32_t inflight = 0;
+    int njobs = 0;
+    limiter *l = limiter_create(RW_GLOBAL, 2);
+    rng_state = 2024;
+    for (int i = 0; i < RW_QUEUES; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "q%d", i);
+        m[i] = (struct qmodel){.q = limiter_queue(l, name), .cap = 2, .last_started = -1};
+    }
+    for (int step = 0; step < 200000; step++) {
+        random_step(l, m, jobs, &njobs, &inflight);
+        drain(l, m, &inflight);
+        uint32_t waiting = 0;
+        for (int i = 0; i < RW_QUEUES; i++)
+            waiting += m[i].waiting;
+        assert_int_equal(limiter_waiting(l), waiting);
+    }
+    assert_int_equal(njobs, RW_JOBS);
+    limiter_free(l);
+    free(jobs);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_limiter_create_rejects_zero_caps),
+        cmocka_unit_test(test_limiter_finds_queues_by_name_and_keeps_its_own_copy),
+        cmocka_unit_test(test_limiter_keeps_fifo_order_within_a_queue),
+        cmocka_unit_test(test_limiter_reuses_a_freed_slot_at_once),
+        cmocka_unit_test(test_limiter_serves_queues_round_robin),
+        cmocka_unit_test(test_limiter_round_robin_skips_a_queue_at_its_cap),
+        cmocka_unit_test(test_limiter_remove_takes_out_a_waiting_job_only),
+        cmocka_unit_test(test_limiter_applies_a_raised_or_lowered_queue_cap),
+        cmocka_unit_test(test_limiter_never_exceeds_either_cap_under_a_random_workload),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
