@@ -1,0 +1,677 @@
+/* spec.c - validation of timer specs and their canonical form.
+ *
+ * One table maps each top-level field to its handler. spec_parse rejects
+ * unknown keys first, then runs every handler in table order whether its
+ * field is present or not, so a handler also applies its default. Each
+ * handler validates its value, stores the effective value in the timer_spec
+ * and adds it to the canonical object; the first error stops the parse. The
+ * table order, not the key order of the request, decides which error a
+ * request with several faults gets, so answers are reproducible.
+ *
+ * With lim == NULL (a canonical spec read back from Redis) the configured
+ * caps are lifted, but the rules that make a spec well-formed still hold:
+ * types, minimums, URL scheme, header syntax and reserved names. The engine
+ * therefore never runs a spec the API could not have accepted.
+ *
+ * Jansson allocates the parsed tree and the canonical dump itself; an
+ * allocation failure there aborts like xalloc does (need()), so there are no
+ * untestable out-of-memory branches. */
+#include "spec.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "clock.h"
+#include "xalloc.h"
+
+/* Caps lifted; the defaults are the contract's, although a canonical spec
+ * carries every field and never needs them. */
+static const spec_limits no_limits = {
+    .max_url_len = SIZE_MAX,
+    .max_headers = UINT32_MAX,
+    .max_header_bytes = SIZE_MAX,
+    .max_delay_ms = UINT64_MAX,
+    .max_timeout_ms = UINT32_MAX,
+    .max_attempts = UINT32_MAX,
+    .max_backoff_cap_ms = UINT64_MAX,
+    .default_timeout_ms = 10000,
+    .default_max_attempts = 5,
+    .default_min_backoff_ms = 1000,
+    .default_max_backoff_ms = 300000,
+};
+
+typedef struct parse_ctx {
+    const spec_limits *lim; /* never NULL: no_limits stands in */
+    uint64_t now_ms;
+    json_t *root;           /* the request object, owned */
+    json_t *canon;          /* canonical object being built, owned */
+    timer_spec *s;          /* result being built, owned */
+    spec_error *err;
+} parse_ctx;
+
+/* Room for a dotted path before fail() shortens it to spec_error.field: the
+ * extra bytes let copy_utf8 cut at a character boundary rather than keep a
+ * character that snprintf split. */
+#define PATH_SIZE (sizeof ((spec_error *)0)->field + 4)
+
+/* A field handler; v is the field's value, or NULL when it is absent. */
+typedef int (*field_fn)(parse_ctx *c, const char *name, json_t *v);
+
+/* ---- errors ------------------------------------------------------------ */
+
+static void *need(void *p)
+{
+    if (!p)
+        abort(); /* jansson or curl out of memory, see the top comment */
+    return p;
+}
+
+/* Length of the valid UTF-8 sequence at p (RFC 3629: no overlongs, no
+ * surrogates, at most U+10FFFF), or 0 if it is not one. Stops at a NUL. */
+static size_t utf8_seq(const unsigned char *p)
+{
+    unsigned char lo = 0x80, hi = 0xBF;
+    size_t n;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xC2 && p[0] <= 0xDF) {
+        n = 2;
+    } else if (p[0] >= 0xE0 && p[0] <= 0xEF) {
+        n = 3;
+        lo = p[0] == 0xE0 ? 0xA0 : 0x80; /* no overlongs */
+        hi = p[0] == 0xED ? 0x9F : 0xBF; /* no surrogates */
+    } else if (p[0] >= 0xF0 && p[0] <= 0xF4) {
+        n = 4;
+        lo = p[0] == 0xF0 ? 0x90 : 0x80; /* no overlongs */
+        hi = p[0] == 0xF4 ? 0x8F : 0xBF; /* nothing above U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+    return n;
+}
+
+/* Copies src into dst[size], replacing bytes that are not UTF-8 with '?'
+ * and never splitting a character, so the HTTP layer can put field and
+ * detail into a JSON problem document as they are. Field names come from
+ * the client and jansson's messages quote raw input. */
+static void copy_utf8(char *dst, size_t size, const char *src)
+{
+    const unsigned char *p = (const unsigned char *)src;
+    size_t o = 0;
+
+    while (*p) {
+        size_t n = utf8_seq(p);
+        if (o + (n ? n : 1) >= size)
+            break;
+        if (n == 0) {
+            dst[o++] = '?';
+            p++;
+        } else {
+            memcpy(dst + o, p, n);
+            o += n;
+            p += n;
+        }
+    }
+    dst[o] = '\0';
+}
+
+/* Fills err (status 400) and returns -EINVAL. */
+__attribute__((format(printf, 3, 4))) static int fail(spec_error *err, const char *field,
+                                                      const char *fmt, ...)
+{
+    char detail[sizeof err->detail];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    err->status = 400;
+    copy_utf8(err->field, sizeof err->field, field);
+    copy_utf8(err->detail, sizeof err->detail, detail);
+    return -EINVAL;
+}
+
+/* ---- small checks ------------------------------------------------------ */
+
+static void canon_set(json_t *obj, const char *key, json_t *value)
+{
+    if (json_object_set_new(obj, key, need(value)) < 0)
+        abort(); /* only out of memory: keys are valid UTF-8 */
+}
+
+/* Dumps j into a buffer of ours (free()), whatever allocator jansson uses. */
+static char *dump(const json_t *j, size_t flags, size_t *len)
+{
+    size_t n = json_dumpb(j, NULL, 0, flags);
+    char *buf;
+
+    if (n == 0)
+        abort(); /* only out of memory: the tree was built or parsed by jansson */
+    buf = xmalloc(n + 1);
+    json_dumpb(j, buf, n, flags);
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
+static int64_t cap_int64(uint64_t v) { return v > INT64_MAX ? INT64_MAX : (int64_t)v; }
+
+/* Reads an integer in lo..hi from v into *out. */
+static int get_int(spec_error *err, const char *path, json_t *v, int64_t lo, uint64_t hi,
+                   int64_t *out)
+{
+    int64_t max = cap_int64(hi);
+
+    if (!json_is_integer(v))
+        return fail(err, path, "%s must be an integer", path);
+    if (json_integer_value(v) < lo || json_integer_value(v) > max) {
+        if (max == INT64_MAX)
+            return fail(err, path, "%s must be at least %" PRId64, path, lo);
+        return fail(err, path, "%s must be an integer from %" PRId64 " to %" PRId64, path, lo,
+                    max);
+    }
+    *out = json_integer_value(v);
+    return 0;
+}
+
+/* 1 if s is 1..max characters of [A-Za-z0-9] and punct. */
+static int name_valid(const char *s, size_t max, const char *punct)
+{
+    size_t n = 0;
+
+    if (!s)
+        return 0;
+    for (; s[n]; n++) {
+        char ch = s[n];
+        int alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        if (n == max || (!alnum && !strchr(punct, ch)))
+            return 0;
+    }
+    return n > 0;
+}
+
+int spec_id_valid(const char *id) { return name_valid(id, 128, "._:-"); }
+
+/* Rejects members of obj for which known() is 0, naming prefix + key. */
+static int check_keys(spec_error *err, json_t *obj, const char *prefix, int (*known)(const char *))
+{
+    const char *key;
+    json_t *v;
+
+    json_object_foreach(obj, key, v) {
+        if (!known(key)) {
+            char path[PATH_SIZE];
+            snprintf(path, sizeof path, "%s%s", prefix, key);
+            return fail(err, path, "unknown field");
+        }
+    }
+    return 0;
+}
+
+/* ---- url --------------------------------------------------------------- */
+
+static int has_part(CURLU *u, CURLUPart part)
+{
+    char *p = NULL;
+    CURLUcode rc = curl_url_get(u, part, &p, 0);
+
+    curl_free(p);
+    return rc == CURLUE_OK;
+}
+
+/* Uses curl's own parser so that what passes here is exactly what the
+ * dispatcher's curl will accept. */
+static int check_url(spec_error *err, const char *url)
+{
+    CURLU *u = need(curl_url());
+    char *scheme = NULL;
+    int rc = -EINVAL;
+    CURLUcode uc = curl_url_set(u, CURLUPART_URL, url, 0);
+
+    if (uc == CURLUE_UNSUPPORTED_SCHEME || uc == CURLUE_BAD_SCHEME)
+        fail(err, "url", "only http and https URLs are allowed");
+    else if (uc != CURLUE_OK)
+        fail(err, "url", "url is not a valid URL (%s)", curl_url_strerror(uc));
+    else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+             (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
+        fail(err, "url", "only http and https URLs are allowed");
+    else if (!has_part(u, CURLUPART_HOST))
+        fail(err, "url", "url must have a host");
+    else if (has_part(u, CURLUPART_USER) || has_part(u, CURLUPART_PASSWORD))
+        fail(err, "url", "user-info in URLs is not allowed");
+    else
+        rc = 0;
+    curl_free(scheme);
+    curl_url_cleanup(u);
+    return rc;
+}
+
+static int parse_url(parse_ctx *c, const char *name, json_t *v)
+{
+    if (!v)
+        return fail(c->err, name, "url is required");
+    if (!json_is_string(v))
+        return fail(c->err, name, "url must be a string");
+    if (json_string_length(v) > c->lim->max_url_len)
+        return fail(c->err, name, "url is longer than %zu bytes", c->lim->max_url_len);
+    if (check_url(c->err, json_string_value(v)) < 0)
+        return -EINVAL;
+    c->s->url = xstrdup(json_string_value(v));
+    canon_set(c->canon, name, json_incref(v));
+    return 0;
+}
+
+/* ---- method, id, queue, timeout --------------------------------------- */
+
+static int parse_method(parse_ctx *c, const char *name, json_t *v)
+{
+    static const char *const methods[] = {"GET",   "HEAD",   "POST",    "PUT",
+                                          "PATCH", "DELETE", "OPTIONS", NULL};
+    const char *m = v ? json_string_value(v) : "POST";
+
+    for (size_t i = 0; m && methods[i]; i++) {
+        if (strcmp(m, methods[i]) == 0) {
+            strcpy(c->s->method, methods[i]);
+            canon_set(c->canon, name, json_string(m));
+            return 0;
+        }
+    }
+    return fail(c->err, name, "method must be one of GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS");
+}
+
+/* The id is not part of the canonical form: it names the spec. */
+static int parse_id(parse_ctx *c, const char *name, json_t *v)
+{
+    if (!v)
+        return 0;
+    if (!spec_id_valid(json_string_value(v)))
+        return fail(c->err, name,
+                    "id must be 1 to 128 characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'");
+    c->s->id = xstrdup(json_string_value(v));
+    return 0;
+}
+
+static int parse_queue(parse_ctx *c, const char *name, json_t *v)
+{
+    const char *q = v ? json_string_value(v) : "default";
+
+    if (!name_valid(q, 64, "._-"))
+        return fail(c->err, name,
+                    "queue must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' or '-'");
+    c->s->queue = xstrdup(q);
+    canon_set(c->canon, name, json_string(q));
+    return 0;
+}
+
+static int parse_timeout(parse_ctx *c, const char *name, json_t *v)
+{
+    int64_t t = c->lim->default_timeout_ms;
+
+    if (v && get_int(c->err, name, v, 1, c->lim->max_timeout_ms, &t) < 0)
+        return -EINVAL;
+    c->s->timeout_ms = (uint32_t)t;
+    canon_set(c->canon, name, json_integer(t));
+    return 0;
+}
+
+/* ---- headers ----------------------------------------------------------- */
+
+/* RFC 9110 tchar. */
+static int is_token(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (; *s; s++) {
+        char ch = *s;
+        int alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        if (!alnum && !strchr("!#$%&'*+-.^_`|~", ch))
+            return 0;
+    }
+    return 1;
+}
+
+/* Headers that hookwheel or the HTTP client set, or that would change the
+ * framing of the outbound request. */
+static int is_reserved(const char *name)
+{
+    static const char *const reserved[] = {
+        "Host",    "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
+        "Proxy-Connection", "TE", "Trailer", "Upgrade", "Expect", NULL};
+
+    for (size_t i = 0; reserved[i]; i++)
+        if (strcasecmp(name, reserved[i]) == 0)
+            return 1;
+    return strncasecmp(name, "webhook-", 8) == 0 || strncasecmp(name, "Hookwheel-", 10) == 0;
+}
+
+/* Field values may hold HTAB and visible bytes, never CR, LF, NUL or other
+ * controls: those would split or truncate the outbound request. */
+static int value_valid(const char *v, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)v[i];
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7F)
+            return 0;
+    }
+    return 1;
+}
+
+/* 1 if a header accepted so far has this name, ignoring case. */
+static int seen_header(const timer_spec *s, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (uint32_t i = 0; i < s->nheaders; i++)
+        if (strncasecmp(s->headers[i], name, n) == 0 && s->headers[i][n] == ':')
+            return 1;
+    return 0;
+}
+
+static int check_header(parse_ctx *c, const char *name, json_t *v)
+{
+    char path[PATH_SIZE];
+
+    snprintf(path, sizeof path, "headers.%s", name);
+    if (!json_is_string(v))
+        return fail(c->err, path, "header values must be strings");
+    if (!is_token(name))
+        return fail(c->err, path, "header names must be HTTP tokens (no spaces or separators)");
+    if (is_reserved(name))
+        return fail(c->err, path, "this header name is reserved");
+    if (seen_header(c->s, name))
+        return fail(c->err, path, "this header is given twice (names are case-insensitive)");
+    if (!value_valid(json_string_value(v), json_string_length(v)))
+        return fail(c->err, path, "header values must not contain CR, LF or other control characters");
+    if (strlen(name) + json_string_length(v) > c->lim->max_header_bytes)
+        return fail(c->err, path, "header name and value are longer than %zu bytes",
+                    c->lim->max_header_bytes);
+    return 0;
+}
+
+static char *header_line(const char *name, json_t *v)
+{
+    size_t n = strlen(name), len = json_string_length(v);
+    char *line = xmalloc(n + 2 + len + 1);
+
+    memcpy(line, name, n);
+    memcpy(line + n, ": ", 2);
+    memcpy(line + n + 2, json_string_value(v), len + 1);
+    return line;
+}
+
+static int parse_headers(parse_ctx *c, const char *name, json_t *v)
+{
+    json_t *out = need(json_object()), *value;
+    const char *key;
+
+    canon_set(c->canon, name, out); /* the canonical object owns out */
+    if (!v)
+        return 0;
+    if (!json_is_object(v))
+        return fail(c->err, name, "headers must be an object of strings");
+    if (json_object_size(v) > c->lim->max_headers)
+        return fail(c->err, name, "at most %" PRIu32 " headers are allowed", c->lim->max_headers);
+    if (json_object_size(v) > 0)
+        c->s->headers = xcalloc(json_object_size(v), sizeof *c->s->headers);
+    json_object_foreach(v, key, value) {
+        if (check_header(c, key, value) < 0)
+            return -EINVAL;
+        c->s->headers[c->s->nheaders++] = header_line(key, value);
+        c->s->has_content_type |= strcasecmp(key, "Content-Type") == 0;
+        canon_set(out, key, json_incref(value));
+    }
+    return 0;
+}
+
+/* ---- body -------------------------------------------------------------- */
+
+static int parse_body(parse_ctx *c, const char *name, json_t *v)
+{
+    if (!v)
+        return 0;
+    if (!json_is_string(v))
+        return fail(c->err, name, "body must be a string (use json for a JSON value)");
+    c->s->body_len = json_string_length(v);
+    c->s->body = xstrndup(json_string_value(v), c->s->body_len);
+    canon_set(c->canon, name, json_incref(v));
+    return 0;
+}
+
+/* Sorted keys, so the body is the same whether it comes from the request or
+ * from the stored canonical form, which the engine sends from. */
+static int parse_json(parse_ctx *c, const char *name, json_t *v)
+{
+    if (!v)
+        return 0;
+    if (json_object_get(c->root, "body"))
+        return fail(c->err, name, "give either body or json, not both");
+    c->s->body = dump(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS, &c->s->body_len);
+    c->s->body_is_json = 1;
+    canon_set(c->canon, name, json_incref(v));
+    return 0;
+}
+
+/* ---- due time ---------------------------------------------------------- */
+
+/* delay_ms is kept as given in the canonical form, so two requests with the
+ * same delay are the same spec whenever they arrive. */
+static int time_delay(parse_ctx *c, const char *name, json_t *v)
+{
+    int64_t d = 0;
+    uint64_t room = c->now_ms > INT64_MAX ? 0 : INT64_MAX - c->now_ms;
+
+    if (get_int(c->err, name, v, 0, room, &d) < 0)
+        return -EINVAL;
+    c->s->fire_at_ms = (int64_t)c->now_ms + d;
+    canon_set(c->canon, name, json_incref(v));
+    return 0;
+}
+
+static int time_fire_at(parse_ctx *c, const char *name, json_t *v)
+{
+    int64_t ms = 0;
+
+    if (!json_is_string(v) || clock_parse_rfc3339(json_string_value(v), &ms) < 0)
+        return fail(c->err, name,
+                    "fire_at must be an RFC 3339 date-time such as 2026-01-02T03:04:05Z");
+    if (ms < 0)
+        return fail(c->err, name, "fire_at must not be before 1970-01-01T00:00:00Z");
+    c->s->fire_at_ms = ms;
+    canon_set(c->canon, "fire_at_ms", json_integer(ms));
+    return 0;
+}
+
+static int time_fire_at_ms(parse_ctx *c, const char *name, json_t *v)
+{
+    int64_t ms = 0;
+
+    if (get_int(c->err, name, v, 0, INT64_MAX, &ms) < 0)
+        return -EINVAL;
+    c->s->fire_at_ms = ms;
+    canon_set(c->canon, name, json_incref(v));
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    field_fn parse;
+} time_fields[] = {
+    {"delay_ms", time_delay},
+    {"fire_at", time_fire_at},
+    {"fire_at_ms", time_fire_at_ms},
+};
+
+/* Resolves the one time field given. Past due times are allowed: the timer
+ * fires as soon as possible. */
+static int parse_time(parse_ctx *c, const char *unused_name, json_t *unused_v)
+{
+    size_t n = sizeof time_fields / sizeof *time_fields, chosen = n;
+    uint64_t fire;
+
+    (void)unused_name;
+    (void)unused_v;
+    for (size_t i = 0; i < n; i++) {
+        if (!json_object_get(c->root, time_fields[i].name))
+            continue;
+        if (chosen < n)
+            return fail(c->err, time_fields[i].name,
+                        "give only one of delay_ms, fire_at or fire_at_ms");
+        chosen = i;
+    }
+    if (chosen == n)
+        return fail(c->err, "delay_ms", "one of delay_ms, fire_at or fire_at_ms is required");
+    const char *name = time_fields[chosen].name;
+    if (time_fields[chosen].parse(c, name, json_object_get(c->root, name)) < 0)
+        return -EINVAL;
+    fire = (uint64_t)c->s->fire_at_ms;
+    if (fire > c->now_ms && fire - c->now_ms > c->lim->max_delay_ms)
+        return fail(c->err, name, "due time is beyond the maximum delay of %" PRIu64 " ms",
+                    c->lim->max_delay_ms);
+    return 0;
+}
+
+/* ---- retry ------------------------------------------------------------- */
+
+static int is_retry_member(const char *key)
+{
+    return strcmp(key, "max_attempts") == 0 || strcmp(key, "min_backoff_ms") == 0 ||
+           strcmp(key, "max_backoff_ms") == 0;
+}
+
+/* Reads retry.<key> into *out if present; *out keeps its default if not. */
+static int retry_int(parse_ctx *c, json_t *retry, const char *key, int64_t lo, uint64_t hi,
+                     int64_t *out)
+{
+    json_t *v = retry ? json_object_get(retry, key) : NULL;
+    char path[32];
+
+    snprintf(path, sizeof path, "retry.%s", key);
+    return v ? get_int(c->err, path, v, lo, hi, out) : 0;
+}
+
+static int parse_retry(parse_ctx *c, const char *name, json_t *v)
+{
+    const spec_limits *l = c->lim;
+    int64_t attempts = l->default_max_attempts;
+    int64_t min = cap_int64(l->default_min_backoff_ms), max = cap_int64(l->default_max_backoff_ms);
+
+    if (v && !json_is_object(v))
+        return fail(c->err, name, "retry must be an object");
+    if (v && check_keys(c->err, v, "retry.", is_retry_member) < 0)
+        return -EINVAL;
+    if (retry_int(c, v, "max_attempts", 1, l->max_attempts, &attempts) < 0 ||
+        retry_int(c, v, "min_backoff_ms", 0, l->max_backoff_cap_ms, &min) < 0 ||
+        retry_int(c, v, "max_backoff_ms", 0, l->max_backoff_cap_ms, &max) < 0)
+        return -EINVAL;
+    if (!(v && json_object_get(v, "max_backoff_ms")) && max < min)
+        max = min; /* only min given, above the default max: widen the default */
+    if (max < min)
+        return fail(c->err, "retry.max_backoff_ms",
+                    "retry.max_backoff_ms must be at least retry.min_backoff_ms");
+    c->s->max_attempts = (uint32_t)attempts;
+    c->s->min_backoff_ms = (uint64_t)min;
+    c->s->max_backoff_ms = (uint64_t)max;
+    canon_set(c->canon, name,
+              json_pack("{s:I,s:I,s:I}", "max_attempts", (json_int_t)attempts, "min_backoff_ms",
+                        (json_int_t)min, "max_backoff_ms", (json_int_t)max));
+    return 0;
+}
+
+/* ---- the spec ---------------------------------------------------------- */
+
+/* Every allowed top-level key, in the order errors are looked for. The time
+ * fields are resolved together by parse_time under "delay_ms". */
+static const struct {
+    const char *name;
+    field_fn parse; /* NULL: handled by another entry */
+} fields[] = {
+    {"url", parse_url},
+    {"method", parse_method},
+    {"headers", parse_headers},
+    {"body", parse_body},
+    {"json", parse_json},
+    {"delay_ms", parse_time},
+    {"fire_at", NULL},
+    {"fire_at_ms", NULL},
+    {"id", parse_id},
+    {"timeout_ms", parse_timeout},
+    {"retry", parse_retry},
+    {"queue", parse_queue},
+};
+
+static int is_field(const char *key)
+{
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+        if (strcmp(key, fields[i].name) == 0)
+            return 1;
+    return 0;
+}
+
+static int parse_root(parse_ctx *c)
+{
+    if (!json_is_object(c->root))
+        return fail(c->err, "", "request body must be a JSON object");
+    if (check_keys(c->err, c->root, "", is_field) < 0)
+        return -EINVAL;
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+        json_t *v = json_object_get(c->root, fields[i].name);
+        if (fields[i].parse && fields[i].parse(c, fields[i].name, v) < 0)
+            return -EINVAL;
+    }
+    return 0;
+}
+
+int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t now_ms,
+               timer_spec **out, spec_error *err)
+{
+    parse_ctx c = {.lim = lim ? lim : &no_limits, .now_ms = now_ms, .err = err};
+    json_error_t jerr;
+    int rc = -EINVAL;
+
+    c.root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    if (!c.root)
+        return fail(err, "", "malformed JSON: %s at line %d, column %d", jerr.text, jerr.line,
+                    jerr.column);
+    c.canon = need(json_object());
+    c.s = xcalloc(1, sizeof *c.s);
+    if (parse_root(&c) < 0)
+        goto out;
+    c.s->canonical = dump(c.canon, JSON_COMPACT | JSON_SORT_KEYS, NULL);
+    *out = c.s;
+    c.s = NULL;
+    rc = 0;
+out:
+    spec_free(c.s);
+    json_decref(c.canon);
+    json_decref(c.root);
+    return rc;
+}
+
+void spec_free(timer_spec *s)
+{
+    if (!s)
+        return;
+    for (uint32_t i = 0; i < s->nheaders; i++)
+        free(s->headers[i]);
+    free(s->headers);
+    free(s->id);
+    free(s->url);
+    free(s->body);
+    free(s->queue);
+    free(s->canonical);
+    free(s);
+}

@@ -1,0 +1,74 @@
+/* spec.h - a timer's specification: validation of a POST /timers body and its
+ * canonical form.
+ *
+ * Any thread; no shared state. spec_parse is the single parser for timer
+ * specs: the API validates client input with it (with limits), and the engine
+ * re-reads the canonical form stored in Redis with it (limits NULL).
+ *
+ * The canonical form is the effective spec as compact JSON with sorted keys
+ * and defaults applied, without the id:
+ *   {"body"|"json", "delay_ms"|"fire_at_ms", "headers", "method", "queue",
+ *    "retry":{"max_attempts","max_backoff_ms","min_backoff_ms"}, "timeout_ms", "url"}
+ * (fire_at given as RFC 3339 is stored as fire_at_ms). Two requests are "the
+ * same spec" for idempotency exactly when their canonical forms are equal. */
+#ifndef HW_SPEC_H
+#define HW_SPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct spec_limits {
+    size_t max_url_len;           /* bytes of `url` */
+    uint32_t max_headers;         /* entries in `headers` */
+    size_t max_header_bytes;      /* bytes of one header name + value */
+    uint64_t max_delay_ms;        /* horizon: fire time at most now + this */
+    uint32_t max_timeout_ms;      /* cap of `timeout_ms` */
+    uint32_t max_attempts;        /* cap of `retry.max_attempts` */
+    uint64_t max_backoff_cap_ms;  /* cap of `retry.max_backoff_ms` */
+    uint32_t default_timeout_ms;
+    uint32_t default_max_attempts;
+    uint64_t default_min_backoff_ms;
+    uint64_t default_max_backoff_ms;
+} spec_limits;
+
+typedef struct spec_error {
+    int status;        /* HTTP status to answer: 400 */
+    char field[96];    /* offending field as a dotted path ("retry.max_attempts",
+                          "headers.X-Foo"), or "" when the whole body is at fault */
+    char detail[256];  /* one sentence for a human */
+} spec_error;
+
+typedef struct timer_spec {
+    char *id;              /* client-chosen id, or NULL */
+    char *url;
+    char method[8];        /* GET HEAD POST PUT PATCH DELETE OPTIONS */
+    char **headers;        /* nheaders lines "Name: value", as given */
+    uint32_t nheaders;
+    char *body;            /* request body to send (NULL: none); for `json`, its compact dump */
+    size_t body_len;
+    int body_is_json;      /* 1 when given as `json`: sent as application/json */
+    int has_content_type;  /* 1 when headers set Content-Type */
+    int64_t fire_at_ms;    /* resolved due time, epoch ms */
+    uint32_t timeout_ms;
+    uint32_t max_attempts;
+    uint64_t min_backoff_ms;
+    uint64_t max_backoff_ms;
+    char *queue;           /* "default" when not given */
+    char *canonical;       /* canonical JSON, see above */
+} timer_spec;
+
+/* Validates the JSON text json[0..len) against lim (NULL: no limits, for
+ * specs read back from Redis) and resolves delay_ms against now_ms.
+ * Returns 0 and *out (free with spec_free), or -EINVAL with *err filled and
+ * *out untouched. Unknown fields, wrong types and out-of-range values are
+ * errors naming the field. */
+int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t now_ms,
+               timer_spec **out, spec_error *err) __attribute__((warn_unused_result));
+
+/* Frees s. NULL is a no-op. */
+void spec_free(timer_spec *s);
+
+/* 1 if id matches [A-Za-z0-9._:-]{1,128}, else 0. */
+int spec_id_valid(const char *id);
+
+#endif

@@ -1,0 +1,810 @@
+/* test_spec.c - validation of POST /timers bodies and the canonical form.
+ *
+ * Request texts are written with single quotes for readability; req()
+ * turns them into JSON. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "spec.h"
+
+/* 2026-01-02T03:04:05.678Z */
+#define NOW 1767323045678ULL
+#define DAY_MS 86400000ULL
+
+static const spec_limits lim = {
+    .max_url_len = 2048,
+    .max_headers = 32,
+    .max_header_bytes = 8192,
+    .max_delay_ms = 365 * DAY_MS,
+    .max_timeout_ms = 300000,
+    .max_attempts = 100,
+    .max_backoff_cap_ms = 86400000,
+    .default_timeout_ms = 10000,
+    .default_max_attempts = 5,
+    .default_min_backoff_ms = 1000,
+    .default_max_backoff_ms = 300000,
+};
+
+/* Returns a malloc'd copy of s with ' turned into ". */
+static char *req(const char *s)
+{
+    char *j = strdup(s);
+    for (char *p = j; *p; p++)
+        if (*p == '\'')
+            *p = '"';
+    return j;
+}
+
+static timer_spec *parse_with(const char *text, const spec_limits *l)
+{
+    char *j = req(text);
+    timer_spec *s = NULL;
+    spec_error err = {0};
+    int rc = spec_parse(j, strlen(j), l, NOW, &s, &err);
+
+    if (rc != 0)
+        fail_msg("rejected %s: field '%s': %s", j, err.field, err.detail);
+    free(j);
+    assert_non_null(s);
+    return s;
+}
+
+static timer_spec *parse_ok(const char *text) { return parse_with(text, &lim); }
+
+/* Parses raw bytes expecting an error; checks the error's shape. */
+static spec_error parse_bad_raw(const char *json, size_t len)
+{
+    timer_spec *sentinel = (timer_spec *)&lim, *s = sentinel;
+    spec_error err;
+
+    memset(&err, 'x', sizeof err);
+    assert_int_equal(spec_parse(json, len, &lim, NOW, &s, &err), -EINVAL);
+    assert_ptr_equal(s, sentinel); /* *out untouched */
+    assert_int_equal(err.status, 400);
+    assert_non_null(memchr(err.field, '\0', sizeof err.field));
+    assert_non_null(memchr(err.detail, '\0', sizeof err.detail));
+    assert_true(strlen(err.detail) > 0);
+    return err;
+}
+
+static spec_error parse_bad(const char *text)
+{
+    char *j = req(text);
+    spec_error err = parse_bad_raw(j, strlen(j));
+    free(j);
+    return err;
+}
+
+static void assert_rejected(const char *text, const char *field)
+{
+    spec_error err = parse_bad(text);
+    if (strcmp(err.field, field) != 0)
+        fail_msg("%s: expected field '%s', got '%s' (%s)", text, field, err.field, err.detail);
+}
+
+/* Parses s's canonical text without limits and checks it is unchanged. */
+static void assert_canonical_round_trips(const timer_spec *s)
+{
+    timer_spec *again = NULL;
+    spec_error err;
+
+    assert_int_equal(spec_parse(s->canonical, strlen(s->canonical), NULL, NOW, &again, &err), 0);
+    assert_string_equal(again->canonical, s->canonical);
+    assert_string_equal(again->url, s->url);
+    assert_string_equal(again->method, s->method);
+    assert_string_equal(again->queue, s->queue);
+    assert_int_equal(again->fire_at_ms, s->fire_at_ms);
+    assert_int_equal(again->nheaders, s->nheaders);
+    assert_int_equal(again->body_len, s->body_len);
+    assert_int_equal(again->body_is_json, s->body_is_json);
+    if (s->body)
+        assert_memory_equal(again->body, s->body, s->body_len);
+    spec_free(again);
+}
+
+/* ---- valid specs ------------------------------------------------------- */
+
+static void test_a_minimal_spec_gets_every_default(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_ok("{'url':'http://example.com/hook','delay_ms':1500}");
+
+    assert_string_equal(s->url, "http://example.com/hook");
+    assert_string_equal(s->method, "POST");
+    assert_string_equal(s->queue, "default");
+    assert_null(s->id);
+    assert_null(s->body);
+    assert_int_equal(s->body_is_json, 0);
+    assert_int_equal(s->nheaders, 0);
+    assert_int_equal(s->has_content_type, 0);
+    assert_int_equal(s->fire_at_ms, NOW + 1500);
+    assert_int_equal(s->timeout_ms, 10000);
+    assert_int_equal(s->max_attempts, 5);
+    assert_int_equal(s->min_backoff_ms, 1000);
+    assert_int_equal(s->max_backoff_ms, 300000);
+    assert_string_equal(s->canonical,
+                        "{\"delay_ms\":1500,\"headers\":{},\"method\":\"POST\",\"queue\":\"default\","
+                        "\"retry\":{\"max_attempts\":5,\"max_backoff_ms\":300000,"
+                        "\"min_backoff_ms\":1000},\"timeout_ms\":10000,"
+                        "\"url\":\"http://example.com/hook\"}");
+    spec_free(s);
+}
+
+static const char full_spec[] =
+    "{'url':'https://example.com:8443/h?a=1','method':'PUT','id':'order-42:retry.1',"
+    "'headers':{'X-Trace':'abc','content-type':'text/plain','Authorization':'Bearer t'},"
+    "'body':'hello\\nworld','fire_at_ms':1767323100000,'timeout_ms':2500,"
+    "'retry':{'max_attempts':9,'min_backoff_ms':10,'max_backoff_ms':20},'queue':'billing.eu-1'}";
+
+static void test_a_full_spec_keeps_every_given_value(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_ok(full_spec);
+
+    assert_string_equal(s->url, "https://example.com:8443/h?a=1");
+    assert_string_equal(s->method, "PUT");
+    assert_string_equal(s->id, "order-42:retry.1");
+    assert_int_equal(s->nheaders, 3);
+    assert_string_equal(s->headers[0], "X-Trace: abc");
+    assert_string_equal(s->headers[1], "content-type: text/plain");
+    assert_string_equal(s->headers[2], "Authorization: Bearer t");
+    assert_int_equal(s->has_content_type, 1);
+    assert_int_equal(s->body_len, 11);
+    assert_memory_equal(s->body, "hello\nworld", 11);
+    assert_int_equal(s->body_is_json, 0);
+    assert_int_equal(s->fire_at_ms, 1767323100000LL);
+    assert_int_equal(s->timeout_ms, 2500);
+    assert_int_equal(s->max_attempts, 9);
+    assert_int_equal(s->min_backoff_ms, 10);
+    assert_int_equal(s->max_backoff_ms, 20);
+    assert_string_equal(s->queue, "billing.eu-1");
+    spec_free(s);
+}
+
+static void test_canonical_is_compact_sorted_and_leaves_out_the_id(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_ok(full_spec);
+
+    assert_string_equal(
+        s->canonical,
+        "{\"body\":\"hello\\nworld\",\"fire_at_ms\":1767323100000,\"headers\":{\"Authorization\":"
+        "\"Bearer t\",\"X-Trace\":\"abc\",\"content-type\":\"text/plain\"},\"method\":\"PUT\","
+        "\"queue\":\"billing.eu-1\",\"retry\":{\"max_attempts\":9,\"max_backoff_ms\":20,"
+        "\"min_backoff_ms\":10},\"timeout_ms\":2500,\"url\":\"https://example.com:8443/h?a=1\"}");
+    assert_null(strstr(s->canonical, "order-42"));
+    spec_free(s);
+}
+
+static void test_canonical_form_parses_back_to_itself_without_limits(void **state)
+{
+    static const char *const specs[] = {
+        full_spec,
+        "{'url':'http://h/','delay_ms':0}",
+        "{'url':'http://h/','fire_at':'2026-03-01T00:00:00.5+01:00','headers':{'A':'b'}}",
+        "{'url':'http://h/','fire_at_ms':5,'json':{'z':[1,2.5,null,true],'a':{'k':'v'}}}",
+        "{'url':'http://h/','delay_ms':10,'json':null,'method':'DELETE'}",
+        "{'url':'http://h/','delay_ms':10,'body':'','retry':{'min_backoff_ms':500000}}",
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+        timer_spec *s = parse_ok(specs[i]);
+        assert_canonical_round_trips(s);
+        spec_free(s);
+    }
+}
+
+static void test_explicit_defaults_give_the_same_canonical_form_as_omitted_ones(void **state)
+{
+    (void)state;
+    timer_spec *a = parse_ok("{'url':'http://h/x','delay_ms':60000}");
+    timer_spec *b = parse_ok("{'queue':'default','timeout_ms':10000,'method':'POST','headers':{},"
+                             "'retry':{'max_backoff_ms':300000,'max_attempts':5},"
+                             "'delay_ms':60000,'url':'http://h/x'}");
+
+    assert_string_equal(a->canonical, b->canonical);
+    spec_free(a);
+    spec_free(b);
+}
+
+static void test_json_body_is_dumped_compact_and_marked_as_json(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_ok("{'url':'http://h/','delay_ms':1,'json':{ 'b' : [ 1 , 'x' ] ,"
+                             "'a' : { } }}");
+
+    assert_int_equal(s->body_is_json, 1);
+    assert_int_equal(s->has_content_type, 0);
+    assert_string_equal(s->body, "{\"a\":{},\"b\":[1,\"x\"]}");
+    assert_int_equal(s->body_len, strlen(s->body));
+    assert_non_null(strstr(s->canonical, "\"json\":{\"a\":{},\"b\":[1,\"x\"]}"));
+    spec_free(s);
+}
+
+static void test_json_body_may_be_a_scalar(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_ok("{'url':'http://h/','delay_ms':1,'json':'text'}");
+
+    assert_string_equal(s->body, "\"text\"");
+    assert_int_equal(s->body_is_json, 1);
+    spec_free(s);
+}
+
+static void test_fire_at_with_an_offset_converts_to_utc_epoch_ms(void **state)
+{
+    (void)state;
+    /* 05:04:05.678+02:00 is NOW. */
+    timer_spec *s = parse_ok("{'url':'http://h/','fire_at':'2026-01-02T05:04:05.678+02:00'}");
+
+    assert_int_equal(s->fire_at_ms, NOW);
+    assert_non_null(strstr(s->canonical, "\"fire_at_ms\":1767323045678"));
+    assert_null(strstr(s->canonical, "\"fire_at\""));
+    spec_free(s);
+}
+
+static void test_fire_times_in_the_past_are_accepted(void **state)
+{
+    (void)state;
+    timer_spec *a = parse_ok("{'url':'http://h/','fire_at':'2001-01-01T00:00:00Z'}");
+    timer_spec *b = parse_ok("{'url':'http://h/','fire_at_ms':0}");
+
+    assert_int_equal(a->fire_at_ms, 978307200000LL);
+    assert_int_equal(b->fire_at_ms, 0);
+    spec_free(a);
+    spec_free(b);
+}
+
+static void test_the_maximum_delay_itself_is_accepted(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_ok("{'url':'http://h/','delay_ms':31536000000}");
+
+    assert_int_equal(s->fire_at_ms, NOW + 365 * DAY_MS);
+    spec_free(s);
+}
+
+static void test_min_backoff_above_the_default_max_raises_the_max(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_ok("{'url':'http://h/','delay_ms':1,'retry':{'min_backoff_ms':400000}}");
+
+    assert_int_equal(s->min_backoff_ms, 400000);
+    assert_int_equal(s->max_backoff_ms, 400000);
+    spec_free(s);
+}
+
+static void test_limits_are_inclusive(void **state)
+{
+    (void)state;
+    char url[2100], headers[4096], *text;
+    size_t o = 0;
+
+    memset(url, 'a', sizeof url);
+    memcpy(url, "http://h/", 9);
+    url[2048] = '\0';
+    o += (size_t)snprintf(headers + o, sizeof headers - o, "{");
+    for (int i = 0; i < 32; i++)
+        o += (size_t)snprintf(headers + o, sizeof headers - o, "%s'X-%d':'v'", i ? "," : "", i);
+    snprintf(headers + o, sizeof headers - o, "}");
+    text = malloc(8192);
+    snprintf(text, 8192,
+             "{'url':'%s','headers':%s,'delay_ms':1,'timeout_ms':300000,'id':'%0128d',"
+             "'queue':'%064d','retry':{'max_attempts':100,'max_backoff_ms':86400000}}",
+             url, headers, 0, 0);
+    timer_spec *s = parse_ok(text);
+    assert_int_equal(strlen(s->url), 2048);
+    assert_int_equal(s->nheaders, 32);
+    assert_int_equal(strlen(s->id), 128);
+    assert_int_equal(strlen(s->queue), 64);
+    spec_free(s);
+    free(text);
+}
+
+static void test_without_limits_caps_are_lifted_but_rules_still_hold(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_with("{'url':'http://h/','delay_ms':1,'timeout_ms':999999999,"
+                               "'retry':{'max_attempts':1000}}",
+                               NULL);
+    timer_spec *out = NULL;
+    spec_error err;
+    char *bad = req("{'url':'http://h/','delay_ms':1,'timeout_ms':0}");
+
+    assert_int_equal(s->timeout_ms, 999999999);
+    assert_int_equal(s->max_attempts, 1000);
+    assert_int_equal(spec_parse(bad, strlen(bad), NULL, NOW, &out, &err), -EINVAL);
+    assert_string_equal(err.field, "timeout_ms");
+    assert_null(out);
+    free(bad);
+    spec_free(s);
+}
+
+/* ---- url --------------------------------------------------------------- */
+
+static void test_a_missing_url_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'delay_ms':1}", "url");
+}
+
+static void test_an_ftp_url_is_rejected(void **state)
+{
+    (void)state;
+    spec_error err = parse_bad("{'url':'ftp://example.com/f','delay_ms':1}");
+
+    assert_string_equal(err.field, "url");
+    assert_string_equal(err.detail, "only http and https URLs are allowed");
+    assert_rejected("{'url':'gopher2://example.com/','delay_ms':1}", "url");
+    assert_rejected("{'url':'example.com/hook','delay_ms':1}", "url");
+}
+
+static void test_a_url_with_user_info_is_rejected(void **state)
+{
+    (void)state;
+    spec_error err = parse_bad("{'url':'http://user:pass@example.com/','delay_ms':1}");
+
+    assert_string_equal(err.field, "url");
+    assert_string_equal(err.detail, "user-info in URLs is not allowed");
+    assert_rejected("{'url':'http://user@example.com/','delay_ms':1}", "url");
+    assert_rejected("{'url':'http://@example.com/','delay_ms':1}", "url");
+}
+
+static void test_a_url_longer_than_the_limit_is_rejected(void **state)
+{
+    (void)state;
+    char text[2200];
+    char url[2050];
+
+    memset(url, 'a', sizeof url);
+    memcpy(url, "http://h/", 9);
+    url[2049] = '\0';
+    snprintf(text, sizeof text, "{'url':'%s','delay_ms':1}", url);
+    assert_rejected(text, "url");
+}
+
+static void test_a_url_that_is_not_a_string_or_not_a_url_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':42,'delay_ms':1}", "url");
+    assert_rejected("{'url':'http://','delay_ms':1}", "url");
+    assert_rejected("{'url':'http://h/a b','delay_ms':1}", "url");
+    assert_rejected("{'url':'http://h:99999/','delay_ms':1}", "url");
+}
+
+/* ---- method ------------------------------------------------------------ */
+
+static void test_an_unknown_or_lowercase_method_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'method':'TRACE'}", "method");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'method':'post'}", "method");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'method':'POSTX'}", "method");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'method':1}", "method");
+}
+
+/* ---- headers ----------------------------------------------------------- */
+
+static void test_headers_that_are_not_an_object_are_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':['A: b']}", "headers");
+}
+
+static void test_a_header_value_that_is_not_a_string_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'X-A':1}}", "headers.X-A");
+}
+
+static void test_a_header_name_with_a_space_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'X A':'b'}}", "headers.X A");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'X:A':'b'}}", "headers.X:A");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'':'b'}}", "headers.");
+}
+
+static void test_a_header_value_with_cr_or_lf_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'X-A':'a\\r\\nHost: evil'}}",
+                    "headers.X-A");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'X-A':'a\\nb'}}", "headers.X-A");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'X-A':'a\\u0001'}}", "headers.X-A");
+}
+
+static void test_a_header_value_with_a_tab_is_accepted(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_ok("{'url':'http://h/','delay_ms':1,'headers':{'X-A':'a\\tb'}}");
+
+    assert_string_equal(s->headers[0], "X-A: a\tb");
+    spec_free(s);
+}
+
+static void test_reserved_header_names_are_rejected_in_any_case(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'Host':'x'}}", "headers.Host");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'webhook-id':'x'}}",
+                    "headers.webhook-id");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'Webhook-Signature':'x'}}",
+                    "headers.Webhook-Signature");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'HOOKWHEEL-Attempt':'1'}}",
+                    "headers.HOOKWHEEL-Attempt");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'content-length':'1'}}",
+                    "headers.content-length");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'te':'trailers'}}", "headers.te");
+}
+
+static void test_more_headers_than_the_limit_are_rejected(void **state)
+{
+    (void)state;
+    char text[2048];
+    size_t o = (size_t)snprintf(text, sizeof text, "{'url':'http://h/','delay_ms':1,'headers':{");
+
+    for (int i = 0; i < 33; i++)
+        o += (size_t)snprintf(text + o, sizeof text - o, "%s'X-%d':'v'", i ? "," : "", i);
+    snprintf(text + o, sizeof text - o, "}}");
+    assert_rejected(text, "headers");
+}
+
+static void test_a_header_longer_than_the_limit_is_rejected(void **state)
+{
+    (void)state;
+    size_t n = 8192 - 3 + 1; /* name "X-A" + value: 8193 bytes */
+    char *text = malloc(n + 100);
+    size_t o = (size_t)sprintf(text, "{'url':'http://h/','delay_ms':1,'headers':{'X-A':'");
+
+    memset(text + o, 'v', n);
+    o += n;
+    strcpy(text + o, "'}}");
+    assert_rejected(text, "headers.X-A");
+    free(text);
+}
+
+static void test_a_header_given_twice_in_different_case_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'headers':{'X-A':'1','x-a':'2'}}",
+                    "headers.x-a");
+}
+
+/* ---- body -------------------------------------------------------------- */
+
+static void test_a_body_that_is_not_a_string_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'body':{'a':1}}", "body");
+}
+
+static void test_body_and_json_together_are_rejected(void **state)
+{
+    (void)state;
+    spec_error err = parse_bad("{'url':'http://h/','delay_ms':1,'body':'x','json':{}}");
+
+    assert_string_equal(err.field, "json");
+    assert_string_equal(err.detail, "give either body or json, not both");
+}
+
+/* ---- due time ---------------------------------------------------------- */
+
+static void test_a_negative_delay_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':-1}", "delay_ms");
+}
+
+static void test_a_delay_that_is_not_an_integer_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1.5}", "delay_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1000.0}", "delay_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1e3}", "delay_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':'1000'}", "delay_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':true}", "delay_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':null}", "delay_ms");
+}
+
+static void test_two_time_fields_are_rejected_naming_the_second(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','fire_at':'2026-01-02T00:00:00Z','delay_ms':1}",
+                    "fire_at");
+    assert_rejected("{'url':'http://h/','fire_at_ms':1,'fire_at':'2026-01-02T00:00:00Z'}",
+                    "fire_at_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'fire_at_ms':1}", "fire_at_ms");
+}
+
+static void test_a_spec_without_a_time_field_is_rejected(void **state)
+{
+    (void)state;
+    spec_error err = parse_bad("{'url':'http://h/'}");
+
+    assert_string_equal(err.field, "delay_ms");
+    assert_string_equal(err.detail, "one of delay_ms, fire_at or fire_at_ms is required");
+}
+
+static void test_a_bad_fire_at_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','fire_at':'tomorrow'}", "fire_at");
+    assert_rejected("{'url':'http://h/','fire_at':'2026-02-30T00:00:00Z'}", "fire_at");
+    assert_rejected("{'url':'http://h/','fire_at':1767323045678}", "fire_at");
+    assert_rejected("{'url':'http://h/','fire_at':'1969-12-31T23:59:59Z'}", "fire_at");
+    assert_rejected("{'url':'http://h/','fire_at_ms':-1}", "fire_at_ms");
+}
+
+static void test_a_due_time_beyond_the_maximum_delay_is_rejected(void **state)
+{
+    (void)state;
+    spec_error err = parse_bad("{'url':'http://h/','delay_ms':31536000001}");
+
+    assert_string_equal(err.field, "delay_ms");
+    assert_non_null(strstr(err.detail, "beyond the maximum delay of 31536000000 ms"));
+    assert_rejected("{'url':'http://h/','fire_at':'2030-01-01T00:00:00Z'}", "fire_at");
+    assert_rejected("{'url':'http://h/','fire_at_ms':9223372036854775807}", "fire_at_ms");
+}
+
+static void test_a_huge_delay_without_limits_does_not_overflow(void **state)
+{
+    (void)state;
+    char *bad = req("{'url':'http://h/','delay_ms':9223372036854775807}");
+    timer_spec *out = NULL;
+    spec_error err;
+
+    assert_int_equal(spec_parse(bad, strlen(bad), NULL, NOW, &out, &err), -EINVAL);
+    assert_string_equal(err.field, "delay_ms");
+    free(bad);
+}
+
+/* ---- id, timeout, retry, queue ----------------------------------------- */
+
+static void test_an_id_with_bad_characters_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'id':'a/b'}", "id");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'id':'a b'}", "id");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'id':''}", "id");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'id':7}", "id");
+}
+
+static void test_an_id_of_129_characters_is_rejected(void **state)
+{
+    (void)state;
+    char text[256];
+
+    snprintf(text, sizeof text, "{'url':'http://h/','delay_ms':1,'id':'%0129d'}", 0);
+    assert_rejected(text, "id");
+}
+
+static void test_spec_id_valid_follows_the_contract_pattern(void **state)
+{
+    (void)state;
+    char id[130];
+
+    assert_true(spec_id_valid("Az09._:-"));
+    assert_false(spec_id_valid(""));
+    assert_false(spec_id_valid(NULL));
+    assert_false(spec_id_valid("a/b"));
+    assert_false(spec_id_valid("\xc3\xa9"));
+    memset(id, 'a', sizeof id);
+    id[128] = '\0';
+    assert_true(spec_id_valid(id));
+    id[128] = 'a';
+    id[129] = '\0';
+    assert_false(spec_id_valid(id));
+}
+
+static void test_a_timeout_of_zero_or_above_the_cap_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'timeout_ms':0}", "timeout_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'timeout_ms':300001}", "timeout_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'timeout_ms':'5'}", "timeout_ms");
+}
+
+static void test_zero_or_too_many_attempts_are_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'retry':{'max_attempts':0}}",
+                    "retry.max_attempts");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'retry':{'max_attempts':101}}",
+                    "retry.max_attempts");
+}
+
+static void test_an_unknown_retry_member_is_rejected(void **state)
+{
+    (void)state;
+    spec_error err = parse_bad("{'url':'http://h/','delay_ms':1,'retry':{'jitter':true}}");
+
+    assert_string_equal(err.field, "retry.jitter");
+    assert_string_equal(err.detail, "unknown field");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'retry':5}", "retry");
+}
+
+static void test_a_max_backoff_below_the_min_backoff_is_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,"
+                    "'retry':{'min_backoff_ms':5000,'max_backoff_ms':4999}}",
+                    "retry.max_backoff_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'retry':{'max_backoff_ms':999}}",
+                    "retry.max_backoff_ms");
+}
+
+static void test_backoffs_above_the_cap_or_negative_are_rejected(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'retry':{'max_backoff_ms':86400001}}",
+                    "retry.max_backoff_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'retry':{'min_backoff_ms':86400001}}",
+                    "retry.min_backoff_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'retry':{'min_backoff_ms':-1}}",
+                    "retry.min_backoff_ms");
+}
+
+static void test_a_bad_queue_name_is_rejected(void **state)
+{
+    (void)state;
+    char text[256];
+
+    assert_rejected("{'url':'http://h/','delay_ms':1,'queue':'a/b'}", "queue");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'queue':'a:b'}", "queue");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'queue':''}", "queue");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'queue':null}", "queue");
+    snprintf(text, sizeof text, "{'url':'http://h/','delay_ms':1,'queue':'%065d'}", 0);
+    assert_rejected(text, "queue");
+}
+
+/* ---- the body as a whole ----------------------------------------------- */
+
+static void test_an_unknown_top_level_field_is_rejected_by_name(void **state)
+{
+    (void)state;
+    spec_error err = parse_bad("{'url':'http://h/','delay_ms':1,'callback':'x'}");
+
+    assert_string_equal(err.field, "callback");
+    assert_string_equal(err.detail, "unknown field");
+}
+
+static void test_a_long_unknown_field_is_truncated_on_a_character_boundary(void **state)
+{
+    (void)state;
+    char text[1024];
+    size_t o = (size_t)snprintf(text, sizeof text, "{'url':'http://h/','delay_ms':1,'");
+
+    for (int i = 0; i < 100; i++)
+        o += (size_t)snprintf(text + o, sizeof text - o, "\xc3\xa9"); /* é */
+    snprintf(text + o, sizeof text - o, "':1}");
+    spec_error err = parse_bad(text);
+    assert_true(strlen(err.field) > 80);
+    assert_int_equal(strlen(err.field) % 2, 0);
+    assert_int_equal((unsigned char)err.field[strlen(err.field) - 1], 0xa9);
+}
+
+static void test_a_top_level_array_is_rejected(void **state)
+{
+    (void)state;
+    spec_error err = parse_bad("[{'url':'http://h/','delay_ms':1}]");
+
+    assert_string_equal(err.field, "");
+    assert_string_equal(err.detail, "request body must be a JSON object");
+    assert_rejected("'http://h/'", "");
+    assert_rejected("null", "");
+}
+
+static void test_malformed_json_is_rejected_with_its_position(void **state)
+{
+    (void)state;
+    spec_error err = parse_bad("{'url':'http://h/',\n'delay_ms':}");
+
+    assert_string_equal(err.field, "");
+    assert_non_null(strstr(err.detail, "malformed JSON"));
+    assert_non_null(strstr(err.detail, "line 2"));
+    assert_rejected("", "");
+    assert_rejected("{'url':'http://h/','delay_ms':1} {}", "");
+    assert_rejected("{'url':'http://h/','delay_ms':1e999999}", "");
+    assert_rejected("{'url':'http://h/','delay_ms':99999999999999999999}", "");
+}
+
+static void test_duplicate_keys_are_rejected_naming_the_key(void **state)
+{
+    (void)state;
+    spec_error err = parse_bad("{'url':'http://h/','delay_ms':1,'delay_ms':2}");
+
+    assert_string_equal(err.field, "");
+    assert_non_null(strstr(err.detail, "duplicate"));
+    assert_non_null(strstr(err.detail, "delay_ms"));
+}
+
+static void test_nul_bytes_and_invalid_utf8_are_rejected(void **state)
+{
+    (void)state;
+    static const char nul[] = "{\"url\":\"http://h/\",\"delay_ms\":1,\"body\":\"a\0b\"}";
+    static const char escaped[] = "{\"url\":\"http://h/\",\"delay_ms\":1,\"body\":\"a\\u0000b\"}";
+    static const char latin1[] = "{\"url\":\"http://h/\",\"delay_ms\":1,\"body\":\"\xe9\"}";
+    spec_error err;
+
+    err = parse_bad_raw(nul, sizeof nul - 1);
+    assert_string_equal(err.field, "");
+    err = parse_bad_raw(escaped, sizeof escaped - 1);
+    assert_string_equal(err.field, "");
+    err = parse_bad_raw(latin1, sizeof latin1 - 1);
+    assert_string_equal(err.field, "");
+}
+
+static void test_spec_free_accepts_null(void **state)
+{
+    (void)state;
+    spec_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_minimal_spec_gets_every_default),
+        cmocka_unit_test(test_a_full_spec_keeps_every_given_value),
+        cmocka_unit_test(test_canonical_is_compact_sorted_and_leaves_out_the_id),
+        cmocka_unit_test(test_canonical_form_parses_back_to_itself_without_limits),
+        cmocka_unit_test(test_explicit_defaults_give_the_same_canonical_form_as_omitted_ones),
+        cmocka_unit_test(test_json_body_is_dumped_compact_and_marked_as_json),
+        cmocka_unit_test(test_json_body_may_be_a_scalar),
+        cmocka_unit_test(test_fire_at_with_an_offset_converts_to_utc_epoch_ms),
+        cmocka_unit_test(test_fire_times_in_the_past_are_accepted),
+        cmocka_unit_test(test_the_maximum_delay_itself_is_accepted),
+        cmocka_unit_test(test_min_backoff_above_the_default_max_raises_the_max),
+        cmocka_unit_test(test_limits_are_inclusive),
+        cmocka_unit_test(test_without_limits_caps_are_lifted_but_rules_still_hold),
+        cmocka_unit_test(test_a_missing_url_is_rejected),
+        cmocka_unit_test(test_an_ftp_url_is_rejected),
+        cmocka_unit_test(test_a_url_with_user_info_is_rejected),
+        cmocka_unit_test(test_a_url_longer_than_the_limit_is_rejected),
+        cmocka_unit_test(test_a_url_that_is_not_a_string_or_not_a_url_is_rejected),
+        cmocka_unit_test(test_an_unknown_or_lowercase_method_is_rejected),
+        cmocka_unit_test(test_headers_that_are_not_an_object_are_rejected),
+        cmocka_unit_test(test_a_header_value_that_is_not_a_string_is_rejected),
+        cmocka_unit_test(test_a_header_name_with_a_space_is_rejected),
+        cmocka_unit_test(test_a_header_value_with_cr_or_lf_is_rejected),
+        cmocka_unit_test(test_a_header_value_with_a_tab_is_accepted),
+        cmocka_unit_test(test_reserved_header_names_are_rejected_in_any_case),
+        cmocka_unit_test(test_more_headers_than_the_limit_are_rejected),
+        cmocka_unit_test(test_a_header_longer_than_the_limit_is_rejected),
+        cmocka_unit_test(test_a_header_given_twice_in_different_case_is_rejected),
+        cmocka_unit_test(test_a_body_that_is_not_a_string_is_rejected),
+        cmocka_unit_test(test_body_and_json_together_are_rejected),
+        cmocka_unit_test(test_a_negative_delay_is_rejected),
+        cmocka_unit_test(test_a_delay_that_is_not_an_integer_is_rejected),
+        cmocka_unit_test(test_two_time_fields_are_rejected_naming_the_second),
+        cmocka_unit_test(test_a_spec_without_a_time_field_is_rejected),
+        cmocka_unit_test(test_a_bad_fire_at_is_rejected),
+        cmocka_unit_test(test_a_due_time_beyond_the_maximum_delay_is_rejected),
+        cmocka_unit_test(test_a_huge_delay_without_limits_does_not_overflow),
+        cmocka_unit_test(test_an_id_with_bad_characters_is_rejected),
+        cmocka_unit_test(test_an_id_of_129_characters_is_rejected),
+        cmocka_unit_test(test_spec_id_valid_follows_the_contract_pattern),
+        cmocka_unit_test(test_a_timeout_of_zero_or_above_the_cap_is_rejected),
+        cmocka_unit_test(test_zero_or_too_many_attempts_are_rejected),
+        cmocka_unit_test(test_an_unknown_retry_member_is_rejected),
+        cmocka_unit_test(test_a_max_backoff_below_the_min_backoff_is_rejected),
+        cmocka_unit_test(test_backoffs_above_the_cap_or_negative_are_rejected),
+        cmocka_unit_test(test_a_bad_queue_name_is_rejected),
+        cmocka_unit_test(test_an_unknown_top_level_field_is_rejected_by_name),
+        cmocka_unit_test(test_a_long_unknown_field_is_truncated_on_a_character_boundary),
+        cmocka_unit_test(test_a_top_level_array_is_rejected),
+        cmocka_unit_test(test_malformed_json_is_rejected_with_its_position),
+        cmocka_unit_test(test_duplicate_keys_are_rejected_naming_the_key),
+        cmocka_unit_test(test_nul_bytes_and_invalid_utf8_are_rejected),
+        cmocka_unit_test(test_spec_free_accepts_null),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
