@@ -1,0 +1,222 @@
+/* config.c - the settings table and its parser.
+ *
+ * One row per setting: the table is the only place a setting is named, so
+ * --help, the environment and the flags cannot drift apart. */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "xalloc.h"
+
+enum kind { K_STR, K_U64 };
+
+typedef struct setting {
+    const char *name;   /* flag without "--"; env is HOOKWHEEL_ + upper(name with - -> _) */
+    enum kind kind;
+    size_t offset;
+    const char *def;    /* default as text; NULL: unset */
+    uint64_t min, max;  /* for K_U64 */
+    const char *help;
+} setting;
+
+#define S(n, f, d, h) {n, K_STR, offsetof(config, f), d, 0, 0, h}
+#define U(n, f, d, lo, hi, h) {n, K_U64, offsetof(config, f), d, lo, hi, h}
+
+static const setting settings[] = {
+    S("listen", listen, "127.0.0.1:8080", "address:port of the HTTP API"),
+    S("redis-url", redis_url, NULL,
+      "redis://[:password@]host:port[/db] or unix:///path; unset: embedded redis-server"),
+    S("data-dir", data_dir, "./data", "data directory of the embedded redis-server"),
+    S("redis-server", redis_server, "redis-server", "binary started as the embedded Redis"),
+    S("instance-id", instance_id, "", "this instance's id (default: hostname-pid)"),
+    S("log-level", log_level, "info", "debug, info, warn or error"),
+    U("tick-ms", tick_ms, "1", 1, 1000, "timing wheel tick"),
+    U("wheel-slots", wheel_slots, "4096", 2, 1u << 22, "timing wheel slots (a power of two)"),
+    U("window-ms", window_ms, "2000", 100, 600000,
+      "timers due within this window are claimed into memory; the loader sweeps every window/2"),
+    U("claim-batch", claim_batch, "2000", 1, 1000000, "timers claimed per partition per sweep"),
+    U("partitions", partitions, "16", 1, 16384,
+      "Redis partitions (hash tags); must be the same for every instance and never change"),
+    U("max-inflight", max_inflight, "256", 1, 100000, "attempts in flight, all queues together"),
+    U("queue-parallelism", queue_parallelism, "64", 1, 100000, "attempts in flight per queue"),
+    U("max-body-bytes", max_body_bytes, "65536", 1024, 16u << 20, "largest API request body (413 beyond)"),
+    U("max-url-bytes", max_url_bytes, "2048", 16, 65536, "longest target URL"),
+    U("max-headers", max_headers, "32", 0, 1000, "most headers per timer"),
+    U("max-header-bytes", max_header_bytes, "8192", 16, 65536, "longest header (name + value)"),
+    U("max-delay-ms", max_delay_ms, "31536000000", 1000, 3153600000000ull,
+      "furthest due time accepted, from now (default 365 days)"),
+    U("default-timeout-ms", default_timeout_ms, "10000", 1, 3600000, "per-attempt timeout when a timer gives none"),
+    U("max-timeout-ms", max_timeout_ms, "300000", 1, 3600000, "largest timeout_ms a timer may ask for"),
+    U("default-max-attempts", default_max_attempts, "5", 1, 1000, "retry.max_attempts when a timer gives none"),
+    U("max-attempts", max_attempts, "100", 1, 1000, "largest retry.max_attempts a timer may ask for"),
+    U("default-min-backoff-ms", default_min_backoff_ms, "1000", 0, 86400000, "retry.min_backoff_ms default"),
+    U("default-max-backoff-ms", default_max_backoff_ms, "300000", 0, 86400000, "retry.max_backoff_ms default"),
+    U("max-backoff-ms", max_backoff_ms, "86400000", 0, 604800000, "largest retry.max_backoff_ms a timer may ask for"),
+    U("response-snippet-bytes", response_snippet_bytes, "256", 0, 65536,
+      "bytes of a target's response body kept in last_attempt"),
+    U("retention-s", retention_s, "604800", 1, 315360000,
+      "how long finished timers stay readable; an id stays reserved as long"),
+    U("shutdown-grace-ms", shutdown_grace_ms, "10000", 0, 600000,
+      "on SIGTERM, how long attempts in flight may finish"),
+    U("api-threads", api_threads, "2", 1, 64, "HTTP worker threads"),
+    U("max-connections", max_connections, "1024", 1, 100000, "concurrent API connections"),
+    U("connection-timeout-s", connection_timeout_s, "30", 1, 3600, "idle API connections are closed after this"),
+    U("redis-timeout-ms", redis_timeout_ms, "2000", 10, 60000, "Redis connect and command timeout"),
+};
+#define NSETTINGS (sizeof settings / sizeof settings[0])
+
+static void env_name(const setting *s, char *buf, size_t size)
+{
+    size_t o = (size_t)snprintf(buf, size, "HOOKWHEEL_");
+    for (const char *p = s->name; *p && o + 1 < size; p++)
+        buf[o++] = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+    buf[o] = '\0';
+}
+
+static int set_value(config *cfg, const setting *s, const char *v, const char *from)
+{
+    char *field = (char *)cfg + s->offset;
+    if (s->kind == K_STR) {
+        char **p = (char **)field;
+        free(*p);
+        *p = v ? xstrdup(v) : NULL;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || n < s->min || n > s->max) {
+        fprintf(stderr, "hookwheel: invalid %s '%s': expected an integer from %llu to %llu\n", from, v,
+                (unsigned long long)s->min, (unsigned long long)s->max);
+        return -EINVAL;
+    }
+    *(uint64_t *)field = n;
+    return 0;
+}
+
+static const setting *find_flag(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NSETTINGS; i++)
+        if (strlen(settings[i].name) == len && strncmp(settings[i].name, name, len) == 0)
+            return &settings[i];
+    return NULL;
+}
+
+static int parse_args(config *cfg, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            config_print_help(stdout);
+            return 1;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("hookwheel %s\n", HOOKWHEEL_VERSION);
+            return 1;
+        }
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) - 2 : strlen(a) - 2;
+        const setting *s = strncmp(a, "--", 2) == 0 ? find_flag(a + 2, len) : NULL;
+        if (!s) {
+            fprintf(stderr, "hookwheel: unknown option '%s' (see --help)\n", a);
+            return -EINVAL;
+        }
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v) {
+            fprintf(stderr, "hookwheel: option --%s needs a value\n", s->name);
+            return -EINVAL;
+        }
+        char from[80];
+        snprintf(from, sizeof from, "--%s", s->name);
+        if (set_value(cfg, s, v, from) < 0)
+            return -EINVAL;
+    }
+    return 0;
+}
+
+static int check(config *cfg)
+{
+    if (cfg->wheel_slots & (cfg->wheel_slots - 1)) {
+        fprintf(stderr, "hookwheel: invalid HOOKWHEEL_WHEEL_SLOTS %llu: must be a power of two\n",
+                (unsigned long long)cfg->wheel_slots);
+        return -EINVAL;
+    }
+    int lvl = log_level_parse(cfg->log_level);
+    if (lvl < 0) {
+        fprintf(stderr, "hookwheel: invalid HOOKWHEEL_LOG_LEVEL '%s': expected debug, info, warn or error\n",
+                cfg->log_level);
+        return -EINVAL;
+    }
+    log_min_level = lvl;
+    if (cfg->default_max_backoff_ms < cfg->default_min_backoff_ms ||
+        cfg->default_max_backoff_ms > cfg->max_backoff_ms) {
+        fprintf(stderr, "hookwheel: invalid HOOKWHEEL_DEFAULT_MAX_BACKOFF_MS: must lie between the "
+                        "default min backoff and HOOKWHEEL_MAX_BACKOFF_MS\n");
+        return -EINVAL;
+    }
+    if (cfg->default_timeout_ms > cfg->max_timeout_ms || cfg->default_max_attempts > cfg->max_attempts) {
+        fprintf(stderr, "hookwheel: invalid defaults: HOOKWHEEL_DEFAULT_TIMEOUT_MS and "
+                        "HOOKWHEEL_DEFAULT_MAX_ATTEMPTS must not exceed their maximums\n");
+        return -EINVAL;
+    }
+    if (!cfg->instance_id[0]) {
+        char host[256] = "host", id[320];
+        gethostname(host, sizeof host - 1);
+        snprintf(id, sizeof id, "%s-%d", host, (int)getpid());
+        free(cfg->instance_id);
+        cfg->instance_id = xstrdup(id);
+    }
+    return 0;
+}
+
+int config_load(config *cfg, int argc, char **argv)
+{
+    memset(cfg, 0, sizeof *cfg);
+    char env[96];
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        const setting *s = &settings[i];
+        if (s->def && set_value(cfg, s, s->def, "default") < 0)
+            return -EINVAL;
+        env_name(s, env, sizeof env);
+        const char *v = getenv(env);
+        if (v && *v && set_value(cfg, s, v, env) < 0)
+            return -EINVAL;
+    }
+    int rc = parse_args(cfg, argc, argv);
+    if (rc != 0)
+        return rc;
+    return check(cfg);
+}
+
+void config_free(config *cfg)
+{
+    for (size_t i = 0; i < NSETTINGS; i++)
+        if (settings[i].kind == K_STR) {
+            char **p = (char **)((char *)cfg + settings[i].offset);
+            free(*p);
+            *p = NULL;
+        }
+}
+
+void config_print_help(FILE *out)
+{
+    char env[96], flag[64];
+    fprintf(out,
+            "hookwheel %s - calls a URL later: delayed webhooks on Redis.\n\n"
+            "usage: hookwheel [--setting=value ...]\n\n"
+            "Every setting is a flag and an environment variable (flags win):\n\n",
+            HOOKWHEEL_VERSION);
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        const setting *s = &settings[i];
+        env_name(s, env, sizeof env);
+        snprintf(flag, sizeof flag, "--%s", s->name);
+        fprintf(out, "  %-26s %-36s default: %s\n      %s\n", flag, env,
+                s->def ? (s->def[0] ? s->def : "(see below)") : "(unset)", s->help);
+    }
+    fprintf(out, "\n  --help, --version\n");
+}

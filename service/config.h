@@ -1,0 +1,62 @@
+/* config.h - hookwheel's settings: one table drives environment variables,
+ * command-line flags, validation and --help (redis's static_configs[]).
+ *
+ * Main thread, at start-up only; afterwards the config is read-only and any
+ * thread may read it. Every setting has an environment variable HOOKWHEEL_X
+ * and a flag --x (flags win over the environment). */
+#ifndef HW_CONFIG_H
+#define HW_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define HOOKWHEEL_VERSION "0.1.0"
+
+typedef struct config {
+    char *listen;
+    char *redis_url;          /* NULL: embedded redis-server */
+    char *data_dir;
+    char *redis_server;       /* binary of the embedded redis-server */
+    char *instance_id;        /* "" until config_load fills the default */
+    char *log_level;
+    uint64_t tick_ms;
+    uint64_t wheel_slots;
+    uint64_t window_ms;
+    uint64_t claim_batch;
+    uint64_t partitions;
+    uint64_t max_inflight;
+    uint64_t queue_parallelism;
+    uint64_t max_body_bytes;
+    uint64_t max_url_bytes;
+    uint64_t max_headers;
+    uint64_t max_header_bytes;
+    uint64_t max_delay_ms;
+    uint64_t default_timeout_ms;
+    uint64_t max_timeout_ms;
+    uint64_t default_max_attempts;
+    uint64_t max_attempts;
+    uint64_t default_min_backoff_ms;
+    uint64_t default_max_backoff_ms;
+    uint64_t max_backoff_ms;
+    uint64_t response_snippet_bytes;
+    uint64_t retention_s;
+    uint64_t shutdown_grace_ms;
+    uint64_t api_threads;
+    uint64_t max_connections;
+    uint64_t connection_timeout_s;
+    uint64_t redis_timeout_ms;
+} config;
+
+/* Fills cfg from defaults, then the environment, then argv. Returns 0; 1
+ * when --help or --version was printed (exit 0); -EINVAL after printing one
+ * line naming the bad setting to stderr (exit 2). */
+int config_load(config *cfg, int argc, char **argv);
+
+/* Frees the strings of cfg. */
+void config_free(config *cfg);
+
+/* Prints the settings table (--help). */
+void config_print_help(FILE *out);
+
+#endif
