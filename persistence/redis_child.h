@@ -1,0 +1,29 @@
+/* redis_child.h - the embedded redis-server, started when no Redis URL is set.
+ *
+ * Main thread only. The child listens on a unix socket in the data directory
+ * (no TCP port, so nothing to collide with), appends every write to its AOF
+ * (appendfsync everysec) and dies with hookwheel (PR_SET_PDEATHSIG), so a
+ * kill -9 of hookwheel leaves no orphan behind. */
+#ifndef HW_REDIS_CHILD_H
+#define HW_REDIS_CHILD_H
+
+#include <sys/types.h>
+
+typedef struct redis_child redis_child; /* opaque */
+
+/* Creates data_dir if needed, starts `server` (a path or a name looked up in
+ * PATH, normally "redis-server") on data_dir/redis.sock and waits up to
+ * timeout_ms until it answers PING. Returns the child, or NULL after logging
+ * one error line (binary missing, socket path too long, did not come up). */
+redis_child *redis_child_start(const char *data_dir, const char *server, int timeout_ms);
+
+/* The unix socket path the child listens on; owned by the child. */
+const char *redis_child_socket(const redis_child *c);
+
+pid_t redis_child_pid(const redis_child *c);
+
+/* Sends SIGTERM (redis then flushes its AOF), waits up to 10 s, then SIGKILL;
+ * reaps the child and frees c. NULL is a no-op. */
+void redis_child_stop(redis_child *c);
+
+#endif
