@@ -1,0 +1,30 @@
+/* keys.h - names of hookwheel's Redis keys.
+ *
+ * Any thread; pure. Every key of a timer carries the hash tag {P} of its
+ * partition P = fnv1a(id) mod partitions, so all the keys one script touches
+ * live in one Redis Cluster slot (DESIGN §3):
+ *   hw:{P}:t:<id>              hash: spec, state, fire_ms, attempts, created_ms, owner, last
+ *   hw:{P}:due                 zset: unclaimed timers by fire time (ms)
+ *   hw:{P}:claimed:<instance>  zset: timers an instance holds in memory or is firing
+ *   hw:{P}:failed              zset: dead letters by failure time
+ * The partition count must be the same for every instance and must never
+ * change while data exists: it decides where a timer's keys are. */
+#ifndef HW_KEYS_H
+#define HW_KEYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KEYS_MAX 320 /* room for any key: ids are <= 128 bytes, instance ids <= 128 */
+
+uint32_t keys_partition(const char *id, uint32_t partitions);
+
+/* Each writes a NUL-terminated key into buf (KEYS_MAX bytes) and returns its length. */
+size_t keys_timer(char *buf, uint32_t p, const char *id);
+size_t keys_timer_prefix(char *buf, uint32_t p);
+size_t keys_due(char *buf, uint32_t p);
+size_t keys_claimed(char *buf, uint32_t p, const char *instance);
+size_t keys_claimed_prefix(char *buf, uint32_t p);
+size_t keys_failed(char *buf, uint32_t p);
+
+#endif

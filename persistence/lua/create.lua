@@ -1,0 +1,25 @@
+-- create: store a new timer, or recognise an idempotent repeat.
+-- KEYS: 1 timer hash, 2 due zset, 3 this instance's claimed zset
+-- ARGV: 1 id, 2 canonical spec, 3 fire_ms, 4 now_ms, 5 claim ("1": the
+--       caller holds it in its wheel at once), 6 instance id
+-- Returns {1} created; {0, field, value, ...} same spec exists (its fields);
+-- {2, state} another spec holds the id.
+local cur = redis.call('HGET', KEYS[1], 'spec')
+if cur then
+  if cur == ARGV[2] then
+    local r = redis.call('HGETALL', KEYS[1])
+    table.insert(r, 1, 0)
+    return r
+  end
+  return {2, redis.call('HGET', KEYS[1], 'state') or ''}
+end
+local owner = ''
+if ARGV[5] == '1' then
+  owner = ARGV[6]
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+else
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+end
+redis.call('HSET', KEYS[1], 'spec', ARGV[2], 'state', 'scheduled', 'fire_ms', ARGV[3],
+           'attempts', 0, 'created_ms', ARGV[4], 'owner', owner)
+return {1}

@@ -1,0 +1,23 @@
+-- release: hand every claim of an instance back to due (shutdown, or the
+-- start of an instance that reuses its id). A timer that was firing had its
+-- attempt interrupted: it counts, and the timer is retried at once.
+-- KEYS: 1 the instance's claimed zset, 2 due zset
+-- ARGV: 1 timer key prefix "hw:{P}:t:", 2 now_ms, 3 last-attempt JSON for interrupted attempts
+-- Returns the number of timers handed back.
+local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
+local n = 0
+for _, id in ipairs(ids) do
+  local tk = ARGV[1] .. id
+  local h = redis.call('HMGET', tk, 'state', 'fire_ms')
+  if h[1] == 'scheduled' or h[1] == 'retrying' then
+    redis.call('ZADD', KEYS[2], h[2], id)
+    redis.call('HSET', tk, 'owner', '')
+    n = n + 1
+  elseif h[1] == 'firing' then
+    redis.call('ZADD', KEYS[2], ARGV[2], id)
+    redis.call('HSET', tk, 'state', 'retrying', 'fire_ms', ARGV[2], 'owner', '', 'last', ARGV[3])
+    n = n + 1
+  end
+end
+redis.call('DEL', KEYS[1])
+return n

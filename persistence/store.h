@@ -1,0 +1,80 @@
+/* store.h - the Redis store: one writer thread that pipelines every queued
+ * command (group commit).
+ *
+ * Any thread may submit; the writer thread owns the hiredis connection,
+ * appends everything queued in one go, reads the replies in order and calls
+ * each command's callback on the writer thread. A callback must be quick:
+ * it answers an HTTP request or posts to the engine's inbox, never blocks.
+ *
+ * Scripts (persistence/lua/) are sent as EVALSHA; their SHA-1s are computed
+ * at start, and a NOSCRIPT reply (a restarted or flushed Redis) loads them
+ * all again and resends the command once.
+ *
+ * When Redis cannot be reached the callback gets reply == NULL: nothing is
+ * known to have been written. (A command whose connection broke after it
+ * was sent may still have run; every script is safe to repeat for the
+ * caller's purposes: create is idempotent by id, the others check state.) */
+#ifndef HW_STORE_H
+#define HW_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+typedef struct store store; /* opaque */
+
+enum store_script {
+    SCRIPT_CREATE,
+    SCRIPT_CLAIM,
+    SCRIPT_BEGIN,
+    SCRIPT_FINISH,
+    SCRIPT_CANCEL,
+    SCRIPT_RELEASE,
+    SCRIPT_COUNT
+};
+
+/* Called on the writer thread; reply is NULL when Redis was unreachable and
+ * is freed after the callback returns. */
+typedef void (*store_reply_cb)(void *arg, const redisReply *reply);
+
+/* Parses url (redis://[user][:password@]host[:port][/db] or unix:///path)
+ * and prepares the store; max_queued bounds the commands waiting for the
+ * writer. Returns NULL after logging one line when url is invalid. */
+store *store_create(const char *url, uint32_t timeout_ms, uint32_t max_queued);
+
+/* Connects (a failure is logged; the writer reconnects on demand) and starts
+ * the writer thread. Returns 0, or -errno when the thread cannot start. */
+int store_start(store *s) __attribute__((warn_unused_result));
+
+/* Stops the writer after the commands already queued were sent; commands
+ * submitted afterwards get reply NULL at once. Frees s. NULL is a no-op. */
+void store_free(store *s);
+
+/* 1 when the last contact with Redis succeeded and the scripts are loaded. */
+int store_ready(const store *s);
+
+/* Queues EVALSHA of script with nkeys keys followed by the other arguments
+ * (argv[0..argc) holds keys then args; lens may be NULL for C strings).
+ * Returns 0, and cb is called exactly once later; or -EAGAIN when the queue
+ * is full, or -ESHUTDOWN after store_free began, and cb is never called. */
+int store_eval(store *s, enum store_script script, int nkeys, int argc, const char **argv,
+               const size_t *lens, store_reply_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* Queues a plain command (argv[0] is the command name); same contract as
+ * store_eval. */
+int store_command(store *s, int argc, const char **argv, const size_t *lens, store_reply_cb cb,
+                  void *arg) __attribute__((warn_unused_result));
+
+/* Helpers for callbacks: the integer at index i of an array reply (or of an
+ * integer reply when i < 0), or def when absent or of another type. */
+long long store_reply_int(const redisReply *r, int i, long long def);
+
+/* The string at index i of an array reply, or NULL; *len gets its length. */
+const char *store_reply_str(const redisReply *r, int i, size_t *len);
+
+/* In a flat field/value array starting at index first, the value of field
+ * name, or NULL. */
+const char *store_reply_field(const redisReply *r, int first, const char *name, size_t *len);
+
+#endif
