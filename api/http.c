@@ -1,0 +1,992 @@
+/* http.c - libmicrohttpd glue: request contexts, routing, suspend/resume.
+ *
+ * Life of a request. libmicrohttpd calls access_cb several times for one
+ * request. The first call creates the context: one allocation holding copies
+ * of the method, the raw path, its percent-decoded segments, every header
+ * and every query argument, so the accessors never touch the connection and
+ * work from any thread. It then matches the route and, when the request
+ * cannot succeed, answers at once without reading the body (503 while
+ * quiescing, 400 malformed percent-encoding, 404, 405 + Allow, 415, 413 by
+ * Content-Length). Upload calls append to a buffer that grows up to
+ * max_body_bytes; past the cap the rest is read and dropped (closing the
+ * connection if the client keeps sending far too much) and the request ends
+ * in 413. The last call hands the request to the route's handler. The
+ * context is freed only in completed_cb.
+ *
+ * Answer protocol (race-free suspend/resume). An answer is first claimed
+ * (`claimed`, an atomic flag: the first http_respond_* wins, a later one is
+ * dropped with a warning), then published: the answerer stores the response
+ * in the context and atomically exchanges `state` to READY. After the handler
+ * returns, the access thread
+ *   1. loads state; READY means the handler, or a quick other thread, has
+ *      answered: queue the response now;
+ *   2. otherwise calls MHD_suspend_connection and then tries to move state
+ *      from PENDING to SUSPENDED. If that fails, an answer was published
+ *      between 1 and 2, and the access thread resumes the connection itself.
+ * The answerer resumes only when its exchange returned SUSPENDED, which is
+ * stored only after the suspend call returned. So a suspended connection is
+ * resumed exactly once, by whichever side comes second; a connection that was
+ * never suspended is never resumed, and no wake-up is lost. After the resume
+ * libmicrohttpd calls access_cb again, which finds READY and queues the stored
+ * response (MHD_queue_response may only be called from access_cb). The
+ * atomics are sequentially consistent, so the response written before the
+ * exchange is visible to whoever sees READY. The answerer must not touch the
+ * context after its exchange: the request may complete and be freed at once.
+ *
+ * Stopping. libmicrohttpd panics if a connection is still suspended when
+ * MHD_stop_daemon runs. Every request handed to a handler is therefore kept
+ * on the server's pending list until it completes; http_stop answers the
+ * unanswered ones with 503, waits (bounded) until the list drains, and only
+ * then stops the daemon. */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "list.h"
+#include "problem.h"
+#include "log.h"
+#include "xalloc.h"
+
+
+#define MAX_SEGMENTS      16            /* longer paths match no route */
+#define CONN_MEMORY_LIMIT (64 * 1024)   /* per connection: request line + headers + read buffer */
+#define BODY_MIN_CAP      1024          /* first body allocation when the length is unknown */
+#define DISCARD_MIN       (1024 * 1024) /* bytes dropped past the cap before we close instead */
+#define STOP_DRAIN_MS     2000          /* http_stop waits this long for answered requests */
+
+enum answer_state { ANSWER_PENDING, ANSWER_SUSPENDED, ANSWER_READY };
+enum phase { PHASE_BODY, PHASE_HANDLER, PHASE_DONE };
+
+struct kv {
+    const char *name, *value;
+};
+
+struct http_server {
+    struct MHD_Daemon *daemon;
+    const http_route *routes;
+    size_t nroutes;
+    void *app;
+    size_t max_body;
+    uint16_t port;
+    int listen_fd;              /* shut down by http_quiesce, closed after the daemon stops */
+    atomic_bool quiesced;       /* new requests get 503 */
+    pthread_mutex_t lock;       /* guards pending and stopping */
+    pthread_cond_t drained;     /* signalled when pending empties while stopping */
+    struct list_node pending;   /* requests handed to a handler, not yet completed */
+    bool stopping;
+    struct sockaddr_storage addr;
+};
+
+struct http_req {
+    http_server *srv;
+    struct MHD_Connection *conn;
+    struct list_node link;      /* in srv->pending while registered */
+    struct list_node stop_link; /* http_stop's list of requests it answers */
+    bool registered;            /* access thread only */
+    enum phase phase;           /* access thread only */
+    uint64_t start_us;
+    const http_route *route;
+    const char *method;
+    const char *path;           /* as received: percent-encoded, without the query */
+    const char *params[HTTP_MAX_PARAMS + 1];
+    char *segs[MAX_SEGMENTS];
+    int nsegs;                  /* -1: malformed escape; MAX_SEGMENTS + 1: too many */
+    bool bad_query;             /* malformed escape in the query */
+    const struct kv *headers, *query;
+    size_t nheaders, nquery;
+    char *body;                 /* NUL-terminated; NULL while empty */
+    size_t body_len, body_cap, body_hint, body_dropped;
+    bool body_over;             /* the body exceeded max_body: answer 413 */
+    atomic_bool claimed;        /* an answer was given */
+    atomic_int state;           /* enum answer_state */
+    struct MHD_Response *answer;/* written before state becomes READY */
+    unsigned status;
+    struct kv kvs[];            /* headers, then query, then all the strings */
+};
+
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* ---- percent-decoding, paths and routes ---------------------------------- */
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Decodes %HH escapes of the NUL-terminated s in place. Returns 0, or -1 for
+ * a malformed escape or %00 (which would silently cut the value short). */
+static int pct_decode(char *s)
+{
+    char *o = s;
+    for (const char *p = s; *p; p++) {
+        if (*p != '%') {
+            *o++ = *p;
+            continue;
+        }
+        int hi = hexval(p[1]), lo = hi < 0 ? -1 : hexval(p[2]);
+        if (lo < 0 || (hi | lo) == 0)
+            return -1;
+        *o++ = (char)(hi * 16 + lo);
+        p += 2;
+    }
+    *o = '\0';
+    return 0;
+}
+
+/* Copies the raw path (without its leading '/') into buf, splits it at '/'
+ * and decodes each segment, so "%2F" inside an id stays inside the id.
+ * Returns the number of segments, -1 for a malformed escape, or
+ * MAX_SEGMENTS + 1 when there are too many to match any route. */
+static int path_split(const char *path, char *buf, char **segs)
+{
+    if (path[0] != '/')
+        return 0;
+    strcpy(buf, path + 1);
+    int n = 0;
+    for (char *p = buf;;) {
+        char *slash = strchr(p, '/');
+        if (slash)
+            *slash = '\0';
+        if (n == MAX_SEGMENTS)
+            return MAX_SEGMENTS + 1;
+        if (pct_decode(p) != 0)
+            return -1;
+        segs[n++] = p;
+        if (!slash)
+            return n;
+        p = slash + 1;
+    }
+}
+
+/* Matches a route pattern ("/timers/{id}/fire") against decoded segments.
+ * "{name}" matches one non-empty segment. On a match fills params
+ * (NULL-terminated) and returns true. */
+static bool pattern_match(const char *pattern, char *const *segs, int nsegs, const char **params)
+{
+    const char *p = pattern + 1;
+    int np = 0;
+    if (nsegs > MAX_SEGMENTS) /* path_split stopped counting */
+        return false;
+    for (int i = 0; i < nsegs; i++) {
+        const char *end = strchr(p, '/');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len >= 2 && p[0] == '{' && p[len - 1] == '}') {
+            if (segs[i][0] == '\0' || np == HTTP_MAX_PARAMS)
+                return false;
+            params[np++] = segs[i];
+        } else if (strlen(segs[i]) != len || memcmp(segs[i], p, len) != 0) {
+            return false;
+        }
+        if (!end) {
+            if (i != nsegs - 1)
+                return false;
+            params[np] = NULL;
+            return true;
+        }
+        p = end + 1;
+    }
+    return false;
+}
+
+/* Finds the route for r's method and path; HEAD falls back to GET. Sets
+ * *path_known when some route has this path, whatever its method. */
+static const http_route *route_find(const http_server *s, http_req *r, bool *path_known)
+{
+    const http_route *head_get = NULL;
+    const char *params[HTTP_MAX_PARAMS + 1];
+    *path_known = false;
+    for (size_t i = 0; i < s->nroutes; i++) {
+        const http_route *rt = &s->routes[i];
+        if (!pattern_match(rt->pattern, r->segs, r->nsegs, params))
+            continue;
+        *path_known = true;
+        if (strcmp(rt->method, r->method) == 0) {
+            memcpy(r->params, params, sizeof params);
+            return rt;
+        }
+        if (!head_get && strcmp(r->method, "HEAD") == 0 && strcmp(rt->method, "GET") == 0) {
+            head_get = rt;
+            memcpy(r->params, params, sizeof params);
+        }
+    }
+    return head_get;
+}
+
+/* Writes the Allow header value for r's path ("GET, HEAD, DELETE"). */
+static void allow_list(const http_server *s, const http_req *r, char *buf, size_t size)
+{
+    const char *params[HTTP_MAX_PARAMS + 1];
+    size_t o = 0;
+    bool get = false, head = false;
+    buf[0] = '\0';
+    for (size_t i = 0; i < s->nroutes; i++) {
+        const http_route *rt = &s->routes[i];
+        if (!pattern_match(rt->pattern, r->segs, r->nsegs, params))
+            continue;
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(s->routes[j].method, rt->method) == 0 &&
+                   pattern_match(s->routes[j].pattern, r->segs, r->nsegs, params);
+        bool is_head = strcmp(rt->method, "HEAD") == 0;
+        if (seen || (is_head && head))
+            continue;
+        get |= strcmp(rt->method, "GET") == 0;
+        head |= is_head;
+        int n = snprintf(buf + o, size - o, "%s%s", o ? ", " : "", rt->method);
+        if (n < 0 || (size_t)n >= size - o)
+            return;
+        o += (size_t)n;
+        if (get && !head) {
+            n = snprintf(buf + o, size - o, ", HEAD");
+            if (n < 0 || (size_t)n >= size - o)
+                return;
+            o += (size_t)n;
+            head = true;
+        }
+    }
+}
+
+/* Checks the route table once at start: patterns start with '/', have at
+ * most HTTP_MAX_PARAMS parameters and MAX_SEGMENTS segments. */
+static int routes_check(const http_route *routes, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const http_route *rt = &routes[i];
+        int params = 0, segs = 0;
+        if (!rt->method || !rt->handler || !rt->pattern || rt->pattern[0] != '/')
+            return -EINVAL;
+        for (const char *p = rt->pattern; *p; p++) {
+            params += *p == '{';
+            segs += *p == '/';
+        }
+        if (params > HTTP_MAX_PARAMS || segs > MAX_SEGMENTS)
+            return -EINVAL;
+    }
+    return 0;
+}
+
+static bool is_json_type(const char *ct)
+{
+    static const char json[] = "application/json";
+    if (!ct)
+        return false;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    if (strncasecmp(ct, json, sizeof json - 1) != 0)
+        return false;
+    ct += sizeof json - 1;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    return *ct == '\0' || *ct == ';';
+}
+
+/* ---- request contexts ---------------------------------------------------- */
+
+struct kv_sizing {
+    size_t n, bytes;
+};
+
+struct kv_filling {
+    struct kv *kv;
+    size_t n, cap;
+    char *p;
+    bool decode, bad;
+};
+
+static enum MHD_Result kv_size_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    struct kv_sizing *sz = cls;
+    (void)kind;
+    sz->n++;
+    sz->bytes += strlen(key) + 1 + (value ? strlen(value) : 0) + 1;
+    return MHD_YES;
+}
+
+/* Copies s to p (percent-decoding when asked) and returns the byte after
+ * its NUL. A malformed escape sets *bad. */
+static char *kv_copy(char *p, const char *s, bool decode, bool *bad)
+{
+    size_t n = strlen(s) + 1;
+    memcpy(p, s, n);
+    if (decode && pct_decode(p) != 0)
+        *bad = true;
+    return p + n;
+}
+
+static enum MHD_Result kv_copy_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    struct kv_filling *f = cls;
+    (void)kind;
+    if (f->n == f->cap)
+        return MHD_NO;
+    struct kv *e = &f->kv[f->n++];
+    e->name = f->p;
+    f->p = kv_copy(f->p, key, f->decode, &f->bad);
+    e->value = f->p;
+    f->p = kv_copy(f->p, value ? value : "", f->decode, &f->bad);
+    return MHD_YES;
+}
+
+/* The query arrives with '+' already turned into ' ' by libmicrohttpd but
+ * otherwise raw (unescape_none_cb), and is decoded here. */
+static http_req *req_create(http_server *s, struct MHD_Connection *conn, const char *url,
+                            const char *method)
+{
+    struct kv_sizing hs = {0, 0}, qs = {0, 0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, kv_size_cb, &hs);
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, kv_size_cb, &qs);
+    size_t mlen = strlen(method) + 1, plen = strlen(url) + 1;
+    http_req *r = xcalloc(1, sizeof *r + (hs.n + qs.n) * sizeof(struct kv) + mlen + 2 * plen +
+                                 hs.bytes + qs.bytes);
+    r->srv = s;
+    r->conn = conn;
+    r->start_us = mono_us();
+    list_init(&r->link);
+    list_init(&r->stop_link);
+    atomic_init(&r->claimed, false);
+    atomic_init(&r->state, ANSWER_PENDING);
+
+    char *p = (char *)(r->kvs + hs.n + qs.n);
+    r->method = memcpy(p, method, mlen);
+    p += mlen;
+    r->path = memcpy(p, url, plen);
+    p += plen;
+    r->nsegs = path_split(url, p, r->segs);
+    p += plen;
+
+    struct kv_filling hf = {r->kvs, 0, hs.n, p, false, false};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, kv_copy_cb, &hf);
+    struct kv_filling qf = {r->kvs + hs.n, 0, qs.n, hf.p, true, false};
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, kv_copy_cb, &qf);
+    r->headers = r->kvs;
+    r->nheaders = hf.n;
+    r->query = r->kvs + hs.n;
+    r->nquery = qf.n;
+    r->bad_query = qf.bad;
+    return r;
+}
+
+static const char *kv_find(const struct kv *kv, size_t n, const char *name, bool nocase)
+{
+    for (size_t i = 0; i < n; i++)
+        if (nocase ? strcasecmp(kv[i].name, name) == 0 : strcmp(kv[i].name, name) == 0)
+            return kv[i].value;
+    return NULL;
+}
+
+static void log_request(const http_req *r, enum MHD_RequestTerminationCode toe)
+{
+    char method[32], path[512], rid[160], idfield[180] = "";
+    if (LOG_DEBUG < log_min_level)
+        return;
+    const char *id = kv_find(r->headers, r->nheaders, "X-Request-Id", true);
+    if (id)
+        snprintf(idfield, sizeof idfield, ",\"request_id\":\"%s\"",
+                 log_json_escape(id, rid, sizeof rid));
+    LOG(LOG_DEBUG, "http request",
+        "\"method\":\"%s\",\"path\":\"%s\",\"status\":%u,\"duration_us\":%llu,"
+        "\"completed\":%s%s",
+        log_json_escape(r->method, method, sizeof method),
+        log_json_escape(r->path, path, sizeof path), r->status,
+        (unsigned long long)(mono_us() - r->start_us),
+        toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "true" : "false", idfield);
+}
+
+/* ---- responses ----------------------------------------------------------- */
+
+static struct MHD_Response *response_check(struct MHD_Response *resp)
+{
+    if (!resp) {
+        LOG(LOG_ERROR, "out of memory", "\"what\":\"%s\"", "http response");
+        abort();
+    }
+    return resp;
+}
+
+/* Serialises doc (stolen; NULL gives an empty body) into a response with
+ * Content-Type ctype. Returns NULL if doc cannot be serialised. */
+static struct MHD_Response *json_response_take(json_t *doc, const char *ctype)
+{
+    if (!doc)
+        return response_check(MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(doc);
+    if (!text)
+        return NULL;
+    json_free_t jfree;
+    json_get_alloc_funcs(NULL, &jfree);
+    struct MHD_Response *resp = response_check(
+        MHD_create_response_from_buffer_with_free_callback(strlen(text), text, jfree));
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    return resp;
+}
+
+static struct MHD_Response *problem_response(unsigned status, const char *detail,
+                                             const char *field, json_t *extra,
+                                             unsigned retry_after_s)
+{
+    struct MHD_Response *resp = json_response_take(http_problem_doc(status, detail, field, extra),
+                                                   "application/problem+json");
+    if (!resp) /* jansson out of memory: still answer, with an empty body */
+        resp = json_response_take(NULL, NULL);
+    if (retry_after_s > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%u", retry_after_s);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    return resp;
+}
+
+static struct MHD_Response *shutdown_response(void)
+{
+    struct MHD_Response *resp = problem_response(503, "shutting down", NULL, NULL, 0);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    return resp;
+}
+
+/* ---- the answer protocol (see the top of the file) ------------------------ */
+
+static bool answer_claim(http_req *r)
+{
+    return !atomic_exchange(&r->claimed, true);
+}
+
+/* Publishes a claimed answer. r may be freed as soon as this returns, and
+ * even before, once the exchange is done. */
+static void answer_publish(http_req *r, unsigned status, struct MHD_Response *resp)
+{
+    struct MHD_Connection *conn = r->conn;
+    r->status = status;
+    r->answer = resp;
+    if (atomic_exchange(&r->state, ANSWER_READY) == ANSWER_SUSPENDED)
+        MHD_resume_connection(conn);
+}
+
+static void answer_dropped(unsigned status)
+{
+    LOG(LOG_WARN, "second answer to one request dropped", "\"status\":%u", status);
+}
+
+/* Access thread: queues the published answer. */
+static enum MHD_Result answer_queue(http_req *r)
+{
+    struct MHD_Response *resp = r->answer;
+    r->answer = NULL;
+    r->phase = PHASE_DONE;
+    enum MHD_Result ret = MHD_queue_response(r->conn, r->status, resp);
+    MHD_destroy_response(resp);
+    if (ret != MHD_YES)
+        LOG(LOG_ERROR, "cannot queue HTTP response", "\"status\":%u", r->status);
+    return ret;
+}
+
+/* Access thread, before any handler saw r: answers at once. */
+static enum MHD_Result answer_now(http_req *r, unsigned status, struct MHD_Response *resp)
+{
+    atomic_store(&r->claimed, true);
+    r->status = status;
+    r->answer = resp;
+    atomic_store(&r->state, ANSWER_READY);
+    return answer_queue(r);
+}
+
+static enum MHD_Result problem_now(http_req *r, unsigned status, const char *detail)
+{
+    return answer_now(r, status, problem_response(status, detail, NULL, NULL, 0));
+}
+
+static enum MHD_Result too_large_now(http_req *r, bool close)
+{
+    char detail[96];
+    snprintf(detail, sizeof detail, "the request body is larger than %zu bytes", r->srv->max_body);
+    struct MHD_Response *resp = problem_response(413, detail, NULL, NULL, 0);
+    if (close) /* the body is left unread */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    return answer_now(r, 413, resp);
+}
+
+static enum MHD_Result not_allowed_now(http_req *r)
+{
+    char allow[128];
+    allow_list(r->srv, r, allow, sizeof allow);
+    struct MHD_Response *resp =
+        problem_response(405, "this method is not allowed on this path", NULL, NULL, 0);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    return answer_now(r, 405, resp);
+}
+
+/* ---- the access handler's steps ------------------------------------------ */
+
+/* First call: refuse what cannot succeed before reading any body. */
+static enum MHD_Result req_begin(http_server *s, http_req *r)
+{
+    if (atomic_load(&s->quiesced))
+        return answer_now(r, 503, shutdown_response());
+    if (r->nsegs < 0 || r->bad_query)
+        return problem_now(r, 400, "the request target has a malformed percent-encoding");
+    bool path_known;
+    r->route = route_find(s, r, &path_known);
+    if (!r->route && path_known)
+        return not_allowed_now(r);
+    if (!r->route)
+        return problem_now(r, 404, "no such resource");
+    if (r->route->needs_json_body &&
+        !is_json_type(kv_find(r->headers, r->nheaders, "Content-Type", true)))
+        return problem_now(r, 415, "the request body must be application/json");
+    const char *cl = kv_find(r->headers, r->nheaders, "Content-Length", true);
+    if (cl) {
+        unsigned long long n = strtoull(cl, NULL, 10); /* libmicrohttpd validated it */
+        if (n > s->max_body)
+            return too_large_now(r, true);
+        r->body_hint = (size_t)n;
+    }
+    r->phase = PHASE_BODY;
+    return MHD_YES;
+}
+
+static void body_grow(http_req *r, size_t need)
+{
+    size_t cap = r->body_cap ? r->body_cap : (r->body_hint ? r->body_hint : BODY_MIN_CAP) + 1;
+    while (cap < need + 1)
+        cap *= 2;
+    if (cap > r->srv->max_body + 1)
+        cap = r->srv->max_body + 1;
+    r->body = xrealloc(r->body, cap);
+    r->body_cap = cap;
+}
+
+/* Upload calls: keep up to max_body bytes, then drop the rest. */
+static enum MHD_Result body_take(http_req *r, const char *data, size_t n)
+{
+    size_t max = r->srv->max_body;
+    if (!r->body_over && n <= max - r->body_len) {
+        if (r->body_len + n + 1 > r->body_cap)
+            body_grow(r, r->body_len + n);
+        memcpy(r->body + r->body_len, data, n);
+        r->body_len += n;
+        r->body[r->body_len] = '\0';
+        return MHD_YES;
+    }
+    if (!r->body_over) {
+        r->body_over = true;
+        free(r->body);
+        r->body = NULL;
+        r->body_len = r->body_cap = 0;
+    }
+    r->body_dropped += n;
+    if (r->body_dropped > (max > DISCARD_MIN ? max : DISCARD_MIN)) {
+        LOG(LOG_INFO, "oversized request body, closing the connection", "\"dropped\":%zu",
+            r->body_dropped);
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+static bool pending_add(http_server *s, http_req *r)
+{
+    pthread_mutex_lock(&s->lock);
+    bool ok = !s->stopping;
+    if (ok)
+        list_insert_tail(&s->pending, &r->link);
+    pthread_mutex_unlock(&s->lock);
+    r->registered = ok;
+    return ok;
+}
+
+static void pending_remove(http_server *s, http_req *r)
+{
+    pthread_mutex_lock(&s->lock);
+    list_remove(&r->link);
+    if (s->stopping && list_empty(&s->pending))
+        pthread_cond_broadcast(&s->drained);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Last call (body complete): run the handler, then queue or suspend. */
+static enum MHD_Result req_dispatch(http_server *s, http_req *r)
+{
+    if (r->body_over)
+        return too_large_now(r, false);
+    if (!pending_add(s, r))
+        return answer_now(r, 503, shutdown_response());
+    r->phase = PHASE_HANDLER;
+    r->route->handler(r, r->params, s->app);
+    if (atomic_load(&r->state) == ANSWER_READY)
+        return answer_queue(r);
+    MHD_suspend_connection(r->conn);
+    int expected = ANSWER_PENDING;
+    if (!atomic_compare_exchange_strong(&r->state, &expected, ANSWER_SUSPENDED))
+        MHD_resume_connection(r->conn); /* answered between the load and the suspend */
+    return MHD_YES;
+}
+
+static enum MHD_Result req_resumed(http_req *r)
+{
+    if (atomic_load(&r->state) != ANSWER_READY) {
+        LOG(LOG_ERROR, "request resumed without an answer", "\"status\":%u", r->status);
+        return MHD_NO;
+    }
+    return answer_queue(r);
+}
+
+static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version,
+                                 const char *upload_data, size_t *upload_data_size,
+                                 void **con_cls)
+{
+    http_server *s = cls;
+    http_req *r = *con_cls;
+    (void)version;
+    if (!r) {
+        r = req_create(s, conn, url, method);
+        *con_cls = r;
+        return req_begin(s, r);
+    }
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        return r->phase == PHASE_BODY ? body_take(r, upload_data, n) : MHD_YES;
+    }
+    switch (r->phase) {
+    case PHASE_BODY:
+        return req_dispatch(s, r);
+    case PHASE_HANDLER:
+        return req_resumed(r);
+    case PHASE_DONE:
+        break;
+    }
+    return MHD_YES;
+}
+
+/* The one place a request context is freed. */
+static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    http_server *s = cls;
+    http_req *r = *con_cls;
+    (void)conn;
+    if (!r)
+        return;
+    *con_cls = NULL;
+    if (r->registered)
+        pending_remove(s, r);
+    log_request(r, toe);
+    if (r->answer) /* published but never queued: the connection died first */
+        MHD_destroy_response(r->answer);
+    free(r->body);
+    free(r);
+}
+
+/* Keeps the path and query raw: the path is split before decoding (so an
+ * encoded '/' stays inside its segment), and the query is decoded in
+ * req_create. */
+static size_t unescape_none_cb(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void)cls;
+    (void)conn;
+    return strlen(s);
+}
+
+__attribute__((format(printf, 2, 0))) static void mhd_log_cb(void *cls, const char *fmt,
+                                                             va_list ap)
+{
+    char msg[512], esc[1024];
+    (void)cls;
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    LOG(LOG_WARN, "libmicrohttpd", "\"detail\":\"%s\"", log_json_escape(msg, esc, sizeof esc));
+}
+
+/* ---- server --------------------------------------------------------------- */
+
+/* Parses "a.b.c.d:port", "localhost:port", ":port" (any IPv4 address) or
+ * "[v6]:port". Returns 0 or -EINVAL. */
+static int listen_parse(const char *listen, struct sockaddr_storage *ss, bool *v6)
+{
+    char host[INET6_ADDRSTRLEN + 1];
+    const char *hstart = listen, *port;
+    size_t hlen;
+    if (!listen)
+        return -EINVAL;
+    *v6 = listen[0] == '[';
+    if (*v6) {
+        const char *end = strchr(listen, ']');
+        if (!end || end[1] != ':')
+            return -EINVAL;
+        hstart = listen + 1;
+        hlen = (size_t)(end - hstart);
+        port = end + 2;
+    } else {
+        const char *colon = strrchr(listen, ':');
+        if (!colon || memchr(listen, ':', (size_t)(colon - listen)))
+            return -EINVAL;
+        hlen = (size_t)(colon - listen);
+        port = colon + 1;
+    }
+    if (hlen >= sizeof host || !isdigit((unsigned char)port[0]))
+        return -EINVAL;
+    memcpy(host, hstart, hlen);
+    host[hlen] = '\0';
+    char *end;
+    unsigned long p = strtoul(port, &end, 10);
+    if (*end || p > 65535)
+        return -EINVAL;
+    memset(ss, 0, sizeof *ss);
+    if (*v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)p);
+        return inet_pton(AF_INET6, host, &a->sin6_addr) == 1 ? 0 : -EINVAL;
+    }
+    struct sockaddr_in *a = (struct sockaddr_in *)ss;
+    a->sin_family = AF_INET;
+    a->sin_port = htons((uint16_t)p);
+    if (strcmp(host, "localhost") == 0)
+        strcpy(host, "127.0.0.1");
+    else if (host[0] == '\0')
+        strcpy(host, "0.0.0.0");
+    return inet_pton(AF_INET, host, &a->sin_addr) == 1 ? 0 : -EINVAL;
+}
+
+static void server_free(http_server *s)
+{
+    pthread_cond_destroy(&s->drained);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+static http_server *server_create(const http_config *cfg, const http_route *routes, size_t n,
+                                  void *app)
+{
+    http_server *s = xcalloc(1, sizeof *s);
+    s->routes = routes;
+    s->nroutes = n;
+    s->app = app;
+    s->max_body = cfg->max_body_bytes;
+    s->listen_fd = -1;
+    atomic_init(&s->quiesced, false);
+    list_init(&s->pending);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->drained, &ca);
+    pthread_condattr_destroy(&ca);
+    return s;
+}
+
+http_server *http_start(const http_config *cfg, const http_route *routes, size_t n, void *app)
+{
+    char esc[128];
+    bool v6;
+    if (routes_check(routes, n) != 0) {
+        LOG(LOG_ERROR, "invalid HTTP route table", "\"routes\":%zu", n);
+        return NULL;
+    }
+    http_server *s = server_create(cfg, routes, n, app);
+    if (listen_parse(cfg->listen, &s->addr, &v6) != 0) {
+        LOG(LOG_ERROR, "invalid listen address", "\"listen\":\"%s\"",
+            log_json_escape(cfg->listen ? cfg->listen : "", esc, sizeof esc));
+        server_free(s);
+        return NULL;
+    }
+    /* Options that only apply when set; 0 keeps libmicrohttpd's default. */
+    struct MHD_OptionItem opt[3];
+    size_t k = 0;
+    if (cfg->threads > 1)
+        opt[k++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, NULL};
+    if (cfg->max_connections > 0)
+        opt[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, NULL};
+    opt[k] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+
+    /* The port argument only names the port in libmicrohttpd's messages;
+     * MHD_OPTION_SOCK_ADDR is what is bound. */
+    uint16_t port = ntohs(v6 ? ((struct sockaddr_in6 *)&s->addr)->sin6_port
+                             : ((struct sockaddr_in *)&s->addr)->sin_port);
+    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+    s->daemon = MHD_start_daemon(
+        flags, port, NULL, NULL, access_cb, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&s->addr, MHD_OPTION_CONNECTION_TIMEOUT,
+        cfg->connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY_LIMIT,
+        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s, MHD_OPTION_UNESCAPE_CALLBACK,
+        unescape_none_cb, NULL, MHD_OPTION_ARRAY, opt, MHD_OPTION_END);
+    if (!s->daemon) {
+        LOG(LOG_ERROR, "cannot start the HTTP server", "\"listen\":\"%s\"",
+            log_json_escape(cfg->listen, esc, sizeof esc));
+        server_free(s);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : 0;
+    LOG(LOG_INFO, "HTTP server listening", "\"listen\":\"%s\",\"port\":%u,\"threads\":%u",
+        log_json_escape(cfg->listen, esc, sizeof esc), s->port,
+        cfg->threads ? cfg->threads : 1);
+    return s;
+}
+
+void http_quiesce(http_server *s)
+{
+    if (!s || atomic_exchange(&s->quiesced, true))
+        return;
+    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+    if (fd != MHD_INVALID_SOCKET) {
+        /* Shut down now so new connections are refused; close only after
+         * MHD_stop_daemon, as a worker thread may still hold the fd. */
+        shutdown(fd, SHUT_RDWR);
+        s->listen_fd = fd;
+    }
+    LOG(LOG_INFO, "HTTP server quiesced", "\"port\":%u", s->port);
+}
+
+/* Answers 503 to every request a handler owns and has not answered. */
+static void answer_pending(http_server *s)
+{
+    struct list_node mine, *n;
+    list_init(&mine);
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    for (n = s->pending.next; n != &s->pending; n = n->next) {
+        http_req *r = container_of(n, http_req, link);
+        if (answer_claim(r))
+            list_insert_tail(&mine, &r->stop_link);
+    }
+    pthread_mutex_unlock(&s->lock);
+    /* Unlocked: MHD_resume_connection takes libmicrohttpd's own locks. A
+     * claimed request cannot complete before we publish, so r stays valid. */
+    while ((n = list_pop_head(&mine)) != NULL)
+        answer_publish(container_of(n, http_req, stop_link), 503, shutdown_response());
+}
+
+static void drain_pending(http_server *s)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += STOP_DRAIN_MS / 1000;
+    deadline.tv_nsec += (STOP_DRAIN_MS % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->lock);
+    int rc = 0;
+    while (!list_empty(&s->pending) && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&s->drained, &s->lock, &deadline);
+    bool left = !list_empty(&s->pending);
+    pthread_mutex_unlock(&s->lock);
+    if (left)
+        LOG(LOG_WARN, "HTTP requests still open at stop", "\"port\":%u", s->port);
+}
+
+/* Every answer still owed when http_stop starts is given here, as 503, so
+ * no connection stays suspended (libmicrohttpd would abort). Answering
+ * threads must therefore be stopped, or have given their answers, before
+ * http_stop returns: an http_respond_* call after that touches freed
+ * memory. */
+void http_stop(http_server *s)
+{
+    if (!s)
+        return;
+    http_quiesce(s);
+    answer_pending(s);
+    drain_pending(s);
+    MHD_stop_daemon(s->daemon);
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    LOG(LOG_INFO, "HTTP server stopped", "\"port\":%u", s->port);
+    server_free(s);
+}
+
+uint16_t http_port(const http_server *s)
+{
+    return s->port;
+}
+
+/* ---- request accessors and answers ---------------------------------------- */
+
+const char *http_req_body(const http_req *r, size_t *len)
+{
+    if (len)
+        *len = r->body_len;
+    return r->body ? r->body : "";
+}
+
+const char *http_req_header(const http_req *r, const char *name)
+{
+    return kv_find(r->headers, r->nheaders, name, true);
+}
+
+const char *http_req_query(const http_req *r, const char *name)
+{
+    return kv_find(r->query, r->nquery, name, false);
+}
+
+const char *http_req_method(const http_req *r)
+{
+    return r->method;
+}
+
+const char *http_req_path(const http_req *r)
+{
+    return r->path;
+}
+
+void http_respond_json(http_req *r, unsigned status, json_t *body, const char *location)
+{
+    if (!answer_claim(r)) {
+        json_decref(body);
+        answer_dropped(status);
+        return;
+    }
+    struct MHD_Response *resp = json_response_take(body, "application/json");
+    if (!resp) {
+        LOG(LOG_ERROR, "response body cannot be encoded", "\"status\":%u", status);
+        status = 500;
+        resp = problem_response(500, "the response could not be encoded", NULL, NULL, 0);
+    } else if (location) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
+    }
+    answer_publish(r, status, resp);
+}
+
+void http_respond_problem(http_req *r, unsigned status, const char *detail, const char *field,
+                          json_t *extra, unsigned retry_after_s)
+{
+    if (!answer_claim(r)) {
+        json_decref(extra);
+        answer_dropped(status);
+        return;
+    }
+    answer_publish(r, status, problem_response(status, detail, field, extra, retry_after_s));
+}

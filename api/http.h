@@ -1,0 +1,84 @@
+/* http.h - the HTTP server: libmicrohttpd glue, routing and responses.
+ *
+ * http_start runs libmicrohttpd's own threads. For each request the server
+ * reads the whole body (up to max_body_bytes, else 413), matches the route
+ * table (unknown path: 404, known path with another method: 405 + Allow) and
+ * calls the route's handler on a libmicrohttpd thread.
+ *
+ * A handler answers exactly once, with one of the http_respond_* calls,
+ * either before it returns or later from any thread (asynchronous handlers:
+ * the connection is suspended until the answer comes, so no libmicrohttpd
+ * thread ever waits on Redis). The per-request context is freed in exactly
+ * one place, when libmicrohttpd reports the request completed. */
+#ifndef HW_HTTP_H
+#define HW_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+typedef struct http_server http_server; /* opaque */
+typedef struct http_req http_req;       /* opaque: one request */
+
+#define HTTP_MAX_PARAMS 4
+
+/* A handler. params[i] is the i-th {name} path segment of the route's
+ * pattern, URL-decoded; valid until the request completes. app is the
+ * pointer given to http_start. */
+typedef void (*http_handler_cb)(http_req *r, const char *const *params, void *app);
+
+typedef struct http_route {
+    const char *method;      /* "GET", "POST", ... */
+    const char *pattern;     /* "/timers", "/timers/{id}", "/timers/{id}/fire" */
+    http_handler_cb handler;
+    int needs_json_body;     /* 1: Content-Type must be application/json (else 415) */
+} http_route;
+
+typedef struct http_config {
+    const char *listen;             /* "host:port"; IPv4 or [IPv6] literal */
+    size_t max_body_bytes;          /* larger request bodies get 413 */
+    unsigned threads;               /* libmicrohttpd worker threads (>= 1) */
+    unsigned max_connections;       /* connection limit */
+    unsigned connection_timeout_s;  /* idle connection timeout */
+} http_config;
+
+/* Binds and starts serving. routes (n entries) and app must outlive the
+ * server. Returns NULL after logging one error line (bad address, port in
+ * use). */
+http_server *http_start(const http_config *cfg, const http_route *routes, size_t n, void *app);
+
+/* Stops accepting new connections; requests in progress finish. Requests
+ * that arrive on open keep-alive connections afterwards get 503. */
+void http_quiesce(http_server *s);
+
+/* Stops the server and joins its threads. NULL is a no-op. */
+void http_stop(http_server *s);
+
+/* The port actually bound (useful with port 0). */
+uint16_t http_port(const http_server *s);
+
+/* Request accessors: valid until the request completes (handler thread or
+ * any thread before the answer is given). */
+const char *http_req_body(const http_req *r, size_t *len);
+const char *http_req_header(const http_req *r, const char *name); /* NULL if absent */
+const char *http_req_query(const http_req *r, const char *name);  /* NULL if absent */
+const char *http_req_method(const http_req *r);
+const char *http_req_path(const http_req *r);
+
+/* Answers with a JSON body (body is stolen: the server decrefs it).
+ * location, if not NULL, becomes the Location header. Any thread; once. */
+void http_respond_json(http_req *r, unsigned status, json_t *body, const char *location);
+
+/* Answers with an application/problem+json body per RFC 9457:
+ * {"type":"about:blank","title":<reason phrase of status>,"status":status,
+ *  "detail":detail[,"field":field]} plus the members of extra (stolen, may be
+ * NULL). field NULL or "" omits it. retry_after_s > 0 adds Retry-After. Any
+ * thread; once. */
+void http_respond_problem(http_req *r, unsigned status, const char *detail, const char *field,
+                          json_t *extra, unsigned retry_after_s);
+
+/* The reason phrase of an HTTP status ("Not Found"); "Unknown" otherwise. */
+const char *http_reason(unsigned status);
+
+#endif
