@@ -1,0 +1,341 @@
+/* timers.c - the /timers, /healthz and /readyz handlers.
+ *
+ * Each handler validates on the libmicrohttpd thread, then submits one
+ * script or command to the store with a small context; the callback, on the
+ * store's writer thread, answers the request and frees the context. A 2xx is
+ * only ever sent from a callback that saw Redis's reply (DESIGN §1). */
+#include "api.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "clock.h"
+#include "keys.h"
+#include "log.h"
+#include "xalloc.h"
+
+#define RETRY_AFTER_S 1
+
+void api_init(api *a, const config *cfg, store *st, engine *eng)
+{
+    a->cfg = cfg;
+    a->st = st;
+    a->eng = eng;
+    a->lim = (spec_limits){
+        .max_url_len = cfg->max_url_bytes,
+        .max_headers = (uint32_t)cfg->max_headers,
+        .max_header_bytes = cfg->max_header_bytes,
+        .max_delay_ms = cfg->max_delay_ms,
+        .max_timeout_ms = (uint32_t)cfg->max_timeout_ms,
+        .max_attempts = (uint32_t)cfg->max_attempts,
+        .max_backoff_cap_ms = cfg->max_backoff_ms,
+        .default_timeout_ms = (uint32_t)cfg->default_timeout_ms,
+        .default_max_attempts = (uint32_t)cfg->default_max_attempts,
+        .default_min_backoff_ms = cfg->default_min_backoff_ms,
+        .default_max_backoff_ms = cfg->default_max_backoff_ms,
+    };
+}
+
+/* ---- the Timer resource ---- */
+
+static json_t *time_json(long long ms)
+{
+    char buf[40];
+    clock_format_rfc3339((uint64_t)ms, buf, sizeof buf);
+    return json_string(buf);
+}
+
+static json_t *last_attempt_json(const char *last, size_t len)
+{
+    json_t *o = last ? json_loadb(last, len, 0, NULL) : NULL;
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return json_null();
+    }
+    json_t *at = json_object_get(o, "at_ms");
+    json_object_set_new(o, "at", time_json(json_is_integer(at) ? json_integer_value(at) : 0));
+    json_object_del(o, "at_ms");
+    return o;
+}
+
+json_t *api_timer_json(const char *id, const char *spec, size_t spec_len, const char *state,
+                       long long fire_ms, long long created_ms, long long attempts, const char *last,
+                       size_t last_len)
+{
+    json_t *o = spec ? json_loadb(spec, spec_len, 0, NULL) : NULL;
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return NULL;
+    }
+    json_object_del(o, "delay_ms");
+    json_object_del(o, "fire_at_ms");
+    json_object_set_new(o, "id", json_string(id));
+    json_object_set_new(o, "state", json_string(state ? state : "unknown"));
+    json_object_set_new(o, "fire_at", time_json(fire_ms));
+    json_object_set_new(o, "fire_at_ms", json_integer(fire_ms));
+    json_object_set_new(o, "created_at", time_json(created_ms));
+    json_object_set_new(o, "attempts", json_integer(attempts));
+    json_object_set_new(o, "last_attempt", last_attempt_json(last, last_len));
+    return o;
+}
+
+/* The Timer from a flat field/value reply (HGETALL) starting at index first. */
+static json_t *timer_from_fields(const char *id, const redisReply *r, int first)
+{
+    size_t spec_len = 0, last_len = 0;
+    const char *spec = store_reply_field(r, first, "spec", &spec_len);
+    const char *last = store_reply_field(r, first, "last", &last_len);
+    const char *state = store_reply_field(r, first, "state", NULL);
+    const char *fire = store_reply_field(r, first, "fire_ms", NULL);
+    const char *created = store_reply_field(r, first, "created_ms", NULL);
+    const char *attempts = store_reply_field(r, first, "attempts", NULL);
+    return api_timer_json(id, spec, spec_len, state, fire ? atoll(fire) : 0, created ? atoll(created) : 0,
+                          attempts ? atoll(attempts) : 0, last, last_len);
+}
+
+static void respond_unavailable(http_req *r)
+{
+    http_respond_problem(r, 503, "Redis is unreachable; nothing was written. Retry later.", NULL, NULL,
+                         RETRY_AFTER_S);
+}
+
+static void respond_timer(http_req *r, unsigned status, json_t *t, const char *id)
+{
+    if (!t) {
+        LOG(LOG_ERROR, "stored timer unreadable", "\"timer\":\"%s\"", id);
+        http_respond_problem(r, 500, "The stored timer could not be read.", NULL, NULL, 0);
+        return;
+    }
+    char loc[160];
+    snprintf(loc, sizeof loc, "/timers/%s", id);
+    http_respond_json(r, status, t, status == 201 ? loc : NULL);
+}
+
+static void respond_conflict(http_req *r, const char *detail, const char *state)
+{
+    json_t *extra = state && state[0] ? json_pack("{s:s}", "state", state) : NULL;
+    http_respond_problem(r, 409, detail, NULL, extra, 0);
+}
+
+/* A submit that failed synchronously: the queue is full or we are stopping. */
+static void respond_submit_error(http_req *r, int rc)
+{
+    if (rc == -EAGAIN)
+        http_respond_problem(r, 503, "Too many writes are waiting for Redis. Retry later.", NULL, NULL,
+                             RETRY_AFTER_S);
+    else
+        http_respond_problem(r, 503, "The service is shutting down.", NULL, NULL, RETRY_AFTER_S);
+}
+
+/* ---- POST /timers ---- */
+
+typedef struct create_ctx {
+    http_req *r;
+    api *a;
+    timer_spec *spec;
+    char *id;
+    uint64_t now_ms;
+    int claim;
+} create_ctx;
+
+static void create_ctx_free(create_ctx *c)
+{
+    spec_free(c->spec);
+    free(c->id);
+    free(c);
+}
+
+static void create_cb(void *arg, const redisReply *reply)
+{
+    create_ctx *c = arg;
+    long long code = store_reply_int(reply, 0, -1);
+    if (code == 1) {
+        json_t *t = api_timer_json(c->id, c->spec->canonical, strlen(c->spec->canonical), "scheduled",
+                                   c->spec->fire_at_ms, (long long)c->now_ms, 0, NULL, 0);
+        LOG(LOG_DEBUG, "timer created", "\"timer\":\"%s\",\"queue\":\"%s\",\"fire_at_ms\":%" PRId64, c->id,
+            c->spec->queue, c->spec->fire_at_ms);
+        respond_timer(c->r, 201, t, c->id);
+        if (c->claim) {
+            engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0);
+            c->id = NULL;
+            c->spec = NULL;
+        }
+    } else if (code == 0) {
+        respond_timer(c->r, 200, timer_from_fields(c->id, reply, 1), c->id);
+    } else if (code == 2) {
+        respond_conflict(c->r, "A timer with this id already exists with a different spec.",
+                         store_reply_str(reply, 1, NULL));
+    } else {
+        if (reply && reply->type == REDIS_REPLY_ERROR)
+            LOG(LOG_ERROR, "create failed", "\"error\":\"%.200s\"", reply->str);
+        respond_unavailable(c->r);
+    }
+    create_ctx_free(c);
+}
+
+static char *new_id(void)
+{
+    unsigned char b[16];
+    if (getrandom(b, sizeof b, 0) != sizeof b)
+        abort(); /* cannot happen on Linux >= 3.17 for 16 bytes */
+    char *id = xmalloc(33);
+    for (int i = 0; i < 16; i++)
+        snprintf(id + 2 * i, 3, "%02x", b[i]);
+    return id;
+}
+
+static void submit_create(api *a, create_ctx *c)
+{
+    uint32_t p = keys_partition(c->id, (uint32_t)a->cfg->partitions);
+    char tk[KEYS_MAX], dk[KEYS_MAX], ck[KEYS_MAX], fire[24], now[24];
+    keys_timer(tk, p, c->id);
+    keys_due(dk, p);
+    keys_claimed(ck, p, a->cfg->instance_id);
+    snprintf(fire, sizeof fire, "%" PRId64, c->spec->fire_at_ms);
+    snprintf(now, sizeof now, "%" PRIu64, c->now_ms);
+    c->claim = engine_accepting(a->eng) && (uint64_t)c->spec->fire_at_ms <= c->now_ms + a->cfg->window_ms;
+    const char *argv[] = {tk, dk, ck, c->id, c->spec->canonical, fire, now, c->claim ? "1" : "0",
+                          a->cfg->instance_id};
+    int rc = store_eval(a->st, SCRIPT_CREATE, 3, 9, argv, NULL, create_cb, c);
+    if (rc < 0) {
+        respond_submit_error(c->r, rc);
+        create_ctx_free(c);
+    }
+}
+
+static void create_timer(http_req *r, const char *const *params, void *app)
+{
+    (void)params;
+    api *a = app;
+    size_t len;
+    const char *body = http_req_body(r, &len);
+    create_ctx *c = xcalloc(1, sizeof *c);
+    c->r = r;
+    c->a = a;
+    c->now_ms = clock_now_ms();
+    spec_error err;
+    if (spec_parse(body, len, &a->lim, c->now_ms, &c->spec, &err) < 0) {
+        http_respond_problem(r, (unsigned)err.status, err.detail, err.field, NULL, 0);
+        free(c);
+        return;
+    }
+    c->id = c->spec->id ? xstrdup(c->spec->id) : new_id();
+    submit_create(a, c);
+}
+
+/* ---- GET and DELETE /timers/{id} ---- */
+
+typedef struct id_ctx {
+    http_req *r;
+    char id[130];
+} id_ctx;
+
+static id_ctx *id_ctx_new(http_req *r, const char *id)
+{
+    if (!spec_id_valid(id)) {
+        http_respond_problem(r, 404, "No timer has this id.", NULL, NULL, 0);
+        return NULL;
+    }
+    id_ctx *c = xmalloc(sizeof *c);
+    c->r = r;
+    snprintf(c->id, sizeof c->id, "%s", id);
+    return c;
+}
+
+static void get_cb(void *arg, const redisReply *reply)
+{
+    id_ctx *c = arg;
+    if (!reply || reply->type != REDIS_REPLY_ARRAY)
+        respond_unavailable(c->r);
+    else if (reply->elements == 0)
+        http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
+    else
+        respond_timer(c->r, 200, timer_from_fields(c->id, reply, 0), c->id);
+    free(c);
+}
+
+static void get_timer(http_req *r, const char *const *params, void *app)
+{
+    api *a = app;
+    id_ctx *c = id_ctx_new(r, params[0]);
+    if (!c)
+        return;
+    char tk[KEYS_MAX];
+    keys_timer(tk, keys_partition(c->id, (uint32_t)a->cfg->partitions), c->id);
+    const char *argv[] = {"HGETALL", tk};
+    int rc = store_command(a->st, 2, argv, NULL, get_cb, c);
+    if (rc < 0) {
+        respond_submit_error(r, rc);
+        free(c);
+    }
+}
+
+static void cancel_cb(void *arg, const redisReply *reply)
+{
+    id_ctx *c = arg;
+    long long code = store_reply_int(reply, 0, -2);
+    if (code == 1)
+        respond_timer(c->r, 200, timer_from_fields(c->id, reply, 1), c->id);
+    else if (code == 0)
+        respond_conflict(c->r, "An attempt already began or the timer has finished; it cannot be cancelled.",
+                         store_reply_field(reply, 1, "state", NULL));
+    else if (code == -1)
+        http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
+    else
+        respond_unavailable(c->r);
+    free(c);
+}
+
+static void cancel_timer(http_req *r, const char *const *params, void *app)
+{
+    api *a = app;
+    id_ctx *c = id_ctx_new(r, params[0]);
+    if (!c)
+        return;
+    uint32_t p = keys_partition(c->id, (uint32_t)a->cfg->partitions);
+    char tk[KEYS_MAX], dk[KEYS_MAX], cp[KEYS_MAX], ret[24], now[24];
+    keys_timer(tk, p, c->id);
+    keys_due(dk, p);
+    keys_claimed_prefix(cp, p);
+    snprintf(ret, sizeof ret, "%" PRIu64, a->cfg->retention_s * 1000u);
+    snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
+    const char *argv[] = {tk, dk, c->id, cp, ret, now};
+    int rc = store_eval(a->st, SCRIPT_CANCEL, 2, 6, argv, NULL, cancel_cb, c);
+    if (rc < 0) {
+        respond_submit_error(r, rc);
+        free(c);
+    }
+}
+
+/* ---- health ---- */
+
+static void healthz(http_req *r, const char *const *params, void *app)
+{
+    (void)params;
+    (void)app;
+    http_respond_json(r, 200, json_pack("{s:s}", "status", "ok"), NULL);
+}
+
+static void readyz(http_req *r, const char *const *params, void *app)
+{
+    (void)params;
+    api *a = app;
+    if (store_ready(a->st) && engine_accepting(a->eng))
+        http_respond_json(r, 200, json_pack("{s:s}", "status", "ready"), NULL);
+    else
+        http_respond_problem(r, 503, store_ready(a->st) ? "Shutting down." : "Redis is unreachable.", NULL,
+                             NULL, RETRY_AFTER_S);
+}
+
+const http_route api_routes[] = {
+    {"POST", "/timers", create_timer, 1},
+    {"GET", "/timers/{id}", get_timer, 0},
+    {"DELETE", "/timers/{id}", cancel_timer, 0},
+    {"GET", "/healthz", healthz, 0},
+    {"GET", "/readyz", readyz, 0},
+};
+const size_t api_route_count = sizeof api_routes / sizeof api_routes[0];

@@ -1,0 +1,348 @@
+/* dispatch.c - libcurl multi on the engine's epoll loop.
+ *
+ * One easy handle per attempt, all on one multi handle, so connections to a
+ * target are reused between attempts (the multi handle's connection cache).
+ * The request is exactly the timer's: its method, its headers and its body,
+ * plus the webhook headers; curl's own defaults that the timer did not ask
+ * for (Accept, a form Content-Type, Expect: 100-continue) are removed.
+ * Redirects are not followed. The response body is kept up to the snippet
+ * size and read up to MAX_RESPONSE_BYTES; a larger body ends the transfer
+ * early, with the status already received. */
+#include "dispatch.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+
+#include <curl/curl.h>
+
+#include "backoff.h"
+#include "clock.h"
+#include "config.h"
+#include "log.h"
+#include "xalloc.h"
+
+#define MAX_RESPONSE_BYTES (1u << 20)
+
+struct dispatch {
+    CURLM *multi;
+    int epfd;
+    uint32_t snippet_bytes;
+    uint64_t deadline_us;
+    uint32_t running;
+    struct list_node jobs; /* running attempts, through job.run_node */
+    dispatch_done_cb done;
+    void *arg;
+};
+
+/* ---- curl multi callbacks ---- */
+
+static int socket_cb(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    (void)e;
+    dispatch *d = userp;
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(d->epfd, EPOLL_CTL_DEL, s, NULL);
+        curl_multi_assign(d->multi, s, NULL);
+        return 0;
+    }
+    struct epoll_event ev = {0};
+    ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
+    ev.data.fd = s;
+    int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(d->epfd, op, s, &ev) < 0) {
+        op = errno == EEXIST ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        if (epoll_ctl(d->epfd, op, s, &ev) < 0)
+            return -1;
+    }
+    if (!socketp)
+        curl_multi_assign(d->multi, s, (void *)1);
+    return 0;
+}
+
+static int timer_cb(CURLM *m, long timeout_ms, void *userp)
+{
+    (void)m;
+    dispatch *d = userp;
+    d->deadline_us = timeout_ms < 0 ? 0 : clock_now_us() + (uint64_t)timeout_ms * 1000u;
+    if (timeout_ms == 0)
+        d->deadline_us = 1; /* at once, but not "none" */
+    return 0;
+}
+
+/* ---- easy callbacks ---- */
+
+static size_t write_cb(char *data, size_t size, size_t n, void *userp)
+{
+    job *j = userp;
+    size_t len = size * n;
+    size_t keep = j->resp_cap - j->resp_len;
+    if (keep > len)
+        keep = len;
+    if (keep) {
+        memcpy(j->resp + j->resp_len, data, keep);
+        j->resp_len += keep;
+    }
+    j->resp_total += len;
+    return j->resp_total > MAX_RESPONSE_BYTES ? 0 : len; /* 0 ends the transfer */
+}
+
+static size_t header_cb(char *line, size_t size, size_t n, void *userp)
+{
+    job *j = userp;
+    size_t len = size * n;
+    static const char name[] = "retry-after:";
+    if (len > sizeof name - 1 && len < 200 && strncasecmp(line, name, sizeof name - 1) == 0) {
+        char v[200];
+        size_t o = sizeof name - 1;
+        while (o < len && (line[o] == ' ' || line[o] == '\t'))
+            o++;
+        size_t vl = len - o;
+        while (vl && (line[o + vl - 1] == '\r' || line[o + vl - 1] == '\n' || line[o + vl - 1] == ' '))
+            vl--;
+        memcpy(v, line + o, vl);
+        v[vl] = '\0';
+        j->retry_after_ms = backoff_parse_retry_after(v, clock_now_ms());
+    }
+    return len;
+}
+
+/* ---- request ---- */
+
+static int has_header(const timer_spec *s, const char *name)
+{
+    size_t n = strlen(name);
+    for (uint32_t i = 0; i < s->nheaders; i++)
+        if (strncasecmp(s->headers[i], name, n) == 0 && s->headers[i][n] == ':')
+            return 1;
+    return 0;
+}
+
+static struct curl_slist *add(struct curl_slist *l, const char *line)
+{
+    struct curl_slist *n = curl_slist_append(l, line);
+    if (!n) {
+        fprintf(stderr, "out of memory\n");
+        abort();
+    }
+    return n;
+}
+
+/* "Name: value" as given; an empty value must be sent as "Name;", since
+ * curl reads "Name:" as "remove this header". */
+static struct curl_slist *add_user_header(struct curl_slist *l, const char *line)
+{
+    const char *colon = strchr(line, ':');
+    const char *v = colon ? colon + 1 : "";
+    while (*v == ' ' || *v == '\t')
+        v++;
+    if (!colon || *v)
+        return add(l, line);
+    char buf[300];
+    snprintf(buf, sizeof buf, "%.*s;", (int)(colon - line), line);
+    return add(l, buf);
+}
+
+static struct curl_slist *build_headers(const job *j)
+{
+    const timer_spec *s = j->spec;
+    struct curl_slist *l = NULL;
+    char line[320];
+    for (uint32_t i = 0; i < s->nheaders; i++)
+        l = add_user_header(l, s->headers[i]);
+    if (!s->has_content_type)
+        l = add(l, s->body_is_json ? "Content-Type: application/json" : "Content-Type:");
+    if (!has_header(s, "accept"))
+        l = add(l, "Accept:");
+    l = add(l, "Expect:");
+    snprintf(line, sizeof line, "webhook-id: %s", j->id);
+    l = add(l, line);
+    snprintf(line, sizeof line, "webhook-timestamp: %" PRIu64, clock_now_ms() / 1000u);
+    l = add(l, line);
+    snprintf(line, sizeof line, "Hookwheel-Timer-Id: %s", j->id);
+    l = add(l, line);
+    snprintf(line, sizeof line, "Hookwheel-Attempt: %u", j->attempts);
+    l = add(l, line);
+    return l;
+}
+
+static void set_method(CURL *e, const timer_spec *s)
+{
+    int is_post = strcmp(s->method, "POST") == 0;
+    if (strcmp(s->method, "HEAD") == 0) {
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+        return;
+    }
+    if (!is_post)
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, s->method);
+    int sends_body = s->body || is_post || strcmp(s->method, "PUT") == 0 || strcmp(s->method, "PATCH") == 0;
+    if (sends_body) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(s->body ? s->body_len : 0));
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, s->body ? s->body : "");
+    }
+}
+
+dispatch *dispatch_create(const dispatch_config *cfg)
+{
+    dispatch *d = xcalloc(1, sizeof *d);
+    d->multi = curl_multi_init();
+    if (!d->multi) {
+        free(d);
+        return NULL;
+    }
+    d->epfd = cfg->epfd;
+    d->snippet_bytes = cfg->snippet_bytes;
+    d->done = cfg->done;
+    d->arg = cfg->arg;
+    list_init(&d->jobs);
+    curl_multi_setopt(d->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+    curl_multi_setopt(d->multi, CURLMOPT_SOCKETDATA, d);
+    curl_multi_setopt(d->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+    curl_multi_setopt(d->multi, CURLMOPT_TIMERDATA, d);
+    curl_multi_setopt(d->multi, CURLMOPT_MAXCONNECTS, (long)cfg->max_connections);
+    return d;
+}
+
+static void release_attempt(dispatch *d, job *j)
+{
+    curl_multi_remove_handle(d->multi, j->easy);
+    curl_easy_cleanup(j->easy);
+    curl_slist_free_all(j->hdrs);
+    free(j->resp);
+    j->easy = NULL;
+    j->hdrs = NULL;
+    j->resp = NULL;
+    list_remove(&j->run_node);
+    d->running--;
+}
+
+int dispatch_start(dispatch *d, job *j)
+{
+    CURL *e = curl_easy_init();
+    if (!e)
+        return -ENOMEM;
+    const timer_spec *s = j->spec;
+    j->easy = e;
+    j->hdrs = build_headers(j);
+    j->resp_cap = d->snippet_bytes;
+    j->resp = xmalloc(j->resp_cap + 1);
+    j->resp_len = j->resp_total = 0;
+    j->retry_after_ms = -1;
+    j->errbuf[0] = '\0';
+    curl_easy_setopt(e, CURLOPT_URL, s->url);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, j);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, j->errbuf);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)s->timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(s->timeout_ms < 10000 ? s->timeout_ms : 10000));
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, j);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, j);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, j->hdrs);
+    if (!has_header(s, "user-agent"))
+        curl_easy_setopt(e, CURLOPT_USERAGENT, "hookwheel/" HOOKWHEEL_VERSION);
+    set_method(e, s);
+    j->started_us = clock_now_us();
+    list_insert_tail(&d->jobs, &j->run_node);
+    d->running++;
+    if (curl_multi_add_handle(d->multi, e) != CURLM_OK) {
+        release_attempt(d, j);
+        return -EIO;
+    }
+    return 0;
+}
+
+static void describe_error(job *j, CURLcode rc, attempt_result *res)
+{
+    if (rc == CURLE_OPERATION_TIMEDOUT)
+        snprintf(res->error, sizeof res->error, "timeout after %u ms: %.120s", j->spec->timeout_ms,
+                 j->errbuf[0] ? j->errbuf : curl_easy_strerror(rc));
+    else
+        snprintf(res->error, sizeof res->error, "%.150s", j->errbuf[0] ? j->errbuf : curl_easy_strerror(rc));
+}
+
+static void complete(dispatch *d, job *j, CURLcode rc)
+{
+    attempt_result res = {0};
+    long status = 0;
+    curl_easy_getinfo(j->easy, CURLINFO_RESPONSE_CODE, &status);
+    uint64_t now_us = clock_now_us();
+    res.started_ms = j->started_us / 1000u;
+    res.duration_ms = (uint32_t)((now_us - j->started_us) / 1000u);
+    res.curl_code = rc;
+    res.retry_after_ms = j->retry_after_ms;
+    int capped = rc == CURLE_WRITE_ERROR && j->resp_total > MAX_RESPONSE_BYTES && status > 0;
+    if (rc == CURLE_OK || capped) {
+        res.status = status;
+        res.curl_code = CURLE_OK;
+    } else {
+        describe_error(j, rc, &res);
+    }
+    char *resp = j->resp;
+    res.snippet = resp;
+    res.snippet_len = j->resp_len;
+    j->resp = NULL; /* kept alive through the callback */
+    release_attempt(d, j);
+    d->done(d->arg, j, &res);
+    free(resp);
+}
+
+static void check_done(dispatch *d)
+{
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(d->multi, &left))) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        job *j = NULL;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&j);
+        complete(d, j, m->data.result);
+    }
+}
+
+void dispatch_socket_event(dispatch *d, int fd, uint32_t ev)
+{
+    int flags = (ev & EPOLLIN ? CURL_CSELECT_IN : 0) | (ev & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                (ev & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+    int running;
+    curl_multi_socket_action(d->multi, fd, flags, &running);
+    check_done(d);
+}
+
+uint64_t dispatch_deadline_us(const dispatch *d) { return d->deadline_us; }
+
+void dispatch_timeout(dispatch *d)
+{
+    int running;
+    d->deadline_us = 0;
+    curl_multi_socket_action(d->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_done(d);
+}
+
+uint32_t dispatch_running(const dispatch *d) { return d->running; }
+
+void dispatch_abort_all(dispatch *d, void (*each)(job *j, void *arg), void *arg)
+{
+    while (!list_empty(&d->jobs)) {
+        job *j = container_of(d->jobs.next, job, run_node);
+        release_attempt(d, j);
+        each(j, arg);
+    }
+}
+
+void dispatch_free(dispatch *d)
+{
+    if (!d)
+        return;
+    while (!list_empty(&d->jobs))
+        release_attempt(d, container_of(d->jobs.next, job, run_node));
+    curl_multi_cleanup(d->multi);
+    free(d);
+}

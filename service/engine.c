@@ -1,0 +1,634 @@
+/* engine.c - the engine thread.
+ *
+ * Design. One epoll loop owns the wheel, the limiter and the dispatcher; it
+ * sleeps until the earliest of: the next wheel tick that holds a timer,
+ * curl's next timeout, and the next loader sweep — never a fixed poll, so an
+ * idle instance wakes only for its sweeps. Other threads talk to it through
+ * an inbox (a mutex-protected list of jobs plus an eventfd); a job carries its
+ * own message, so posting allocates nothing.
+ *
+ * Invariants. A job is in exactly one phase (job.h). A job holds a limiter
+ * slot from the moment its begin-attempt script is sent until its HTTP
+ * attempt ends, so the caps bound attempts, not just requests. Durable state
+ * only advances through the scripts: begin marks the timer firing (after it,
+ * cancel answers 409), finish records the outcome. An attempt never starts
+ * before its due time: the wheel expires a timer no earlier than its due
+ * time, and the begin step only follows expiry.
+ *
+ * Trade-off. The begin step costs one Redis round trip between the due time
+ * and the attempt; it is what makes cancel exact, and its cost is shared by
+ * every timer due at the same moment (the store pipelines them). */
+#include "engine.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "backoff.h"
+#include "clock.h"
+#include "dispatch.h"
+#include "job.h"
+#include "keys.h"
+#include "limiter.h"
+#include "log.h"
+#include "wheel.h"
+#include "xalloc.h"
+
+#define PARK_MS 1000 /* retry a store write after Redis failed, this much later */
+
+typedef struct sweep_ctx {
+    engine *e;
+    uint32_t partition;
+} sweep_ctx;
+
+struct engine {
+    const config *cfg;
+    store *st;
+    int epfd, evfd;
+    pthread_t thread;
+    int started;
+
+    pthread_mutex_t mu; /* guards the inbox */
+    job *inbox, **inbox_tail;
+    atomic_int stop;
+    atomic_int accepting;
+    atomic_int pending_ops; /* sweeps and releases in flight */
+
+    /* engine thread only */
+    wheel *w;
+    limiter *lim;
+    dispatch *d;
+    struct list_node all; /* every job held */
+    uint32_t store_jobs;  /* jobs whose begin or finish script is in flight */
+    uint64_t next_sweep_ms;
+    int sweep_more;       /* a partition returned a full batch: sweep again at once */
+    uint64_t rng;
+    sweep_ctx *sweeps;
+};
+
+/* ---- inbox ---- */
+
+static void wake(engine *e)
+{
+    uint64_t one = 1;
+    ssize_t n = write(e->evfd, &one, sizeof one);
+    (void)n;
+}
+
+static void post(engine *e, job *j, enum job_msg msg)
+{
+    j->msg = msg;
+    j->inbox_next = NULL;
+    pthread_mutex_lock(&e->mu);
+    int was_empty = e->inbox == NULL;
+    *e->inbox_tail = j;
+    e->inbox_tail = &j->inbox_next;
+    pthread_mutex_unlock(&e->mu);
+    if (was_empty)
+        wake(e);
+}
+
+static job *take_inbox(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    job *j = e->inbox;
+    e->inbox = NULL;
+    e->inbox_tail = &e->inbox;
+    pthread_mutex_unlock(&e->mu);
+    return j;
+}
+
+/* ---- jobs ---- */
+
+static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts)
+{
+    job *j = xcalloc(1, sizeof *j);
+    wtimer_init(&j->wt);
+    ljob_init(&j->lj);
+    list_init(&j->run_node);
+    j->owner = e;
+    j->id = id;
+    j->spec = spec;
+    j->partition = keys_partition(id, (uint32_t)e->cfg->partitions);
+    j->attempts = attempts;
+    j->wt.due_ms = fire_ms;
+    pthread_mutex_lock(&e->mu);
+    list_insert_tail(&e->all, &j->all_node);
+    pthread_mutex_unlock(&e->mu);
+    return j;
+}
+
+static void job_free(engine *e, job *j)
+{
+    wheel_cancel(e->w, &j->wt);
+    limiter_remove(e->lim, &j->lj);
+    pthread_mutex_lock(&e->mu);
+    list_remove(&j->all_node);
+    pthread_mutex_unlock(&e->mu);
+    spec_free(j->spec);
+    free(j->id);
+    free(j->last_json);
+    free(j);
+}
+
+void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts)
+{
+    post(e, job_new(e, id, spec, fire_ms, attempts), MSG_CLAIMED);
+}
+
+int engine_accepting(const engine *e) { return atomic_load(&e->accepting); }
+
+static void schedule(engine *e, job *j, enum job_phase phase, uint64_t due_ms)
+{
+    j->phase = phase;
+    j->wt.due_ms = due_ms;
+    wheel_add(e->w, &j->wt);
+}
+
+/* ---- begin ---- */
+
+static void begin_cb(void *arg, const redisReply *r)
+{
+    job *j = arg;
+    engine *e = j->owner;
+    j->reply_ok = r && r->type == REDIS_REPLY_ARRAY;
+    j->reply_code = store_reply_int(r, 0, -1);
+    if (j->reply_code == 1)
+        j->attempts = (uint32_t)store_reply_int(r, 1, j->attempts + 1);
+    post(e, j, MSG_BEGUN);
+}
+
+static void park(engine *e, job *j)
+{
+    schedule(e, j, JOB_PARKED, clock_now_ms() + PARK_MS);
+}
+
+static void send_begin(engine *e, job *j)
+{
+    char tk[KEYS_MAX], ck[KEYS_MAX], now[24];
+    keys_timer(tk, j->partition, j->id);
+    keys_claimed(ck, j->partition, e->cfg->instance_id);
+    snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
+    const char *argv[] = {tk, ck, j->id, e->cfg->instance_id, now};
+    j->phase = JOB_BEGIN;
+    if (store_eval(e->st, SCRIPT_BEGIN, 2, 5, argv, NULL, begin_cb, j) < 0) {
+        limiter_done(e->lim, &j->lj);
+        park(e, j);
+        return;
+    }
+    e->store_jobs++;
+}
+
+/* Starts every job the limiter lets start now. */
+static void pump(engine *e)
+{
+    if (atomic_load(&e->stop))
+        return;
+    ljob *lj;
+    while ((lj = limiter_pop_ready(e->lim)))
+        send_begin(e, container_of(lj, job, lj));
+}
+
+static void make_ready(engine *e, job *j)
+{
+    j->phase = JOB_READY;
+    j->due_ms = j->wt.due_ms;
+    limiter_push(e->lim, limiter_queue(e->lim, j->spec->queue), &j->lj);
+}
+
+/* ---- outcome ---- */
+
+static void finish_cb(void *arg, const redisReply *r)
+{
+    job *j = arg;
+    j->reply_ok = r && r->type == REDIS_REPLY_INTEGER;
+    j->reply_code = store_reply_int(r, -1, -1);
+    post(j->owner, j, MSG_FINISHED);
+}
+
+static void send_finish(engine *e, job *j)
+{
+    static const char *const names[] = {"delivered", "retry", "failed"};
+    char tk[KEYS_MAX], ck[KEYS_MAX], dk[KEYS_MAX], fk[KEYS_MAX], next[24], ret[24], now[24];
+    keys_timer(tk, j->partition, j->id);
+    keys_claimed(ck, j->partition, e->cfg->instance_id);
+    keys_due(dk, j->partition);
+    keys_failed(fk, j->partition);
+    snprintf(next, sizeof next, "%" PRIu64, j->next_fire_ms);
+    snprintf(ret, sizeof ret, "%" PRIu64, e->cfg->retention_s * 1000u);
+    snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
+    const char *argv[] = {tk, ck, dk, fk, j->id, e->cfg->instance_id, names[j->outcome],
+                          j->last_json, next, j->keep ? "1" : "0", ret, now};
+    j->phase = JOB_FINISH;
+    if (store_eval(e->st, SCRIPT_FINISH, 4, 12, argv, NULL, finish_cb, j) < 0) {
+        park(e, j);
+        return;
+    }
+    e->store_jobs++;
+}
+
+/* The last_attempt record: {"at_ms","duration_ms","status","error","response_snippet"}. */
+static char *last_attempt_json(const attempt_result *res)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "at_ms", json_integer((json_int_t)res->started_ms));
+    json_object_set_new(o, "duration_ms", json_integer(res->duration_ms));
+    json_object_set_new(o, "status", res->status ? json_integer(res->status) : json_null());
+    json_object_set_new(o, "error", res->error[0] ? json_string(res->error) : json_null());
+    json_t *snip = json_stringn(res->snippet ? res->snippet : "", res->snippet_len);
+    if (!snip) { /* not UTF-8: keep an ASCII rendering */
+        char *a = xstrndup(res->snippet, res->snippet_len);
+        for (size_t i = 0; i < res->snippet_len; i++)
+            if ((unsigned char)a[i] >= 0x80 || a[i] == '\0')
+                a[i] = '?';
+        snip = json_string(a);
+        free(a);
+    }
+    json_object_set_new(o, "response_snippet", snip);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+static int retryable(const attempt_result *res)
+{
+    return res->status == 0 || res->status == 408 || res->status == 429 || res->status >= 500;
+}
+
+/* Decides what an attempt's result means for the timer (DESIGN §6): 2xx
+ * delivers; connection errors, timeouts, 408, 429 and 5xx retry while
+ * attempts remain (Retry-After, when given, replaces the backoff, capped at
+ * max_backoff_ms); anything else fails at once. */
+static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
+{
+    const timer_spec *s = j->spec;
+    j->keep = 0;
+    if (res->status >= 200 && res->status < 300) {
+        j->outcome = OUT_DELIVERED;
+        return;
+    }
+    if (!retryable(res) || j->attempts >= s->max_attempts) {
+        j->outcome = OUT_FAILED;
+        return;
+    }
+    uint64_t delay = backoff_delay_ms(j->attempts, s->min_backoff_ms, s->max_backoff_ms, splitmix64_next(&e->rng));
+    if (res->retry_after_ms >= 0)
+        delay = (uint64_t)res->retry_after_ms < s->max_backoff_ms ? (uint64_t)res->retry_after_ms : s->max_backoff_ms;
+    j->outcome = OUT_RETRY;
+    j->next_fire_ms = now + delay;
+    j->keep = j->next_fire_ms <= now + e->cfg->window_ms && !atomic_load(&e->stop);
+}
+
+static void attempt_done_cb(void *arg, job *j, const attempt_result *res)
+{
+    engine *e = arg;
+    static const char *const names[] = {"delivered", "retry", "failed"};
+    limiter_done(e->lim, &j->lj);
+    decide(e, j, res, clock_now_ms());
+    free(j->last_json);
+    j->last_json = last_attempt_json(res);
+    int level = j->outcome == OUT_FAILED ? LOG_INFO : LOG_DEBUG;
+    if (level >= log_min_level) {
+        char err[400];
+        log_json_escape(res->error, err, sizeof err);
+        log_write(level, "attempt finished",
+                  "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":%u,\"status\":%ld,"
+                  "\"duration_ms\":%u,\"outcome\":\"%s\",\"error\":\"%s\"",
+                  j->id, j->spec->queue, j->attempts, res->status, res->duration_ms, names[j->outcome], err);
+    }
+    send_finish(e, j);
+    pump(e);
+}
+
+/* ---- inbox messages ---- */
+
+static void start_attempt(engine *e, job *j)
+{
+    j->phase = JOB_RUNNING;
+    LOG(LOG_DEBUG, "attempt started", "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":%u,\"lateness_ms\":%" PRId64,
+        j->id, j->spec->queue, j->attempts, (int64_t)(clock_now_ms() - j->due_ms));
+    if (dispatch_start(e->d, j) < 0) {
+        attempt_result res = {.error = "could not start the request", .started_ms = clock_now_ms(),
+                              .retry_after_ms = -1};
+        attempt_done_cb(e, j, &res);
+    }
+}
+
+static void on_begun(engine *e, job *j)
+{
+    e->store_jobs--;
+    if (!j->reply_ok) { /* Redis unreachable: nothing started, try again later */
+        limiter_done(e->lim, &j->lj);
+        park(e, j);
+        pump(e);
+        return;
+    }
+    if (j->reply_code != 1) { /* cancelled, finished or taken over: not ours to start */
+        LOG(LOG_DEBUG, "attempt not started", "\"timer\":\"%s\"", j->id);
+        limiter_done(e->lim, &j->lj);
+        job_free(e, j);
+        pump(e);
+        return;
+    }
+    start_attempt(e, j);
+}
+
+static void on_finished(engine *e, job *j)
+{
+    e->store_jobs--;
+    if (!j->reply_ok) {
+        park(e, j);
+        return;
+    }
+    if (j->outcome == OUT_RETRY && j->keep && j->reply_code == 1 && !atomic_load(&e->stop)) {
+        free(j->last_json);
+        j->last_json = NULL;
+        schedule(e, j, JOB_WHEEL, j->next_fire_ms);
+        return;
+    }
+    job_free(e, j);
+}
+
+static void drain_inbox(engine *e)
+{
+    job *j = take_inbox(e);
+    while (j) {
+        job *next = j->inbox_next;
+        switch (j->msg) {
+        case MSG_CLAIMED:
+            if (atomic_load(&e->stop))
+                job_free(e, j); /* the claim is handed back by the release at stop */
+            else
+                schedule(e, j, JOB_WHEEL, j->wt.due_ms);
+            break;
+        case MSG_BEGUN:
+            on_begun(e, j);
+            break;
+        case MSG_FINISHED:
+            on_finished(e, j);
+            break;
+        }
+        j = next;
+    }
+}
+
+/* ---- wheel expiry ---- */
+
+static void expire(engine *e, uint64_t now)
+{
+    struct list_node expired, *n;
+    list_init(&expired);
+    wheel_advance(e->w, now, &expired);
+    while ((n = list_pop_head(&expired))) {
+        job *j = container_of(n, job, wt.node);
+        if (j->phase == JOB_PARKED && j->last_json)
+            send_finish(e, j);
+        else
+            make_ready(e, j);
+    }
+    pump(e);
+}
+
+/* ---- loader: sweeps and releases ---- */
+
+static void sweep_cb(void *arg, const redisReply *r)
+{
+    sweep_ctx *c = arg;
+    engine *e = c->e;
+    size_t n = r && r->type == REDIS_REPLY_ARRAY ? r->elements / 4 : 0;
+    uint64_t now = clock_now_ms();
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        const char *id = store_reply_str(r, (int)(4 * i), NULL);
+        const char *spec_text = store_reply_str(r, (int)(4 * i + 1), &len);
+        timer_spec *spec = NULL;
+        spec_error err;
+        if (!id || !spec_text || spec_parse(spec_text, len, NULL, now, &spec, &err) < 0) {
+            LOG(LOG_ERROR, "stored timer unreadable", "\"timer\":\"%.128s\"", id ? id : "?");
+            continue;
+        }
+        engine_add_take(e, xstrdup(id), spec, (uint64_t)store_reply_int(r, (int)(4 * i + 2), 0),
+                        (uint32_t)store_reply_int(r, (int)(4 * i + 3), 0));
+    }
+    if (n >= e->cfg->claim_batch)
+        e->sweep_more = 1; /* read by the engine thread after the wake below: benign race */
+    atomic_fetch_sub(&e->pending_ops, 1);
+    wake(e);
+}
+
+static void sweep(engine *e, uint64_t now)
+{
+    char dk[KEYS_MAX], ck[KEYS_MAX], tp[KEYS_MAX], horizon[24], limit[24];
+    snprintf(horizon, sizeof horizon, "%" PRIu64, now + e->cfg->window_ms);
+    snprintf(limit, sizeof limit, "%" PRIu64, e->cfg->claim_batch);
+    e->sweep_more = 0;
+    for (uint32_t p = 0; p < e->cfg->partitions; p++) {
+        keys_due(dk, p);
+        keys_claimed(ck, p, e->cfg->instance_id);
+        keys_timer_prefix(tp, p);
+        const char *argv[] = {dk, ck, horizon, limit, e->cfg->instance_id, tp};
+        atomic_fetch_add(&e->pending_ops, 1);
+        if (store_eval(e->st, SCRIPT_CLAIM, 2, 6, argv, NULL, sweep_cb, &e->sweeps[p]) < 0)
+            atomic_fetch_sub(&e->pending_ops, 1);
+    }
+}
+
+static void release_cb(void *arg, const redisReply *r)
+{
+    sweep_ctx *c = arg;
+    long long n = store_reply_int(r, -1, -1);
+    if (n > 0)
+        LOG(LOG_INFO, "claims handed back", "\"partition\":%u,\"timers\":%lld", c->partition, n);
+    else if (n < 0)
+        LOG(LOG_WARN, "could not hand claims back", "\"partition\":%u", c->partition);
+    atomic_fetch_sub(&c->e->pending_ops, 1);
+    wake(c->e);
+}
+
+/* Hands every claim of this instance back to due, in every partition. */
+static void release_all(engine *e)
+{
+    char ck[KEYS_MAX], dk[KEYS_MAX], tp[KEYS_MAX], now[24], interrupted[200];
+    uint64_t t = clock_now_ms();
+    snprintf(now, sizeof now, "%" PRIu64, t);
+    snprintf(interrupted, sizeof interrupted,
+             "{\"at_ms\":%" PRIu64 ",\"duration_ms\":0,\"status\":null,"
+             "\"error\":\"attempt interrupted: the instance stopped\",\"response_snippet\":\"\"}", t);
+    for (uint32_t p = 0; p < e->cfg->partitions; p++) {
+        keys_claimed(ck, p, e->cfg->instance_id);
+        keys_due(dk, p);
+        keys_timer_prefix(tp, p);
+        const char *argv[] = {ck, dk, tp, now, interrupted};
+        atomic_fetch_add(&e->pending_ops, 1);
+        if (store_eval(e->st, SCRIPT_RELEASE, 2, 5, argv, NULL, release_cb, &e->sweeps[p]) < 0)
+            atomic_fetch_sub(&e->pending_ops, 1);
+    }
+}
+
+/* ---- the loop ---- */
+
+static int wait_timeout_ms(engine *e, uint64_t now)
+{
+    uint64_t until = e->next_sweep_ms;
+    int64_t w = wheel_next_ms(e->w, now);
+    if (w >= 0 && now + (uint64_t)w < until)
+        until = now + (uint64_t)w;
+    uint64_t cd = dispatch_deadline_us(e->d);
+    if (cd && (cd + 999) / 1000 < until)
+        until = (cd + 999) / 1000;
+    return until <= now ? 0 : until - now > 60000 ? 60000 : (int)(until - now);
+}
+
+static void poll_once(engine *e, int timeout_ms)
+{
+    struct epoll_event evs[256];
+    int n = epoll_wait(e->epfd, evs, 256, timeout_ms);
+    for (int i = 0; i < n; i++) {
+        if (evs[i].data.fd == e->evfd) {
+            uint64_t v;
+            ssize_t r = read(e->evfd, &v, sizeof v);
+            (void)r;
+        } else {
+            dispatch_socket_event(e->d, evs[i].data.fd, evs[i].events);
+        }
+    }
+    drain_inbox(e);
+    uint64_t cd = dispatch_deadline_us(e->d);
+    if (cd && cd <= clock_now_us())
+        dispatch_timeout(e->d);
+}
+
+static void run(engine *e)
+{
+    while (!atomic_load(&e->stop)) {
+        uint64_t now = clock_now_ms();
+        if ((now >= e->next_sweep_ms || e->sweep_more) && atomic_load(&e->pending_ops) == 0) {
+            sweep(e, now);
+            e->next_sweep_ms = now + e->cfg->window_ms / 2;
+        }
+        expire(e, now);
+        poll_once(e, wait_timeout_ms(e, clock_now_ms()));
+    }
+}
+
+static void abandon_cb(job *j, void *arg)
+{
+    job_free(arg, j); /* still firing in Redis: the release marks it interrupted */
+}
+
+/* Graceful stop: drop what has not started, let attempts and their outcome
+ * writes finish until the grace deadline, then hand every claim back. */
+static void shutdown_engine(engine *e)
+{
+    atomic_store(&e->accepting, 0);
+    struct list_node *n, *next;
+    for (n = e->all.next; n != &e->all; n = next) {
+        next = n->next;
+        job *j = container_of(n, job, all_node);
+        if (j->phase == JOB_WHEEL || j->phase == JOB_READY || (j->phase == JOB_PARKED && !j->last_json))
+            job_free(e, j);
+    }
+    uint64_t deadline = clock_now_ms() + e->cfg->shutdown_grace_ms;
+    while ((dispatch_running(e->d) || e->store_jobs || atomic_load(&e->pending_ops)) &&
+           clock_now_ms() < deadline)
+        poll_once(e, 10);
+    dispatch_abort_all(e->d, abandon_cb, e);
+    release_all(e);
+    deadline = clock_now_ms() + 2 * e->cfg->redis_timeout_ms + 1000;
+    while (atomic_load(&e->pending_ops) && clock_now_ms() < deadline)
+        poll_once(e, 10);
+}
+
+static void *engine_main(void *arg)
+{
+    engine *e = arg;
+    release_all(e); /* claims a previous process with our id left behind */
+    e->next_sweep_ms = 0;
+    run(e);
+    shutdown_engine(e);
+    return NULL;
+}
+
+engine *engine_create(const config *cfg, store *st)
+{
+    engine *e = xcalloc(1, sizeof *e);
+    e->cfg = cfg;
+    e->st = st;
+    e->inbox_tail = &e->inbox;
+    list_init(&e->all);
+    pthread_mutex_init(&e->mu, NULL);
+    atomic_init(&e->stop, 0);
+    atomic_init(&e->accepting, 1);
+    atomic_init(&e->pending_ops, 0);
+    if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng)
+        e->rng = clock_now_us();
+    e->sweeps = xcalloc(cfg->partitions, sizeof *e->sweeps);
+    for (uint32_t p = 0; p < cfg->partitions; p++)
+        e->sweeps[p] = (sweep_ctx){e, p};
+    e->w = wheel_create((uint32_t)cfg->wheel_slots, (uint32_t)cfg->tick_ms, clock_now_ms());
+    e->lim = limiter_create((uint32_t)cfg->max_inflight, (uint32_t)cfg->queue_parallelism);
+    e->epfd = epoll_create1(EPOLL_CLOEXEC);
+    e->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = e->evfd};
+    if (!e->w || e->epfd < 0 || e->evfd < 0 || epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->evfd, &ev) < 0) {
+        LOG(LOG_ERROR, "engine set-up failed", "\"errno\":%d", errno);
+        engine_free(e);
+        return NULL;
+    }
+    dispatch_config dc = {e->epfd, (uint32_t)cfg->max_inflight, (uint32_t)cfg->response_snippet_bytes,
+                          attempt_done_cb, e};
+    e->d = dispatch_create(&dc);
+    if (!e->d) {
+        engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+int engine_start(engine *e)
+{
+    int rc = pthread_create(&e->thread, NULL, engine_main, e);
+    if (rc)
+        return -rc;
+    e->started = 1;
+    return 0;
+}
+
+void engine_stop(engine *e)
+{
+    if (!e->started)
+        return;
+    atomic_store(&e->accepting, 0);
+    atomic_store(&e->stop, 1);
+    wake(e);
+    pthread_join(e->thread, NULL);
+    e->started = 0;
+}
+
+void engine_free(engine *e)
+{
+    if (!e)
+        return;
+    engine_stop(e);
+    dispatch_free(e->d);
+    while (!list_empty(&e->all))
+        job_free(e, container_of(e->all.next, job, all_node));
+    wheel_free(e->w);
+    limiter_free(e->lim);
+    if (e->epfd >= 0)
+        close(e->epfd);
+    if (e->evfd >= 0)
+        close(e->evfd);
+    pthread_mutex_destroy(&e->mu);
+    free(e->sweeps);
+    free(e);
+}

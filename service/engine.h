@@ -1,0 +1,48 @@
+/* engine.h - the engine thread: the wheel, the loader, the limiting
+ * dispatcher and the outcome writes, on one epoll loop.
+ *
+ * Only the engine thread touches the wheel, the limiter and the dispatcher,
+ * so none of them needs a lock. Other threads hand it work through its inbox
+ * (engine_add_take), and store callbacks post their results the same way.
+ *
+ * Life of a claimed timer: inbox -> wheel -> (due) limiter FIFO -> (slot)
+ * begin-attempt script -> HTTP attempt -> outcome script -> gone, or back
+ * into the wheel for a retry due within the window. */
+#ifndef HW_ENGINE_H
+#define HW_ENGINE_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "spec.h"
+#include "store.h"
+
+typedef struct engine engine; /* opaque */
+
+/* Creates the engine for cfg (which must outlive it) on store st. Returns
+ * NULL after logging when the wheel or the epoll loop cannot be set up. */
+engine *engine_create(const config *cfg, store *st);
+
+/* Starts the engine thread: it first hands back claims a previous process
+ * with this instance id left behind, then sweeps for due timers every
+ * window/2. Returns 0 or -errno. */
+int engine_start(engine *e) __attribute__((warn_unused_result));
+
+/* Any thread: hands the engine a timer this instance has claimed in Redis,
+ * due at fire_ms, with `attempts` attempts made so far. Takes ownership of id
+ * and spec. */
+void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts);
+
+/* Any thread: 1 while the engine takes new claims (0 once stopping). */
+int engine_accepting(const engine *e);
+
+/* Graceful stop (SIGTERM): stop claiming, drop unstarted timers from memory,
+ * let attempts in flight finish up to the configured grace period, hand every
+ * claim of this instance back to Redis, and join the thread. */
+void engine_stop(engine *e);
+
+/* Frees the engine and every job it still holds. Call after store_free, so
+ * that no store callback can still post to it. NULL is a no-op. */
+void engine_free(engine *e);
+
+#endif

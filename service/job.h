@@ -1,0 +1,72 @@
+/* job.h - a claimed timer held in memory by the engine.
+ *
+ * Engine thread, except for the inbox fields, which a store callback sets
+ * before it posts the job back to the engine (engine_post). A job is in
+ * exactly one phase at a time; each phase has one owner:
+ *   WHEEL      linked in the wheel, waiting for its due time
+ *   READY      due, waiting in the limiter for a dispatch slot
+ *   BEGIN      holds a slot; the begin-attempt script is in flight
+ *   RUNNING    holds a slot; the HTTP attempt is in flight (dispatch)
+ *   FINISH     the outcome script is in flight
+ *   PARKED     in the wheel until a store write is retried (Redis was down)
+ * The job owns its spec, id and the outcome text it is writing. */
+#ifndef HW_JOB_H
+#define HW_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "limiter.h"
+#include "spec.h"
+#include "wheel.h"
+
+enum job_phase { JOB_WHEEL, JOB_READY, JOB_BEGIN, JOB_RUNNING, JOB_FINISH, JOB_PARKED };
+enum job_outcome { OUT_DELIVERED, OUT_RETRY, OUT_FAILED };
+enum job_msg { MSG_CLAIMED, MSG_BEGUN, MSG_FINISHED };
+
+/* What one HTTP attempt gave. */
+typedef struct attempt_result {
+    long status;            /* HTTP status, or 0 when no response came */
+    int curl_code;          /* CURLE_OK or the transfer error */
+    char error[160];        /* empty, or why no usable response came */
+    uint64_t started_ms;    /* wall clock at the start */
+    uint32_t duration_ms;
+    int64_t retry_after_ms; /* from a Retry-After header, or -1 */
+    const char *snippet;    /* first bytes of the response body (not NUL-terminated) */
+    size_t snippet_len;
+} attempt_result;
+
+typedef struct job {
+    wtimer wt;                 /* wheel link; wt.due_ms is the due time */
+    ljob lj;                   /* limiter link */
+    struct list_node all_node; /* the engine's list of every job it holds */
+    struct job *inbox_next;    /* engine inbox link */
+    enum job_msg msg;          /* what the inbox message says */
+    int reply_ok;              /* store callback: 1 when Redis answered */
+    long long reply_code;      /* store callback: script result */
+
+    void *owner;               /* the engine holding the job */
+    char *id;
+    uint32_t partition;
+    timer_spec *spec;
+    uint32_t attempts;         /* attempts recorded in Redis */
+    enum job_phase phase;
+    uint64_t due_ms;           /* due time of the current attempt (for lateness) */
+
+    enum job_outcome outcome;  /* the outcome being written (FINISH, PARKED) */
+    uint64_t next_fire_ms;     /* OUT_RETRY: when */
+    int keep;                  /* OUT_RETRY: stays claimed in this wheel */
+    char *last_json;           /* last_attempt JSON being written */
+
+    /* dispatch-private attempt state */
+    struct list_node run_node; /* dispatch's list of running attempts */
+    void *easy;
+    struct curl_slist *hdrs;
+    char *resp;
+    size_t resp_len, resp_cap, resp_total;
+    int64_t retry_after_ms;
+    uint64_t started_us;
+    char errbuf[256];
+} job;
+
+#endif
