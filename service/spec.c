@@ -235,6 +235,16 @@ static int has_part(CURLU *u, CURLUPart part)
 
 /* Uses curl's own parser so that what passes here is exactly what the
  * dispatcher's curl will accept. */
+/* The text itself must read scheme://authority: curl alone would take
+ * "http:///x" as host "x" and "http:x" as a relative form. */
+static int has_authority(const char *url)
+{
+    const char *p = strncasecmp(url, "http://", 7) == 0    ? url + 7
+                    : strncasecmp(url, "https://", 8) == 0 ? url + 8
+                                                           : NULL;
+    return p && *p && *p != '/' && *p != '?' && *p != '#';
+}
+
 static int check_url(spec_error *err, const char *url)
 {
     CURLU *u = need(curl_url());
@@ -249,7 +259,7 @@ static int check_url(spec_error *err, const char *url)
     else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
              (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
         fail(err, "url", "only http and https URLs are allowed");
-    else if (!has_part(u, CURLUPART_HOST))
+    else if (!has_part(u, CURLUPART_HOST) || !has_authority(url))
         fail(err, "url", "url must have a host");
     else if (has_part(u, CURLUPART_USER) || has_part(u, CURLUPART_PASSWORD))
         fail(err, "url", "user-info in URLs is not allowed");

@@ -347,6 +347,17 @@ static void test_an_ftp_url_is_rejected(void **state)
     assert_rejected("{'url':'example.com/hook','delay_ms':1}", "url");
 }
 
+static void test_a_url_without_an_authority_is_rejected(void **state)
+{
+    (void)state;
+    spec_error err = parse_bad("{'url':'http:///x','delay_ms':1}");
+
+    assert_string_equal(err.field, "url");
+    assert_string_equal(err.detail, "url must have a host");
+    assert_rejected("{'url':'https://?q=1','delay_ms':1}", "url");
+    assert_rejected("{'url':'http:x','delay_ms':1}", "url");
+}
+
 static void test_a_url_with_user_info_is_rejected(void **state)
 {
     (void)state;
@@ -767,6 +778,7 @@ int main(void)
         cmocka_unit_test(test_without_limits_caps_are_lifted_but_rules_still_hold),
         cmocka_unit_test(test_a_missing_url_is_rejected),
         cmocka_unit_test(test_an_ftp_url_is_rejected),
+        cmocka_unit_test(test_a_url_without_an_authority_is_rejected),
         cmocka_unit_test(test_a_url_with_user_info_is_rejected),
         cmocka_unit_test(test_a_url_longer_than_the_limit_is_rejected),
         cmocka_unit_test(test_a_url_that_is_not_a_string_or_not_a_url_is_rejected),
