@@ -216,7 +216,7 @@ void config_print_help(FILE *out)
         env_name(s, env, sizeof env);
         snprintf(flag, sizeof flag, "--%s", s->name);
         fprintf(out, "  %-26s %-36s default: %s\n      %s\n", flag, env,
-                s->def ? (s->def[0] ? s->def : "(see below)") : "(unset)", s->help);
+                s->def ? (s->def[0] ? s->def : "(hostname-pid)") : "(unset)", s->help);
     }
     fprintf(out, "\n  --help, --version\n");
 }

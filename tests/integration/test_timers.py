@@ -1,0 +1,570 @@
+"""Integration tests of hookwheel's one-shot timers (DESIGN.md §1, §4; the API
+contract of issue 2): a real redis-server, the real hookwheel binary and a real
+HTTP receiver. Due times come from hookwheel's own 201 answers (fire_at_ms);
+arrival times are the receiver's wall clock (same machine)."""
+
+import json
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+from conftest import Reply, free_port, media_type, now_ms, scaled, wait_until
+
+# An attempt may not start before fire_at_ms; allow 1 ms for clock rounding
+# (fire_at_ms is an integer, arrival times are floats).
+ROUNDING_MS = 1.0
+
+MISSING = object()
+
+
+def assert_problem(status, headers, body, expected_status, field=MISSING, where=""):
+    """An RFC 9457 problem: status, content type, members; field equal to
+    `field` (a str, or a tuple of acceptable values), or absent when field is
+    None; not checked when MISSING."""
+    prefix = f"{where}: " if where else ""
+    assert status == expected_status, f"{prefix}expected {expected_status}, got {status}: {body!r}"
+    ct = media_type(headers.get("Content-Type"))
+    assert ct == "application/problem+json", f"{prefix}Content-Type {ct!r}, body {body!r}"
+    assert isinstance(body, dict), f"{prefix}problem body is not a JSON object: {body!r}"
+    for member in ("type", "title", "status", "detail"):
+        assert member in body, f"{prefix}problem without {member!r}: {body!r}"
+    assert body["status"] == expected_status, f"{prefix}{body!r}"
+    assert isinstance(body["title"], str) and body["title"], f"{prefix}{body!r}"
+    assert isinstance(body["detail"], str) and body["detail"], f"{prefix}{body!r}"
+    if field is None:
+        assert "field" not in body, f"{prefix}no field expected: {body!r}"
+    elif field is not MISSING:
+        accepted = field if isinstance(field, tuple) else (field,)
+        assert body.get("field") in accepted, f"{prefix}field should be {field!r}: {body!r}"
+
+
+def assert_created(status, headers, timer):
+    assert status == 201, f"expected 201, got {status}: {timer!r}"
+    assert isinstance(timer, dict), timer
+    assert headers.get("Location") == f"/timers/{timer['id']}", (headers.get("Location"), timer)
+    assert isinstance(timer.get("fire_at_ms"), int), timer
+    return timer
+
+
+def assert_not_early(req, fire_at_ms):
+    assert req.wall_ms >= fire_at_ms - ROUNDING_MS, (
+        f"{req!r} arrived {fire_at_ms - req.wall_ms:.1f} ms before its fire_at_ms {fire_at_ms}")
+
+
+def compact_forms(value):
+    """The compact serialisations of value (keys in the given order), with
+    and without \\u-escaping of non-ASCII characters."""
+    return {json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
+            json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("utf-8")}
+
+
+def sleep_until_ms(t_ms):
+    left = (t_ms - now_ms()) / 1000.0
+    if left > 0:
+        time.sleep(left)
+
+
+# --------------------------------------------------------------------------
+# 1. delivery exactly as specified, on time
+
+
+def test_a_delayed_put_arrives_with_its_method_path_query_headers_and_body_on_time(
+        hookwheel, receiver):
+    target = "/t1/deliver?x=1&y=a%20b"
+    text = 'héllo\nworld \t"quoted" \\ back-slash, ünïcödé ✓ 😀\r\nend'
+    spec = {"url": receiver.url(target), "method": "PUT",
+            "headers": {"X-Trace": "abc", "Content-Type": "text/plain; charset=utf-8"},
+            "body": text, "delay_ms": 1500}
+    json_value = {"order": 42, "items": [1, 2, "é"], "nested": {"ok": True, "none": None},
+                  "s": "a b"}
+    json_spec = {"url": receiver.url("/t1/json"), "json": json_value, "delay_ms": 300}
+
+    t0 = now_ms()
+    timer = assert_created(*hookwheel.create(spec))
+    t1 = now_ms()
+    jtimer = assert_created(*hookwheel.create(json_spec))
+
+    tid, fire_at = timer["id"], timer["fire_at_ms"]
+    # delay_ms is relative to the moment hookwheel accepted the request
+    assert t0 + 1500 - ROUNDING_MS <= fire_at <= t1 + 1500 + ROUNDING_MS, (t0, t1, timer)
+    assert timer["state"] == "scheduled", timer
+    assert timer["attempts"] == 0, timer
+    assert timer.get("last_attempt") is None, timer
+    assert timer["method"] == "PUT" and timer["url"] == spec["url"], timer
+    assert timer["headers"] == spec["headers"] and timer["body"] == text, timer
+    assert jtimer.get("json") == json_value, jtimer
+
+    # --- the PUT
+    got = receiver.wait_for(1, path="/t1/deliver", timeout=scaled(1.5) + 5)
+    assert len(got) == 1, f"expected one request, got {got!r}"
+    req = got[0]
+    assert req.method == "PUT"
+    assert req.target == target
+    assert req.body == text.encode("utf-8")
+    assert req.headers.get_all("X-Trace") == ["abc"], req.headers
+    assert req.headers.get_all("Content-Type") == ["text/plain; charset=utf-8"], req.headers
+    assert req.headers.get_all("webhook-id") == [tid], req.headers
+    assert req.headers.get_all("Hookwheel-Timer-Id") == [tid], req.headers
+    assert req.headers.get_all("Hookwheel-Attempt") == ["1"], req.headers
+    ts = req.headers.get("webhook-timestamp")
+    assert ts is not None and ts.isdigit(), req.headers
+    assert abs(int(ts) - req.wall) <= 5, f"webhook-timestamp {ts} vs arrival {req.wall:.3f}"
+    ua = req.headers.get_all("User-Agent")
+    assert len(ua) == 1 and ua[0].startswith("hookwheel/"), req.headers
+    # never early, and on time
+    assert_not_early(req, fire_at)
+    late = req.wall_ms - fire_at
+    assert late <= 100, f"arrived {late:.1f} ms after fire_at_ms"
+
+    done = hookwheel.wait_state(tid, ("delivered", "failed"), timeout=scaled(5))
+    assert done.get("state") == "delivered", done
+    assert done["attempts"] == 1, done
+    assert done["last_attempt"]["status"] == 204, done
+    assert done["id"] == tid and done["fire_at_ms"] == fire_at, done
+
+    # --- the json timer (default method POST)
+    got = receiver.wait_for(1, path="/t1/json", timeout=scaled(5))
+    assert len(got) == 1, got
+    jreq = got[0]
+    assert jreq.method == "POST"
+    assert_not_early(jreq, jtimer["fire_at_ms"])
+    cts = jreq.headers.get_all("Content-Type")
+    assert len(cts) == 1 and media_type(cts[0]) == "application/json", jreq.headers
+    parsed = json.loads(jreq.body)
+    assert parsed == json_value, jreq.body
+    assert jreq.body in compact_forms(parsed), f"not compact JSON: {jreq.body!r}"
+    assert jreq.headers.get("Hookwheel-Timer-Id") == jtimer["id"]
+
+    # still exactly one request each
+    time.sleep(0.2)
+    assert len(receiver.requests("/t1/deliver")) == 1
+    assert len(receiver.requests("/t1/json")) == 1
+
+
+# --------------------------------------------------------------------------
+# 2. many timers: exactly once, never early
+
+
+def test_two_thousand_timers_spread_over_three_seconds_all_arrive_exactly_once_and_never_early(
+        hookwheel, receiver):
+    n, threads = 2000, 8
+    delays = [round(i * 3000 / (n - 1)) for i in range(n)]
+    random.Random(2000).shuffle(delays)
+    ids = [f"bulk-{i:04d}" for i in range(n)]
+    url = receiver.url("/bulk")
+    fire_at = {}
+    errors = []
+    lock = threading.Lock()
+
+    def create(k):
+        try:
+            with hookwheel.api.session() as s:
+                for i in range(k, n, threads):
+                    status, _, body = s.create({"id": ids[i], "url": url, "delay_ms": delays[i]})
+                    with lock:
+                        # 200: a create retried after a dropped keep-alive connection
+                        if status in (200, 201) and isinstance(body, dict):
+                            fire_at[ids[i]] = body["fire_at_ms"]
+                        else:
+                            errors.append((ids[i], status, body))
+        except Exception as e:  # reported below
+            with lock:
+                errors.append((k, "exception", repr(e)))
+
+    started = time.monotonic()
+    workers = [threading.Thread(target=create, args=(k,)) for k in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    created_s = time.monotonic() - started
+    assert not errors, f"{len(errors)} creates failed, first: {errors[:5]}"
+    assert len(fire_at) == n
+
+    def all_seen(reqs):
+        return len({r.timer_id for r in reqs if r.path == "/bulk"}) >= n
+    receiver.wait_until(all_seen, timeout=scaled(20))
+    time.sleep(0.5)  # late duplicates
+    reqs = receiver.requests("/bulk")
+    counts = Counter(r.timer_id for r in reqs)
+    missing = sorted(set(ids) - set(counts))
+    dups = {k: c for k, c in counts.items() if c > 1}
+    unknown = sorted(set(counts) - set(ids))
+    early = [(r.timer_id, round(fire_at[r.timer_id] - r.wall_ms, 1))
+             for r in reqs if r.timer_id in fire_at and r.wall_ms < fire_at[r.timer_id] - ROUNDING_MS]
+    late = sorted(r.wall_ms - fire_at[r.timer_id] for r in reqs if r.timer_id in fire_at)
+    stats = (f"created in {created_s:.2f} s; lateness ms p50={late[len(late) // 2]:.1f} "
+             f"p99={late[int(len(late) * 0.99)]:.1f} max={late[-1]:.1f}") if late else ""
+    print(stats)
+    assert not missing, f"{len(missing)} timers never arrived, e.g. {missing[:10]} ({stats})"
+    assert not dups, f"{len(dups)} timers arrived more than once, e.g. {list(dups.items())[:10]}"
+    assert not unknown, f"requests for unknown timer ids: {unknown[:10]}"
+    assert not early, f"{len(early)} timers arrived early (id, ms early): {early[:10]}"
+    assert all(r.attempt == "1" for r in reqs), [r for r in reqs if r.attempt != "1"][:5]
+
+
+# --------------------------------------------------------------------------
+# 3. cancel
+
+
+def test_a_cancelled_timer_never_arrives_and_cancel_is_exact(hookwheel, receiver):
+    # a timer that will be delivered, to try cancelling it afterwards
+    delivered = assert_created(*hookwheel.create(
+        {"url": receiver.url("/t3/delivered"), "delay_ms": 0}))
+
+    timer = assert_created(*hookwheel.create(
+        {"url": receiver.url("/t3/cancelled"), "delay_ms": 1500}))
+    tid = timer["id"]
+    time.sleep(0.2)
+    status, headers, body = hookwheel.cancel(tid)
+    assert status == 200, (status, body)
+    assert media_type(headers.get("Content-Type")) == "application/json", headers
+    assert body["id"] == tid and body["state"] == "cancelled", body
+
+    status, _, body = hookwheel.get(tid)
+    assert status == 200 and body["state"] == "cancelled", (status, body)
+
+    # cancelling a delivered timer: 409 with its state
+    got = receiver.wait_for(1, path="/t3/delivered", timeout=scaled(5))
+    assert len(got) == 1, got
+    done = hookwheel.wait_state(delivered["id"], ("delivered", "failed"), timeout=scaled(5))
+    assert done.get("state") == "delivered", done
+    status, headers, body = hookwheel.cancel(delivered["id"])
+    assert_problem(status, headers, body, 409)
+    assert body.get("state") == "delivered", body
+    status, _, body = hookwheel.get(delivered["id"])
+    assert status == 200 and body["state"] == "delivered", (status, body)
+
+    # unknown id
+    status, headers, body = hookwheel.cancel("no-such-timer-3")
+    assert_problem(status, headers, body, 404)
+
+    # the cancelled timer never arrives
+    sleep_until_ms(timer["fire_at_ms"] + 1000)
+    assert receiver.requests("/t3/cancelled") == [], receiver.requests("/t3/cancelled")
+    status, _, body = hookwheel.get(tid)
+    assert status == 200 and body["state"] == "cancelled", (status, body)
+    assert body["attempts"] == 0, body
+
+    # cancelling again is fine
+    status, _, body = hookwheel.cancel(tid)
+    assert status == 200, (status, body)
+    assert body["state"] == "cancelled", body
+
+
+# --------------------------------------------------------------------------
+# 4. retries
+
+
+def test_a_target_answering_500_twice_then_204_is_delivered_on_the_third_attempt(
+        hookwheel, receiver):
+    receiver.plan("/flaky", [500, 500, 204])
+    timer = assert_created(*hookwheel.create({
+        "url": receiver.url("/flaky"), "delay_ms": 0,
+        "retry": {"max_attempts": 5, "min_backoff_ms": 100, "max_backoff_ms": 200}}))
+    done = hookwheel.wait_state(timer["id"], ("delivered", "failed"), timeout=scaled(10))
+    assert done.get("state") == "delivered", done
+    assert done["attempts"] == 3, done
+    assert done["last_attempt"]["status"] == 204, done
+    time.sleep(0.3)  # no further attempts
+    reqs = receiver.requests("/flaky")
+    assert [r.attempt for r in reqs] == ["1", "2", "3"], reqs
+    assert {r.timer_id for r in reqs} == {timer["id"]}
+    assert {r.headers.get("webhook-id") for r in reqs} == {timer["id"]}
+    assert_not_early(reqs[0], timer["fire_at_ms"])
+    for a, b in zip(reqs, reqs[1:]):
+        gap_ms = (b.mono - a.mono) * 1000
+        # the backoff lies within [min_backoff_ms, max_backoff_ms]
+        assert 100 - 5 <= gap_ms <= 2000, f"gap between attempts {gap_ms:.1f} ms"
+
+
+def test_an_unreachable_target_fails_after_max_attempts_with_the_error_kept(hookwheel):
+    port = free_port()  # nothing listens there
+    timer = assert_created(*hookwheel.create({
+        "url": f"http://127.0.0.1:{port}/x", "delay_ms": 0,
+        "retry": {"max_attempts": 3, "min_backoff_ms": 50, "max_backoff_ms": 100}}))
+    done = hookwheel.wait_state(timer["id"], ("delivered", "failed"), timeout=scaled(10))
+    assert done.get("state") == "failed", done
+    assert done["attempts"] == 3, done
+    last = done["last_attempt"]
+    assert isinstance(last, dict), done
+    assert isinstance(last.get("error"), str) and last["error"].strip(), done
+    assert "status" in last and last["status"] is None, done
+
+
+def test_a_404_answer_fails_the_timer_at_once(hookwheel, receiver):
+    receiver.default("/gone", 404)
+    timer = assert_created(*hookwheel.create({
+        "url": receiver.url("/gone"), "delay_ms": 0,
+        "retry": {"max_attempts": 5, "min_backoff_ms": 50, "max_backoff_ms": 100}}))
+    done = hookwheel.wait_state(timer["id"], ("delivered", "failed"), timeout=scaled(10))
+    assert done.get("state") == "failed", done
+    assert done["attempts"] == 1, done
+    assert done["last_attempt"]["status"] == 404, done
+    time.sleep(0.5)  # would be enough for a retry with these backoffs
+    reqs = receiver.requests("/gone")
+    assert len(reqs) == 1, reqs
+    status, _, body = hookwheel.get(timer["id"])
+    assert status == 200 and body["state"] == "failed" and body["attempts"] == 1, body
+
+
+def test_a_429_with_retry_after_1_is_retried_after_about_a_second(hookwheel, receiver):
+    receiver.plan("/busy", [Reply(429, {"Retry-After": "1"}), 204])
+    timer = assert_created(*hookwheel.create({
+        "url": receiver.url("/busy"), "delay_ms": 0,
+        "retry": {"max_attempts": 3, "min_backoff_ms": 100, "max_backoff_ms": 2000}}))
+    got = receiver.wait_for(2, path="/busy", timeout=scaled(8))
+    assert len(got) == 2, got
+    gap = got[1].mono - got[0].mono
+    assert gap >= 0.95, f"retried {gap * 1000:.0f} ms after a 429 with Retry-After: 1"
+    assert gap <= 4.0, f"retried only {gap:.2f} s after a 429 with Retry-After: 1"
+    assert [r.attempt for r in got] == ["1", "2"], got
+    done = hookwheel.wait_state(timer["id"], ("delivered", "failed"), timeout=scaled(5))
+    assert done.get("state") == "delivered" and done["attempts"] == 2, done
+
+
+# --------------------------------------------------------------------------
+# 5. graceful shutdown hands timers over
+
+
+def test_timers_pending_at_sigterm_are_delivered_exactly_once_by_the_next_instance(
+        hookwheel_factory, redis, receiver):
+    first = hookwheel_factory(redis)
+    n = 60
+    delays = [500 + round(i * 4500 / (n - 1)) for i in range(n)]
+    fire_at = {}
+    begun = time.monotonic()
+    with first.api.session() as s:
+        for i, d in enumerate(delays):
+            tid = f"drain-{i:02d}"
+            status, _, body = s.create({"id": tid, "url": receiver.url("/drain"), "delay_ms": d})
+            assert status in (200, 201), (tid, status, body)
+            fire_at[tid] = body["fire_at_ms"]
+
+    # let the first timers fire; those due within the 2 s window are in memory now
+    time.sleep(max(0.0, 1.2 - (time.monotonic() - begun)))
+    code = first.stop(signal.SIGTERM)
+    assert code == 0, f"hookwheel exited with {code} on SIGTERM"
+    before = len(receiver.requests("/drain"))
+
+    second = hookwheel_factory(redis)
+    assert second.instance_id != first.instance_id
+
+    def all_seen(reqs):
+        return len({r.timer_id for r in reqs if r.path == "/drain"}) >= n
+    last_due = max(fire_at.values())
+    receiver.wait_until(all_seen, timeout=max(0.0, (last_due - now_ms()) / 1000) + scaled(8))
+    time.sleep(0.5)  # late duplicates
+    reqs = receiver.requests("/drain")
+    counts = Counter(r.timer_id for r in reqs)
+    missing = sorted(set(fire_at) - set(counts))
+    dups = {k: c for k, c in counts.items() if c > 1}
+    early = [(r.timer_id, round(fire_at[r.timer_id] - r.wall_ms, 1))
+             for r in reqs if r.timer_id in fire_at and r.wall_ms < fire_at[r.timer_id] - ROUNDING_MS]
+    assert not missing, (f"{len(missing)} timers never arrived after the restart: {missing} "
+                         f"({before} had arrived before SIGTERM)")
+    assert not dups, f"delivered more than once: {dups}"
+    assert not early, f"arrived early (id, ms early): {early}"
+    assert set(counts) <= set(fire_at), set(counts) - set(fire_at)
+    assert all(r.attempt == "1" for r in reqs), [r for r in reqs if r.attempt != "1"]
+    # the record agrees
+    for tid in sorted(fire_at):
+        done = second.wait_state(tid, ("delivered", "failed"), timeout=scaled(3))
+        assert done.get("state") == "delivered" and done["attempts"] == 1, (tid, done)
+
+
+# --------------------------------------------------------------------------
+# 6. validation
+
+
+def _in_days(days):
+    t = datetime.now(timezone.utc) + timedelta(days=days)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def bad_requests():
+    """(name, body (dict: sent as JSON | bytes: sent raw), content type,
+    expected status, expected field (None: absent; tuple: any of))."""
+    url = "http://127.0.0.1:9/x"
+    ok = {"url": url, "delay_ms": 1000}
+
+    def spec(**kw):
+        s = dict(ok)
+        s.update(kw)
+        return s
+
+    def without(*keys, **kw):
+        s = spec(**kw)
+        for k in keys:
+            s.pop(k)
+        return s
+
+    ctype = "application/json"
+    rows = [
+        # the brief's table
+        ("missing url", without("url"), ctype, 400, "url"),
+        ("ftp url", spec(url="ftp://127.0.0.1/x"), ctype, 400, "url"),
+        ("negative delay", spec(delay_ms=-1), ctype, 400, "delay_ms"),
+        ("delay_ms and fire_at", {"url": url, "delay_ms": 1000, "fire_at": _in_days(1)},
+         ctype, 400, "fire_at"),
+        ("unknown field", spec(colour="red"), ctype, 400, "colour"),
+        ("header with CR/LF", spec(headers={"X-Bad": "a\r\nInjected: 1"}), ctype, 400,
+         "headers.X-Bad"),
+        ("oversize body", spec(body="a" * 70000), ctype, 413, None),
+        ("text/plain content type", json.dumps(ok).encode(), "text/plain", 415, None),
+        ("malformed JSON", b'{"url": "http://127.0.0.1:9/x", "delay_ms": ', ctype, 400, None),
+        ("retry.max_attempts 0", spec(retry={"max_attempts": 0}), ctype, 400,
+         "retry.max_attempts"),
+        ("bad id", spec(id="bad id!"), ctype, 400, "id"),
+        # more rules of the contract
+        ("url with user-info", spec(url="http://user:pw@127.0.0.1:9/x"), ctype, 400, "url"),
+        ("url without host", spec(url="http:///x"), ctype, 400, "url"),
+        ("url over 2048 bytes", spec(url=url + "?" + "q" * 2100), ctype, 400, "url"),
+        ("unknown method", spec(method="FETCH"), ctype, 400, "method"),
+        ("reserved header Host", spec(headers={"Host": "example.com"}), ctype, 400,
+         "headers.Host"),
+        ("reserved header webhook-id", spec(headers={"Webhook-Id": "x"}), ctype, 400,
+         "headers.Webhook-Id"),
+        ("reserved header Hookwheel-*", spec(headers={"hookwheel-attempt": "7"}), ctype, 400,
+         "headers.hookwheel-attempt"),
+        ("header value not a string", spec(headers={"X-Num": 5}), ctype, 400, "headers.X-Num"),
+        ("header name not a token", spec(headers={"Bad Name": "v"}), ctype, 400,
+         "headers.Bad Name"),
+        ("no due time", without("delay_ms"), ctype, 400, "delay_ms"),
+        ("delay_ms as a string", spec(delay_ms="1000"), ctype, 400, "delay_ms"),
+        ("delay over 365 days", spec(delay_ms=366 * 86400 * 1000), ctype, 400, "delay_ms"),
+        ("fire_at not RFC 3339", without("delay_ms", fire_at="tomorrow"), ctype, 400,
+         "fire_at"),
+        ("body and json", spec(body="x", json={"a": 1}), ctype, 400, ("body", "json")),
+        ("timeout_ms 0", spec(timeout_ms=0), ctype, 400, "timeout_ms"),
+        ("retry.max_attempts 101", spec(retry={"max_attempts": 101}), ctype, 400,
+         "retry.max_attempts"),
+        ("retry.max_backoff_ms below min", spec(retry={"min_backoff_ms": 500,
+                                                       "max_backoff_ms": 100}),
+         ctype, 400, "retry.max_backoff_ms"),
+        ("retry unknown member", spec(retry={"max_attempts": 2, "jitter": True}), ctype, 400,
+         "retry.jitter"),
+        ("bad queue", spec(queue="bad queue"), ctype, 400, "queue"),
+        ("id over 128 chars", spec(id="a" * 129), ctype, 400, "id"),
+    ]
+    return rows
+
+
+def test_bad_create_requests_get_problem_answers_and_create_nothing(hookwheel, redis):
+    keys_before = redis.keys("hw:*")
+    failures = []
+    for name, body, ctype, want_status, want_field in bad_requests():
+        kwargs = {"raw_body": body} if isinstance(body, bytes) else {
+            "raw_body": json.dumps(body).encode()}
+        try:
+            status, headers, answer = hookwheel.request(
+                "POST", "/timers", headers={"Content-Type": ctype}, **kwargs)
+            assert_problem(status, headers, answer, want_status, want_field, where=name)
+        except AssertionError as e:
+            failures.append(str(e).split("\n")[0])
+        except Exception as e:
+            failures.append(f"{name}: {e!r}")
+    # none of them wrote anything (the instance lease key is hookwheel's own)
+    new_keys = {k for k in redis.keys("hw:*") - keys_before if not k.startswith("hw:instance:")}
+    new_keys |= {k for k in redis.keys("*") if ":t:" in k}
+    if new_keys:
+        failures.append(f"rejected requests wrote to Redis: {sorted(new_keys)[:20]}")
+    assert not failures, f"{len(failures)} problems with bad create requests:\n  " + \
+        "\n  ".join(failures)
+
+
+# --------------------------------------------------------------------------
+# the rest of the API
+
+
+def test_an_id_makes_create_idempotent_and_a_different_spec_conflicts(hookwheel, receiver):
+    spec = {"id": "order-42", "url": receiver.url("/orders"), "delay_ms": 60000,
+            "body": "x", "headers": {"X-A": "1"}}
+    status, headers, first = hookwheel.create(spec)
+    assert_created(status, headers, first)
+    assert first["id"] == "order-42"
+    assert headers["Location"] == "/timers/order-42"
+
+    time.sleep(0.05)  # a re-evaluated delay would now give another fire_at_ms
+    status, headers, again = hookwheel.create(spec)
+    assert status == 200, (status, again)
+    assert again["id"] == "order-42", again
+    assert again["fire_at_ms"] == first["fire_at_ms"], (first, again)
+    assert again["created_at"] == first["created_at"], (first, again)
+    assert again["state"] == "scheduled", again
+
+    # the same spec with its members in another order is the same spec
+    reordered = {k: spec[k] for k in reversed(list(spec))}
+    status, _, body = hookwheel.create(reordered)
+    assert status == 200 and body["fire_at_ms"] == first["fire_at_ms"], (status, body)
+
+    status, headers, body = hookwheel.create(dict(spec, body="y"))
+    assert_problem(status, headers, body, 409)
+    assert body.get("state") == "scheduled", body
+
+    status, _, body = hookwheel.get("order-42")
+    assert status == 200, (status, body)
+    assert body["body"] == "x" and body["fire_at_ms"] == first["fire_at_ms"], body
+
+    # a server-generated id: 32 hex characters, and Location points at it
+    status, headers, gen = hookwheel.create({"url": receiver.url("/gen"), "delay_ms": 60000})
+    assert_created(status, headers, gen)
+    assert len(gen["id"]) == 32 and all(c in "0123456789abcdef" for c in gen["id"].lower()), gen
+    status, _, body = hookwheel.get(gen["id"])
+    assert status == 200 and body["id"] == gen["id"], (status, body)
+
+
+def test_unknown_ids_methods_and_health_endpoints_answer_as_documented(hookwheel):
+    status, headers, body = hookwheel.get("no-such-timer")
+    assert_problem(status, headers, body, 404)
+
+    status, headers, body = hookwheel.request("PUT", "/timers", json_body={})
+    assert_problem(status, headers, body, 405)
+    allow = [m.strip().upper() for m in (headers.get("Allow") or "").split(",")]
+    assert "POST" in allow, headers.get("Allow")
+
+    status, headers, body = hookwheel.request("GET", "/no/such/path")
+    assert_problem(status, headers, body, 404)
+
+    status, headers, body = hookwheel.request("GET", "/healthz")
+    assert status == 200 and body == {"status": "ok"}, (status, body)
+    status, headers, body = hookwheel.request("GET", "/readyz")
+    assert status == 200 and body == {"status": "ready"}, (status, body)
+
+
+def test_with_redis_down_create_answers_503_with_retry_after_and_writes_nothing(
+        hookwheel, redis, receiver):
+    redis.stop()
+    assert not redis.alive()
+    spec = {"id": "while-down", "url": receiver.url("/down"), "delay_ms": 200}
+    status, headers, body = hookwheel.create(spec)
+    assert_problem(status, headers, body, 503)
+    retry_after = headers.get("Retry-After")
+    # delay-seconds (RFC 9110), an integer >= 0 (openapi.yaml)
+    assert retry_after is not None and retry_after.strip().isdigit(), headers
+
+    def not_ready():
+        return hookwheel.request("GET", "/readyz")[0] == 503
+    assert wait_until(not_ready, timeout=scaled(10), interval=0.1), "readyz never answered 503"
+    status, headers, body = hookwheel.request("GET", "/readyz")
+    assert_problem(status, headers, body, 503)
+    status, _, _ = hookwheel.request("GET", "/healthz")
+    assert status == 200, "the process is alive even without Redis"
+
+    # Redis comes back (AOF replayed): nothing of the refused timer is there
+    redis.restart()
+    assert not [k for k in redis.keys("*") if "while-down" in k], redis.keys("*")
+
+    def ready():
+        return hookwheel.request("GET", "/readyz")[0] == 200
+    assert wait_until(ready, timeout=scaled(15), interval=0.1), "not ready after Redis returned"
+    status, headers, body = hookwheel.get("while-down")
+    assert_problem(status, headers, body, 404)
+    # and the id is free: a create now succeeds and is delivered
+    timer = assert_created(*hookwheel.create(spec))
+    got = receiver.wait_for(1, path="/down", timeout=scaled(5))
+    assert len(got) == 1 and got[0].timer_id == "while-down", got
+    assert_not_early(got[0], timer["fire_at_ms"])
