@@ -42,18 +42,18 @@ void log_write(int level, const char *msg, const char *fields_fmt, ...)
     clock_format_rfc3339(clock_now_ms(), ts, sizeof ts);
     int n = snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"", ts,
                      level_names[level < 0 ? 0 : level > 3 ? 3 : level], msg);
-    if (fields_fmt && fields_fmt[0] && n > 0 && (size_t)n < sizeof line - 4) {
-        line[n++] = ',';
+    if (fields_fmt && fields_fmt[0] && n > 0 && (size_t)n < sizeof line - 64) {
+        size_t room = sizeof line - (size_t)n - 3;
         va_list ap;
         va_start(ap, fields_fmt);
-        int m = vsnprintf(line + n, sizeof line - (size_t)n - 3, fields_fmt, ap);
+        int m = vsnprintf(line + n + 1, room, fields_fmt, ap);
         va_end(ap);
-        if (m > 0)
-            n += m;
-        else
-            n--; /* no fields after all: drop the comma */
-        if ((size_t)n > sizeof line - 3)
-            n = (int)sizeof line - 3;
+        if (m > 0 && (size_t)m < room) {
+            line[n] = ',';
+            n += 1 + m;
+        } else if (m > 0) { /* too long: a cut fragment would not be JSON */
+            n += snprintf(line + n, room, ",\"fields_truncated\":true");
+        }
     }
     line[n++] = '}';
     line[n++] = '\n';
