@@ -28,11 +28,13 @@ extern const size_t api_route_count;
  * outlive the server. */
 void api_init(api *a, const config *cfg, store *st, engine *eng);
 
-/* Builds the Timer resource (openapi.yaml) from a timer's stored fields. The
- * spec text is the canonical spec; last may be NULL. Returns a new reference
- * or NULL when the spec does not parse. Any thread. */
-json_t *api_timer_json(const char *id, const char *spec, size_t spec_len, const char *state,
-                       long long fire_ms, long long created_ms, long long attempts, const char *last,
-                       size_t last_len);
+/* Builds the Timer resource (openapi.yaml) as JSON text from a timer's
+ * stored fields: the canonical spec (a JSON object, see spec.h) with the
+ * state fields appended, so nothing is parsed or re-encoded. last is the
+ * stored last_attempt object or NULL. Returns malloc'd text (*len set), or
+ * NULL when spec is not a JSON object's text. Any thread. */
+char *api_timer_text(const char *id, const char *spec, size_t spec_len, const char *state,
+                     long long fire_ms, long long created_ms, long long attempts, const char *last,
+                     size_t last_len, size_t *len);
 
 #endif

@@ -65,7 +65,7 @@
 
 
 #define MAX_SEGMENTS      16            /* longer paths match no route */
-#define CONN_MEMORY_LIMIT (64 * 1024)   /* per connection: request line + headers + read buffer */
+#define CONN_MEMORY_LIMIT (16 * 1024)   /* per connection: request line + headers + read buffer */
 #define BODY_MIN_CAP      1024          /* first body allocation when the length is unknown */
 #define DISCARD_MIN       (1024 * 1024) /* bytes dropped past the cap before we close instead */
 #define STOP_DRAIN_MS     2000          /* http_stop waits this long for answered requests */
@@ -834,7 +834,7 @@ http_server *http_start(const http_config *cfg, const http_route *routes, size_t
      * MHD_OPTION_SOCK_ADDR is what is bound. */
     uint16_t port = ntohs(v6 ? ((struct sockaddr_in6 *)&s->addr)->sin6_port
                              : ((struct sockaddr_in *)&s->addr)->sin_port);
-    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
+    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_TURBO |
                      MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     s->daemon = MHD_start_daemon(
         flags, port, NULL, NULL, access_cb, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, NULL,
@@ -977,6 +977,22 @@ void http_respond_json(http_req *r, unsigned status, json_t *body, const char *l
     } else if (location) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
     }
+    answer_publish(r, status, resp);
+}
+
+void http_respond_json_text_take(http_req *r, unsigned status, char *text, size_t len,
+                                 const char *location)
+{
+    if (!answer_claim(r)) {
+        free(text);
+        answer_dropped(status);
+        return;
+    }
+    struct MHD_Response *resp =
+        response_check(MHD_create_response_from_buffer_with_free_callback(len, text, free));
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (location)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
     answer_publish(r, status, resp);
 }
 

@@ -70,6 +70,12 @@ const char *http_req_path(const http_req *r);
  * location, if not NULL, becomes the Location header. Any thread; once. */
 void http_respond_json(http_req *r, unsigned status, json_t *body, const char *location);
 
+/* Answers with a JSON body already encoded: text (len bytes, allocated with
+ * malloc) is taken and freed by the server. For hot paths that splice text
+ * instead of building a jansson tree. Any thread; once. */
+void http_respond_json_text_take(http_req *r, unsigned status, char *text, size_t len,
+                                 const char *location);
+
 /* Answers with an application/problem+json body per RFC 9457:
  * {"type":"about:blank","title":<reason phrase of status>,"status":status,
  *  "detail":detail[,"field":field]} plus the members of extra (stolen, may be

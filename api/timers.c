@@ -42,49 +42,39 @@ void api_init(api *a, const config *cfg, store *st, engine *eng)
 
 /* ---- the Timer resource ---- */
 
-static json_t *time_json(long long ms)
+char *api_timer_text(const char *id, const char *spec, size_t spec_len, const char *state,
+                     long long fire_ms, long long created_ms, long long attempts, const char *last,
+                     size_t last_len, size_t *len)
 {
-    char buf[40];
-    clock_format_rfc3339((uint64_t)ms, buf, sizeof buf);
-    return json_string(buf);
-}
-
-static json_t *last_attempt_json(const char *last, size_t len)
-{
-    json_t *o = last ? json_loadb(last, len, 0, NULL) : NULL;
-    if (!json_is_object(o)) {
-        json_decref(o);
-        return json_null();
-    }
-    json_t *at = json_object_get(o, "at_ms");
-    json_object_set_new(o, "at", time_json(json_is_integer(at) ? json_integer_value(at) : 0));
-    json_object_del(o, "at_ms");
-    return o;
-}
-
-json_t *api_timer_json(const char *id, const char *spec, size_t spec_len, const char *state,
-                       long long fire_ms, long long created_ms, long long attempts, const char *last,
-                       size_t last_len)
-{
-    json_t *o = spec ? json_loadb(spec, spec_len, 0, NULL) : NULL;
-    if (!json_is_object(o)) {
-        json_decref(o);
+    if (!spec || spec_len < 2 || spec[0] != '{' || spec[spec_len - 1] != '}')
         return NULL;
+    if (!last || last_len < 2 || last[0] != '{') {
+        last = "null";
+        last_len = 4;
     }
-    json_object_del(o, "delay_ms");
-    json_object_del(o, "fire_at_ms");
-    json_object_set_new(o, "id", json_string(id));
-    json_object_set_new(o, "state", json_string(state ? state : "unknown"));
-    json_object_set_new(o, "fire_at", time_json(fire_ms));
-    json_object_set_new(o, "fire_at_ms", json_integer(fire_ms));
-    json_object_set_new(o, "created_at", time_json(created_ms));
-    json_object_set_new(o, "attempts", json_integer(attempts));
-    json_object_set_new(o, "last_attempt", last_attempt_json(last, last_len));
-    return o;
+    char fire[32], created[32];
+    clock_format_rfc3339((uint64_t)fire_ms, fire, sizeof fire);
+    clock_format_rfc3339((uint64_t)created_ms, created, sizeof created);
+    size_t cap = spec_len + strlen(id) + last_len + 256;
+    char *t = xmalloc(cap);
+    memcpy(t, spec, spec_len - 1);
+    size_t n = spec_len - 1;
+    n += (size_t)snprintf(t + n, cap - n,
+                          "%s\"id\":\"%s\",\"state\":\"%s\",\"fire_at\":\"%s\",\"fire_at_ms\":%lld,"
+                          "\"created_at\":\"%s\",\"attempts\":%lld,\"last_attempt\":",
+                          spec_len > 2 ? "," : "", id, state ? state : "unknown", fire, fire_ms, created,
+                          attempts);
+    memcpy(t + n, last, last_len);
+    n += last_len;
+    t[n++] = '}';
+    t[n] = '\0';
+    *len = n;
+    return t;
 }
 
-/* The Timer from a flat field/value reply (HGETALL) starting at index first. */
-static json_t *timer_from_fields(const char *id, const redisReply *r, int first)
+/* The Timer from a flat field/value reply (HGETALL) starting at index first;
+ * NULL when the stored spec is unreadable. */
+static char *timer_from_fields(const char *id, const redisReply *r, int first, size_t *len)
 {
     size_t spec_len = 0, last_len = 0;
     const char *spec = store_reply_field(r, first, "spec", &spec_len);
@@ -93,8 +83,8 @@ static json_t *timer_from_fields(const char *id, const redisReply *r, int first)
     const char *fire = store_reply_field(r, first, "fire_ms", NULL);
     const char *created = store_reply_field(r, first, "created_ms", NULL);
     const char *attempts = store_reply_field(r, first, "attempts", NULL);
-    return api_timer_json(id, spec, spec_len, state, fire ? atoll(fire) : 0, created ? atoll(created) : 0,
-                          attempts ? atoll(attempts) : 0, last, last_len);
+    return api_timer_text(id, spec, spec_len, state, fire ? atoll(fire) : 0, created ? atoll(created) : 0,
+                          attempts ? atoll(attempts) : 0, last, last_len, len);
 }
 
 static void respond_unavailable(http_req *r)
@@ -103,16 +93,16 @@ static void respond_unavailable(http_req *r)
                          RETRY_AFTER_S);
 }
 
-static void respond_timer(http_req *r, unsigned status, json_t *t, const char *id)
+static void respond_timer(http_req *r, unsigned status, char *text, size_t len, const char *id)
 {
-    if (!t) {
+    if (!text) {
         LOG(LOG_ERROR, "stored timer unreadable", "\"timer\":\"%s\"", id);
         http_respond_problem(r, 500, "The stored timer could not be read.", NULL, NULL, 0);
         return;
     }
     char loc[160];
     snprintf(loc, sizeof loc, "/timers/%s", id);
-    http_respond_json(r, status, t, status == 201 ? loc : NULL);
+    http_respond_json_text_take(r, status, text, len, status == 201 ? loc : NULL);
 }
 
 static void respond_conflict(http_req *r, const char *detail, const char *state)
@@ -154,18 +144,21 @@ static void create_cb(void *arg, const redisReply *reply)
     create_ctx *c = arg;
     long long code = store_reply_int(reply, 0, -1);
     if (code == 1) {
-        json_t *t = api_timer_json(c->id, c->spec->canonical, strlen(c->spec->canonical), "scheduled",
-                                   c->spec->fire_at_ms, (long long)c->now_ms, 0, NULL, 0);
+        size_t len = 0;
+        char *t = api_timer_text(c->id, c->spec->canonical, strlen(c->spec->canonical), "scheduled",
+                                 c->spec->fire_at_ms, (long long)c->now_ms, 0, NULL, 0, &len);
         LOG(LOG_DEBUG, "timer created", "\"timer\":\"%s\",\"queue\":\"%s\",\"fire_at_ms\":%" PRId64, c->id,
             c->spec->queue, c->spec->fire_at_ms);
-        respond_timer(c->r, 201, t, c->id);
+        respond_timer(c->r, 201, t, len, c->id);
         if (c->claim) {
             engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0);
             c->id = NULL;
             c->spec = NULL;
         }
     } else if (code == 0) {
-        respond_timer(c->r, 200, timer_from_fields(c->id, reply, 1), c->id);
+        size_t len = 0;
+        char *t = timer_from_fields(c->id, reply, 1, &len);
+        respond_timer(c->r, 200, t, len, c->id);
     } else if (code == 2) {
         respond_conflict(c->r, "A timer with this id already exists with a different spec.",
                          store_reply_str(reply, 1, NULL));
@@ -199,8 +192,8 @@ static void submit_create(api *a, create_ctx *c)
     snprintf(now, sizeof now, "%" PRIu64, c->now_ms);
     c->claim = engine_accepting(a->eng) && (uint64_t)c->spec->fire_at_ms <= c->now_ms + a->cfg->window_ms;
     const char *argv[] = {tk, dk, ck, c->id, c->spec->canonical, fire, now, c->claim ? "1" : "0",
-                          a->cfg->instance_id};
-    int rc = store_eval(a->st, SCRIPT_CREATE, 3, 9, argv, NULL, create_cb, c);
+                          a->cfg->instance_id, c->spec->when};
+    int rc = store_eval(a->st, SCRIPT_CREATE, 3, 10, argv, NULL, create_cb, c);
     if (rc < 0) {
         respond_submit_error(c->r, rc);
         create_ctx_free(c);
@@ -253,8 +246,11 @@ static void get_cb(void *arg, const redisReply *reply)
         respond_unavailable(c->r);
     else if (reply->elements == 0)
         http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
-    else
-        respond_timer(c->r, 200, timer_from_fields(c->id, reply, 0), c->id);
+    else {
+        size_t len = 0;
+        char *t = timer_from_fields(c->id, reply, 0, &len);
+        respond_timer(c->r, 200, t, len, c->id);
+    }
     free(c);
 }
 
@@ -278,9 +274,11 @@ static void cancel_cb(void *arg, const redisReply *reply)
 {
     id_ctx *c = arg;
     long long code = store_reply_int(reply, 0, -2);
-    if (code == 1)
-        respond_timer(c->r, 200, timer_from_fields(c->id, reply, 1), c->id);
-    else if (code == 0)
+    if (code == 1) {
+        size_t len = 0;
+        char *t = timer_from_fields(c->id, reply, 1, &len);
+        respond_timer(c->r, 200, t, len, c->id);
+    } else if (code == 0)
         respond_conflict(c->r, "An attempt already began or the timer has finished; it cannot be cancelled.",
                          store_reply_field(reply, 1, "state", NULL));
     else if (code == -1)

@@ -236,11 +236,14 @@ static void send_finish(engine *e, job *j)
     e->store_jobs++;
 }
 
-/* The last_attempt record: {"at_ms","duration_ms","status","error","response_snippet"}. */
+/* The last_attempt record exactly as the API shows it:
+ * {"at","duration_ms","status","error","response_snippet"}. */
 static char *last_attempt_json(const attempt_result *res)
 {
+    char at[32];
+    clock_format_rfc3339(res->started_ms, at, sizeof at);
     json_t *o = json_object();
-    json_object_set_new(o, "at_ms", json_integer((json_int_t)res->started_ms));
+    json_object_set_new(o, "at", json_string(at));
     json_object_set_new(o, "duration_ms", json_integer(res->duration_ms));
     json_object_set_new(o, "status", res->status ? json_integer(res->status) : json_null());
     json_object_set_new(o, "error", res->error[0] ? json_string(res->error) : json_null());
@@ -457,12 +460,13 @@ static void release_cb(void *arg, const redisReply *r)
 /* Hands every claim of this instance back to due, in every partition. */
 static void release_all(engine *e)
 {
-    char ck[KEYS_MAX], dk[KEYS_MAX], tp[KEYS_MAX], now[24], interrupted[200];
+    char ck[KEYS_MAX], dk[KEYS_MAX], tp[KEYS_MAX], now[24], at[32], interrupted[200];
     uint64_t t = clock_now_ms();
     snprintf(now, sizeof now, "%" PRIu64, t);
+    clock_format_rfc3339(t, at, sizeof at);
     snprintf(interrupted, sizeof interrupted,
-             "{\"at_ms\":%" PRIu64 ",\"duration_ms\":0,\"status\":null,"
-             "\"error\":\"attempt interrupted: the instance stopped\",\"response_snippet\":\"\"}", t);
+             "{\"at\":\"%s\",\"duration_ms\":0,\"status\":null,"
+             "\"error\":\"attempt interrupted: the instance stopped\",\"response_snippet\":\"\"}", at);
     for (uint32_t p = 0; p < e->cfg->partitions; p++) {
         keys_claimed(ck, p, e->cfg->instance_id);
         keys_due(dk, p);

@@ -487,7 +487,7 @@ static int time_delay(parse_ctx *c, const char *name, json_t *v)
     if (get_int(c->err, name, v, 0, room, &d) < 0)
         return -EINVAL;
     c->s->fire_at_ms = (int64_t)c->now_ms + d;
-    canon_set(c->canon, name, json_incref(v));
+    snprintf(c->s->when, sizeof c->s->when, "delay_ms=%" PRId64, d);
     return 0;
 }
 
@@ -501,7 +501,7 @@ static int time_fire_at(parse_ctx *c, const char *name, json_t *v)
     if (ms < 0)
         return fail(c->err, name, "fire_at must not be before 1970-01-01T00:00:00Z");
     c->s->fire_at_ms = ms;
-    canon_set(c->canon, "fire_at_ms", json_integer(ms));
+    snprintf(c->s->when, sizeof c->s->when, "fire_at_ms=%" PRId64, ms);
     return 0;
 }
 
@@ -512,7 +512,7 @@ static int time_fire_at_ms(parse_ctx *c, const char *name, json_t *v)
     if (get_int(c->err, name, v, 0, INT64_MAX, &ms) < 0)
         return -EINVAL;
     c->s->fire_at_ms = ms;
-    canon_set(c->canon, name, json_incref(v));
+    snprintf(c->s->when, sizeof c->s->when, "fire_at_ms=%" PRId64, ms);
     return 0;
 }
 
@@ -541,6 +541,10 @@ static int parse_time(parse_ctx *c, const char *unused_name, json_t *unused_v)
             return fail(c->err, time_fields[i].name,
                         "give only one of delay_ms, fire_at or fire_at_ms");
         chosen = i;
+    }
+    if (chosen == n && c->lim == &no_limits) { /* a stored spec: the caller has the due time */
+        c->s->fire_at_ms = (int64_t)c->now_ms;
+        return 0;
     }
     if (chosen == n)
         return fail(c->err, "delay_ms", "one of delay_ms, fire_at or fire_at_ms is required");

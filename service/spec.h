@@ -6,11 +6,15 @@
  * re-reads the canonical form stored in Redis with it (limits NULL).
  *
  * The canonical form is the effective spec as compact JSON with sorted keys
- * and defaults applied, without the id:
- *   {"body"|"json", "delay_ms"|"fire_at_ms", "headers", "method", "queue",
+ * and defaults applied, without the id and without the due time:
+ *   {"body"|"json", "headers", "method", "queue",
  *    "retry":{"max_attempts","max_backoff_ms","min_backoff_ms"}, "timeout_ms", "url"}
- * (fire_at given as RFC 3339 is stored as fire_at_ms). Two requests are "the
- * same spec" for idempotency exactly when their canonical forms are equal. */
+ * It is exactly the spec part of the Timer resource the API returns, so the
+ * API answers by appending the state fields to it, without re-encoding.
+ * The due time as the client gave it is kept apart, in `when`
+ * ("delay_ms=1500", or "fire_at_ms=<ms>" for fire_at and fire_at_ms). Two
+ * requests are "the same spec" for idempotency exactly when both their
+ * canonical forms and their `when` are equal. */
 #ifndef HW_SPEC_H
 #define HW_SPEC_H
 
@@ -55,10 +59,13 @@ typedef struct timer_spec {
     uint64_t max_backoff_ms;
     char *queue;           /* "default" when not given */
     char *canonical;       /* canonical JSON, see above */
+    char when[40];         /* the due time as given, see above ("" for a stored spec) */
 } timer_spec;
 
 /* Validates the JSON text json[0..len) against lim (NULL: no limits, for
- * specs read back from Redis) and resolves delay_ms against now_ms.
+ * specs read back from Redis) and resolves delay_ms against now_ms. With lim
+ * NULL no time field is required (a stored canonical spec has none; the
+ * caller knows the due time); fire_at_ms is then now_ms.
  * Returns 0 and *out (free with spec_free), or -EINVAL with *err filled and
  * *out untouched. Unknown fields, wrong types and out-of-range values are
  * errors naming the field. */
