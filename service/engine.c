@@ -480,22 +480,39 @@ static void release_all(engine *e)
 
 /* ---- the loop ---- */
 
-static int wait_timeout_ms(engine *e, uint64_t now)
+/* Wall-clock microseconds of the next thing to do: the next wheel tick with
+ * a timer, curl's deadline or the next sweep (at most a minute away). */
+static uint64_t next_wake_us(engine *e, uint64_t now_ms)
 {
     uint64_t until = e->next_sweep_ms;
-    int64_t w = wheel_next_ms(e->w, now);
-    if (w >= 0 && now + (uint64_t)w < until)
-        until = now + (uint64_t)w;
-    uint64_t cd = dispatch_deadline_us(e->d);
-    if (cd && (cd + 999) / 1000 < until)
-        until = (cd + 999) / 1000;
-    return until <= now ? 0 : until - now > 60000 ? 60000 : (int)(until - now);
+    int64_t w = wheel_next_ms(e->w, now_ms);
+    if (w >= 0 && now_ms + (uint64_t)w < until)
+        until = now_ms + (uint64_t)w;
+    if (until > now_ms + 60000)
+        until = now_ms + 60000;
+    uint64_t wake = until * 1000u, cd = dispatch_deadline_us(e->d);
+    return cd && cd < wake ? cd : wake;
 }
 
-static void poll_once(engine *e, int timeout_ms)
+/* Waits for events until wake_us (wall clock, microseconds; 0: do not
+ * wait). epoll_pwait2 takes a nanosecond timeout, so the engine wakes at the
+ * millisecond boundary a timer is due at, not up to a millisecond later as a
+ * millisecond epoll_wait timeout would. */
+static int wait_events(engine *e, struct epoll_event *evs, int max, uint64_t wake_us)
+{
+    uint64_t now = clock_now_us();
+    uint64_t us = wake_us > now ? wake_us - now : 0;
+    struct timespec ts = {(time_t)(us / 1000000u), (long)(us % 1000000u) * 1000L};
+    int n = epoll_pwait2(e->epfd, evs, max, &ts, NULL);
+    if (n < 0 && errno == ENOSYS) /* kernels before 5.11 */
+        n = epoll_wait(e->epfd, evs, max, (int)((us + 999) / 1000));
+    return n;
+}
+
+static void poll_once(engine *e, uint64_t wake_us)
 {
     struct epoll_event evs[256];
-    int n = epoll_wait(e->epfd, evs, 256, timeout_ms);
+    int n = wait_events(e, evs, 256, wake_us);
     for (int i = 0; i < n; i++) {
         if (evs[i].data.fd == e->evfd) {
             uint64_t v;
@@ -520,7 +537,7 @@ static void run(engine *e)
             e->next_sweep_ms = now + e->cfg->window_ms / 2;
         }
         expire(e, now);
-        poll_once(e, wait_timeout_ms(e, clock_now_ms()));
+        poll_once(e, next_wake_us(e, clock_now_ms()));
     }
 }
 
@@ -544,12 +561,12 @@ static void shutdown_engine(engine *e)
     uint64_t deadline = clock_now_ms() + e->cfg->shutdown_grace_ms;
     while ((dispatch_running(e->d) || e->store_jobs || atomic_load(&e->pending_ops)) &&
            clock_now_ms() < deadline)
-        poll_once(e, 10);
+        poll_once(e, clock_now_us() + 10000);
     dispatch_abort_all(e->d, abandon_cb, e);
     release_all(e);
     deadline = clock_now_ms() + 2 * e->cfg->redis_timeout_ms + 1000;
     while (atomic_load(&e->pending_ops) && clock_now_ms() < deadline)
-        poll_once(e, 10);
+        poll_once(e, clock_now_us() + 10000);
 }
 
 static void *engine_main(void *arg)
