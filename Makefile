@@ -32,9 +32,10 @@ endif
 LIB_SRCS  := service/xalloc.c service/log.c service/clock.c service/config.c \
              service/wheel.c service/limiter.c service/backoff.c service/spec.c \
              service/engine.c service/dispatch.c \
-             persistence/keys.c persistence/store.c persistence/redis_child.c \
+             persistence/keys.c persistence/record.c persistence/store.c persistence/redis_child.c \
              api/http.c api/problem.c api/timers.c
-LUA       := $(wildcard persistence/lua/*.lua)
+LUA       := $(filter-out persistence/lua/_%,$(wildcard persistence/lua/*.lua))
+LUA_PRE   := persistence/lua/_record.lua
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 MAIN_OBJ  := $(BUILD)/service/main.o
 BIN       := $(BUILD)/hookwheel
@@ -54,13 +55,14 @@ $(BUILD)/%.o: %.c | $(BUILD)/lua_scripts.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-# Lua scripts are embedded as C strings, one per file (persistence/lua/x.lua -> lua_x).
-$(BUILD)/lua_scripts.h: $(LUA)
+# Lua scripts are embedded as C strings, one per file (persistence/lua/x.lua ->
+# lua_x), each preceded by the shared prelude (persistence/lua/_record.lua).
+$(BUILD)/lua_scripts.h: $(LUA) $(LUA_PRE)
 	@mkdir -p $(BUILD)
 	@for f in $(LUA); do \
 	  n=$$(basename $$f .lua); \
 	  printf 'static const char lua_%s[] =\n' "$$n"; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$$/\\n"/' $$f; \
+	  cat $(LUA_PRE) $$f | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$$/\\n"/'; \
 	  printf ';\n'; \
 	done > $@.tmp && mv $@.tmp $@
 

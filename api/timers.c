@@ -15,6 +15,7 @@
 
 #include "clock.h"
 #include "keys.h"
+#include "record.h"
 #include "log.h"
 #include "xalloc.h"
 
@@ -72,19 +73,33 @@ char *api_timer_text(const char *id, const char *spec, size_t spec_len, const ch
     return t;
 }
 
-/* The Timer from a flat field/value reply (HGETALL) starting at index first;
- * NULL when the stored spec is unreadable. */
-static char *timer_from_fields(const char *id, const redisReply *r, int first, size_t *len)
+/* The Timer from a stored record (record.h); NULL when it is unreadable.
+ * The stored spec is the compact form, so it is parsed back to the
+ * canonical one first (reads only: GET, cancel, idempotent repeats). */
+static char *timer_from_record(const char *id, const char *raw, size_t raw_len, size_t *len)
 {
-    size_t spec_len = 0, last_len = 0;
-    const char *spec = store_reply_field(r, first, "spec", &spec_len);
-    const char *last = store_reply_field(r, first, "last", &last_len);
-    const char *state = store_reply_field(r, first, "state", NULL);
-    const char *fire = store_reply_field(r, first, "fire_ms", NULL);
-    const char *created = store_reply_field(r, first, "created_ms", NULL);
-    const char *attempts = store_reply_field(r, first, "attempts", NULL);
-    return api_timer_text(id, spec, spec_len, state, fire ? atoll(fire) : 0, created ? atoll(created) : 0,
-                          attempts ? atoll(attempts) : 0, last, last_len, len);
+    record rec;
+    timer_spec *spec = NULL;
+    spec_error err;
+    if (!raw || record_parse(raw, raw_len, &rec) < 0 ||
+        spec_parse(rec.f[REC_SPEC], rec.len[REC_SPEC], NULL, 0, &spec, &err) < 0)
+        return NULL;
+    char state[16];
+    snprintf(state, sizeof state, "%.*s", (int)rec.len[REC_STATE], rec.f[REC_STATE]);
+    char *t = api_timer_text(id, spec->canonical, strlen(spec->canonical), state, record_int(&rec, REC_FIRE),
+                             record_int(&rec, REC_CREATED), record_int(&rec, REC_ATTEMPTS), rec.f[REC_LAST],
+                             rec.len[REC_LAST], len);
+    spec_free(spec);
+    return t;
+}
+
+/* The state of a stored record, for 409 answers ("" when unreadable). */
+static void record_state(const char *raw, size_t raw_len, char *buf, size_t size)
+{
+    record rec;
+    if (!raw || record_parse(raw, raw_len, &rec) < 0)
+        rec.len[REC_STATE] = 0;
+    snprintf(buf, size, "%.*s", (int)rec.len[REC_STATE], rec.len[REC_STATE] ? rec.f[REC_STATE] : "");
 }
 
 static void respond_unavailable(http_req *r)
@@ -156,8 +171,9 @@ static void create_cb(void *arg, const redisReply *reply)
             c->spec = NULL;
         }
     } else if (code == 0) {
-        size_t len = 0;
-        char *t = timer_from_fields(c->id, reply, 1, &len);
+        size_t len = 0, raw_len = 0;
+        const char *raw = store_reply_str(reply, 1, &raw_len);
+        char *t = timer_from_record(c->id, raw, raw_len, &len);
         respond_timer(c->r, 200, t, len, c->id);
     } else if (code == 2) {
         respond_conflict(c->r, "A timer with this id already exists with a different spec.",
@@ -191,9 +207,12 @@ static void submit_create(api *a, create_ctx *c)
     snprintf(fire, sizeof fire, "%" PRId64, c->spec->fire_at_ms);
     snprintf(now, sizeof now, "%" PRIu64, c->now_ms);
     c->claim = engine_accepting(a->eng) && (uint64_t)c->spec->fire_at_ms <= c->now_ms + a->cfg->window_ms;
-    const char *argv[] = {tk, dk, ck, c->id, c->spec->canonical, fire, now, c->claim ? "1" : "0",
+    const char *argv[] = {tk, dk, ck, c->id, c->spec->stored, fire, now, c->claim ? "1" : "0",
                           a->cfg->instance_id, c->spec->when};
-    int rc = store_eval(a->st, SCRIPT_CREATE, 3, 10, argv, NULL, create_cb, c);
+    size_t lens[10];
+    for (int i = 0; i < 10; i++)
+        lens[i] = i == 4 ? c->spec->stored_len : strlen(argv[i]);
+    int rc = store_eval(a->st, SCRIPT_CREATE, 3, 10, argv, lens, create_cb, c);
     if (rc < 0) {
         respond_submit_error(c->r, rc);
         create_ctx_free(c);
@@ -242,13 +261,13 @@ static id_ctx *id_ctx_new(http_req *r, const char *id)
 static void get_cb(void *arg, const redisReply *reply)
 {
     id_ctx *c = arg;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY)
+    if (!reply || (reply->type != REDIS_REPLY_STRING && reply->type != REDIS_REPLY_NIL))
         respond_unavailable(c->r);
-    else if (reply->elements == 0)
+    else if (reply->type == REDIS_REPLY_NIL)
         http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
     else {
         size_t len = 0;
-        char *t = timer_from_fields(c->id, reply, 0, &len);
+        char *t = timer_from_record(c->id, reply->str, reply->len, &len);
         respond_timer(c->r, 200, t, len, c->id);
     }
     free(c);
@@ -262,7 +281,7 @@ static void get_timer(http_req *r, const char *const *params, void *app)
         return;
     char tk[KEYS_MAX];
     keys_timer(tk, keys_partition(c->id, (uint32_t)a->cfg->partitions), c->id);
-    const char *argv[] = {"HGETALL", tk};
+    const char *argv[] = {"GET", tk};
     int rc = store_command(a->st, 2, argv, NULL, get_cb, c);
     if (rc < 0) {
         respond_submit_error(r, rc);
@@ -274,13 +293,18 @@ static void cancel_cb(void *arg, const redisReply *reply)
 {
     id_ctx *c = arg;
     long long code = store_reply_int(reply, 0, -2);
+    size_t raw_len = 0;
+    const char *raw = store_reply_str(reply, 1, &raw_len);
     if (code == 1) {
         size_t len = 0;
-        char *t = timer_from_fields(c->id, reply, 1, &len);
+        char *t = timer_from_record(c->id, raw, raw_len, &len);
         respond_timer(c->r, 200, t, len, c->id);
-    } else if (code == 0)
+    } else if (code == 0) {
+        char state[16];
+        record_state(raw, raw_len, state, sizeof state);
         respond_conflict(c->r, "An attempt already began or the timer has finished; it cannot be cancelled.",
-                         store_reply_field(reply, 1, "state", NULL));
+                         state);
+    }
     else if (code == -1)
         http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
     else

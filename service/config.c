@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "spec.h"
 #include "xalloc.h"
 
 enum kind { K_STR, K_U64 };
@@ -162,6 +163,11 @@ static int check(config *cfg)
     if (cfg->default_timeout_ms > cfg->max_timeout_ms || cfg->default_max_attempts > cfg->max_attempts) {
         fprintf(stderr, "hookwheel: invalid defaults: HOOKWHEEL_DEFAULT_TIMEOUT_MS and "
                         "HOOKWHEEL_DEFAULT_MAX_ATTEMPTS must not exceed their maximums\n");
+        return -EINVAL;
+    }
+    if (cfg->instance_id[0] && !spec_id_valid(cfg->instance_id)) {
+        fprintf(stderr, "hookwheel: invalid HOOKWHEEL_INSTANCE_ID '%s': expected 1 to 128 characters of "
+                        "A-Z, a-z, 0-9, '.', '_', ':' or '-'\n", cfg->instance_id);
         return -EINVAL;
     }
     if (!cfg->instance_id[0]) {

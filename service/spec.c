@@ -41,10 +41,10 @@ static const spec_limits no_limits = {
     .max_timeout_ms = UINT32_MAX,
     .max_attempts = UINT32_MAX,
     .max_backoff_cap_ms = UINT64_MAX,
-    .default_timeout_ms = 10000,
-    .default_max_attempts = 5,
-    .default_min_backoff_ms = 1000,
-    .default_max_backoff_ms = 300000,
+    .default_timeout_ms = SPEC_DEFAULT_TIMEOUT_MS,
+    .default_max_attempts = SPEC_DEFAULT_MAX_ATTEMPTS,
+    .default_min_backoff_ms = SPEC_DEFAULT_MIN_BACKOFF_MS,
+    .default_max_backoff_ms = SPEC_DEFAULT_MAX_BACKOFF_MS,
 };
 
 typedef struct parse_ctx {
@@ -153,18 +153,16 @@ static void canon_set(json_t *obj, const char *key, json_t *value)
 }
 
 /* Dumps j into a buffer of ours (free()), whatever allocator jansson uses. */
+/* One pass (json_dumpb would need a second one to size the buffer).
+ * jansson allocates with malloc, so the text is free()d like ours. */
 static char *dump(const json_t *j, size_t flags, size_t *len)
 {
-    size_t n = json_dumpb(j, NULL, 0, flags);
-    char *buf;
+    char *buf = json_dumps(j, flags);
 
-    if (n == 0)
+    if (!buf)
         abort(); /* only out of memory: the tree was built or parsed by jansson */
-    buf = xmalloc(n + 1);
-    json_dumpb(j, buf, n, flags);
-    buf[n] = '\0';
     if (len)
-        *len = n;
+        *len = strlen(buf);
     return buf;
 }
 
@@ -649,6 +647,40 @@ static int parse_root(parse_ctx *c)
     return 0;
 }
 
+static int int_is(const json_t *o, const char *key, json_int_t v)
+{
+    const json_t *x = json_object_get(o, key);
+    return json_is_integer(x) && json_integer_value(x) == v;
+}
+
+static int str_is(const json_t *o, const char *key, const char *v)
+{
+    const char *x = json_string_value(json_object_get(o, key));
+    return x && strcmp(x, v) == 0;
+}
+
+/* The stored form (spec.h): the canonical object less its default members. */
+static char *dump_stored(const json_t *canon, size_t *len)
+{
+    json_t *o = need(json_copy((json_t *)canon)); /* shallow: members are shared, not changed */
+    const json_t *retry = json_object_get(o, "retry");
+    if (str_is(o, "method", "POST"))
+        json_object_del(o, "method");
+    if (str_is(o, "queue", "default"))
+        json_object_del(o, "queue");
+    if (json_object_size(json_object_get(o, "headers")) == 0)
+        json_object_del(o, "headers");
+    if (int_is(o, "timeout_ms", SPEC_DEFAULT_TIMEOUT_MS))
+        json_object_del(o, "timeout_ms");
+    if (int_is(retry, "max_attempts", SPEC_DEFAULT_MAX_ATTEMPTS) &&
+        int_is(retry, "min_backoff_ms", SPEC_DEFAULT_MIN_BACKOFF_MS) &&
+        int_is(retry, "max_backoff_ms", SPEC_DEFAULT_MAX_BACKOFF_MS))
+        json_object_del(o, "retry");
+    char *text = dump(o, JSON_COMPACT | JSON_SORT_KEYS, len);
+    json_decref(o);
+    return text;
+}
+
 int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t now_ms,
                timer_spec **out, spec_error *err)
 {
@@ -665,6 +697,7 @@ int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t no
     if (parse_root(&c) < 0)
         goto out;
     c.s->canonical = dump(c.canon, JSON_COMPACT | JSON_SORT_KEYS, NULL);
+    c.s->stored = dump_stored(c.canon, &c.s->stored_len);
     *out = c.s;
     c.s = NULL;
     rc = 0;
@@ -687,5 +720,6 @@ void spec_free(timer_spec *s)
     free(s->body);
     free(s->queue);
     free(s->canonical);
+    free(s->stored);
     free(s);
 }

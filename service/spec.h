@@ -14,7 +14,18 @@
  * The due time as the client gave it is kept apart, in `when`
  * ("delay_ms=1500", or "fire_at_ms=<ms>" for fire_at and fire_at_ms). Two
  * requests are "the same spec" for idempotency exactly when both their
- * canonical forms and their `when` are equal. */
+ * canonical forms and their `when` are equal.
+ *
+ * The stored form is the canonical form without the members that equal the
+ * contract's defaults below (method POST, queue "default", no headers,
+ * timeout_ms and retry at their defaults): a pending timer's bytes in Redis
+ * are mostly its own body and URL. Parsing it with lim NULL gives the
+ * canonical form back, and equal canonical forms have equal stored forms. */
+
+#define SPEC_DEFAULT_TIMEOUT_MS 10000
+#define SPEC_DEFAULT_MAX_ATTEMPTS 5
+#define SPEC_DEFAULT_MIN_BACKOFF_MS 1000
+#define SPEC_DEFAULT_MAX_BACKOFF_MS 300000
 #ifndef HW_SPEC_H
 #define HW_SPEC_H
 
@@ -59,6 +70,8 @@ typedef struct timer_spec {
     uint64_t max_backoff_ms;
     char *queue;           /* "default" when not given */
     char *canonical;       /* canonical JSON, see above */
+    char *stored;          /* the form kept in Redis, see below */
+    size_t stored_len;
     char when[40];         /* the due time as given, see above ("" for a stored spec) */
 } timer_spec;
 

@@ -7,15 +7,16 @@ local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, to
 local out = {}
 for _, id in ipairs(ids) do
   local tk = ARGV[4] .. id
-  local h = redis.call('HMGET', tk, 'spec', 'fire_ms', 'attempts', 'state')
+  local r = rec_load(tk)
   redis.call('ZREM', KEYS[1], id)
-  if h[1] and (h[4] == 'scheduled' or h[4] == 'retrying') then
-    redis.call('ZADD', KEYS[2], h[2], id)
-    redis.call('HSET', tk, 'owner', ARGV[3])
+  if r and (r[ST] == 'scheduled' or r[ST] == 'retrying') then
+    redis.call('ZADD', KEYS[2], r[FIRE], id)
+    r[OWNER] = ARGV[3]
+    rec_save(tk, r)
     out[#out + 1] = id
-    out[#out + 1] = h[1]
-    out[#out + 1] = h[2]
-    out[#out + 1] = h[3]
+    out[#out + 1] = r[SPEC]
+    out[#out + 1] = r[FIRE]
+    out[#out + 1] = r[ATT]
   end
 end
 return out

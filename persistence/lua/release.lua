@@ -8,14 +8,19 @@ local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 local n = 0
 for _, id in ipairs(ids) do
   local tk = ARGV[1] .. id
-  local h = redis.call('HMGET', tk, 'state', 'fire_ms')
-  if h[1] == 'scheduled' or h[1] == 'retrying' then
-    redis.call('ZADD', KEYS[2], h[2], id)
-    redis.call('HSET', tk, 'owner', '')
+  local r = rec_load(tk)
+  if r and (r[ST] == 'scheduled' or r[ST] == 'retrying') then
+    redis.call('ZADD', KEYS[2], r[FIRE], id)
+    r[OWNER] = ''
+    rec_save(tk, r)
     n = n + 1
-  elseif h[1] == 'firing' then
+  elseif r and r[ST] == 'firing' then
     redis.call('ZADD', KEYS[2], ARGV[2], id)
-    redis.call('HSET', tk, 'state', 'retrying', 'fire_ms', ARGV[2], 'owner', '', 'last', ARGV[3])
+    r[ST] = 'retrying'
+    r[FIRE] = ARGV[2]
+    r[OWNER] = ''
+    r[LAST] = ARGV[3]
+    rec_save(tk, r)
     n = n + 1
   end
 end

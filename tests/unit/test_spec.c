@@ -205,6 +205,31 @@ static void test_canonical_form_parses_back_to_itself_without_limits(void **stat
     }
 }
 
+static void test_the_stored_form_leaves_out_the_defaults_and_parses_back_to_the_canonical_one(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_ok("{'url':'http://h/x','delay_ms':5,'body':'b'}");
+    timer_spec *t = parse_ok("{'url':'http://h/x','delay_ms':5,'method':'PUT','queue':'q',"
+                             "'headers':{'X-A':'1'},'timeout_ms':5,'retry':{'max_attempts':2}}");
+    timer_spec *again = NULL;
+    spec_error err;
+
+    assert_string_equal(s->stored, "{\"body\":\"b\",\"url\":\"http://h/x\"}");
+    assert_int_equal(s->stored_len, strlen(s->stored));
+    assert_int_equal(spec_parse(s->stored, s->stored_len, NULL, NOW, &again, &err), 0);
+    assert_string_equal(again->canonical, s->canonical);
+    spec_free(again);
+    assert_non_null(strstr(t->stored, "\"method\":\"PUT\""));
+    assert_non_null(strstr(t->stored, "\"queue\":\"q\""));
+    assert_non_null(strstr(t->stored, "\"timeout_ms\":5"));
+    assert_non_null(strstr(t->stored, "\"retry\":{\"max_attempts\":2,\"max_backoff_ms\":300000,"));
+    assert_int_equal(spec_parse(t->stored, t->stored_len, NULL, NOW, &again, &err), 0);
+    assert_string_equal(again->canonical, t->canonical);
+    spec_free(again);
+    spec_free(s);
+    spec_free(t);
+}
+
 static void test_explicit_defaults_give_the_same_canonical_form_as_omitted_ones(void **state)
 {
     (void)state;
@@ -770,6 +795,7 @@ int main(void)
         cmocka_unit_test(test_a_full_spec_keeps_every_given_value),
         cmocka_unit_test(test_canonical_is_compact_sorted_and_leaves_out_the_id),
         cmocka_unit_test(test_canonical_form_parses_back_to_itself_without_limits),
+        cmocka_unit_test(test_the_stored_form_leaves_out_the_defaults_and_parses_back_to_the_canonical_one),
         cmocka_unit_test(test_explicit_defaults_give_the_same_canonical_form_as_omitted_ones),
         cmocka_unit_test(test_json_body_is_dumped_compact_and_marked_as_json),
         cmocka_unit_test(test_json_body_may_be_a_scalar),

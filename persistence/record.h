@@ -1,0 +1,25 @@
+/* record.h - a timer as stored in Redis: one string of eight lines
+ *   state, fire_ms, attempts, created_ms, owner, when, last, spec
+ * (persistence/lua/_record.lua writes it; last and spec are compact JSON and
+ * hold no raw newline). Any thread; pure. */
+#ifndef HW_RECORD_H
+#define HW_RECORD_H
+
+#include <stddef.h>
+
+enum { REC_STATE, REC_FIRE, REC_ATTEMPTS, REC_CREATED, REC_OWNER, REC_WHEN, REC_LAST, REC_SPEC,
+       REC_FIELDS };
+
+typedef struct record {
+    const char *f[REC_FIELDS]; /* point into the parsed text; not NUL-terminated */
+    size_t len[REC_FIELDS];
+} record;
+
+/* Splits text[0..len) into r. Returns 0, or -EINVAL when it has fewer than
+ * eight lines. */
+int record_parse(const char *text, size_t len, record *r);
+
+/* The field as a number (0 when empty or not a number). */
+long long record_int(const record *r, int field);
+
+#endif

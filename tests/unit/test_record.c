@@ -1,0 +1,69 @@
+/* test_record.c - the stored timer record (record.h). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "record.h"
+
+static void test_a_record_splits_into_its_eight_fields(void **state)
+{
+    (void)state;
+    const char *t = "retrying\n1795\n2\n1700\nnode-1\ndelay_ms=5\n{\"at\":\"x\"}\n{\"url\":\"http://h/\"}";
+    record r;
+
+    assert_int_equal(record_parse(t, strlen(t), &r), 0);
+    assert_memory_equal(r.f[REC_STATE], "retrying", r.len[REC_STATE]);
+    assert_int_equal(record_int(&r, REC_FIRE), 1795);
+    assert_int_equal(record_int(&r, REC_ATTEMPTS), 2);
+    assert_int_equal(record_int(&r, REC_CREATED), 1700);
+    assert_memory_equal(r.f[REC_OWNER], "node-1", r.len[REC_OWNER]);
+    assert_int_equal(r.len[REC_LAST], strlen("{\"at\":\"x\"}"));
+    assert_int_equal(r.len[REC_SPEC], strlen("{\"url\":\"http://h/\"}"));
+    assert_memory_equal(r.f[REC_SPEC], "{\"url\":\"http://h/\"}", r.len[REC_SPEC]);
+}
+
+static void test_empty_fields_stay_empty(void **state)
+{
+    (void)state;
+    const char *t = "scheduled\n5\n0\n4\n\nfire_at_ms=5\n\n{}";
+    record r;
+
+    assert_int_equal(record_parse(t, strlen(t), &r), 0);
+    assert_int_equal(r.len[REC_OWNER], 0);
+    assert_int_equal(r.len[REC_LAST], 0);
+    assert_int_equal(record_int(&r, REC_OWNER), 0);
+}
+
+static void test_a_record_with_too_few_lines_is_rejected(void **state)
+{
+    (void)state;
+    record r;
+
+    assert_int_equal(record_parse("scheduled\n5\n0", 13, &r), -EINVAL);
+    assert_int_equal(record_parse("", 0, &r), -EINVAL);
+}
+
+static void test_a_field_that_is_not_a_number_reads_as_zero(void **state)
+{
+    (void)state;
+    const char *t = "scheduled\n12x\n0\n4\n\n\n\n{}";
+    record r;
+
+    assert_int_equal(record_parse(t, strlen(t), &r), 0);
+    assert_int_equal(record_int(&r, REC_FIRE), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_record_splits_into_its_eight_fields),
+        cmocka_unit_test(test_empty_fields_stay_empty),
+        cmocka_unit_test(test_a_record_with_too_few_lines_is_rejected),
+        cmocka_unit_test(test_a_field_that_is_not_a_number_reads_as_zero),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
