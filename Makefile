@@ -1,5 +1,5 @@
 # hookwheel - build, run and test. Targets: all (default), run, test, deps,
-# unit, integration, test-sanitize, clean. SANITIZER=address,undefined builds
+# unit, integration, test-sanitize, bench, bench-quick, clean. SANITIZER=address,undefined builds
 # into build/sanitize.
 
 CC        ?= cc
@@ -98,5 +98,7 @@ deps:
 
 clean:
 	rm -rf build hookwheel
+
+include bench/bench.mk
 
 -include $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d)

@@ -30,6 +30,8 @@
 
 struct dispatch {
     CURLM *multi;
+    CURL **pool;           /* easy handles kept for reuse (curl_easy_reset) */
+    uint32_t pooled, pool_cap;
     int epfd;
     uint32_t snippet_bytes;
     uint64_t deadline_us;
@@ -195,6 +197,8 @@ dispatch *dispatch_create(const dispatch_config *cfg)
         return NULL;
     }
     d->epfd = cfg->epfd;
+    d->pool_cap = cfg->max_connections;
+    d->pool = xcalloc(d->pool_cap, sizeof *d->pool);
     d->snippet_bytes = cfg->snippet_bytes;
     d->done = cfg->done;
     d->arg = cfg->arg;
@@ -207,10 +211,27 @@ dispatch *dispatch_create(const dispatch_config *cfg)
     return d;
 }
 
+/* An easy handle costs several kilobytes of allocations to create; a reset
+ * one keeps them (and the connection cache lives in the multi handle). */
+static CURL *easy_get(dispatch *d)
+{
+    return d->pooled ? d->pool[--d->pooled] : curl_easy_init();
+}
+
+static void easy_put(dispatch *d, CURL *e)
+{
+    if (d->pooled < d->pool_cap) {
+        curl_easy_reset(e);
+        d->pool[d->pooled++] = e;
+    } else {
+        curl_easy_cleanup(e);
+    }
+}
+
 static void release_attempt(dispatch *d, job *j)
 {
     curl_multi_remove_handle(d->multi, j->easy);
-    curl_easy_cleanup(j->easy);
+    easy_put(d, j->easy);
     curl_slist_free_all(j->hdrs);
     free(j->resp);
     j->easy = NULL;
@@ -222,7 +243,7 @@ static void release_attempt(dispatch *d, job *j)
 
 int dispatch_start(dispatch *d, job *j)
 {
-    CURL *e = curl_easy_init();
+    CURL *e = easy_get(d);
     if (!e)
         return -ENOMEM;
     const timer_spec *s = j->spec;
@@ -343,6 +364,9 @@ void dispatch_free(dispatch *d)
         return;
     while (!list_empty(&d->jobs))
         release_attempt(d, container_of(d->jobs.next, job, run_node));
+    while (d->pooled)
+        curl_easy_cleanup(d->pool[--d->pooled]);
+    free(d->pool);
     curl_multi_cleanup(d->multi);
     free(d);
 }
