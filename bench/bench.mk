@@ -1,0 +1,28 @@
+# bench.mk - build rules for hookwheel's benchmark tools; included by the main
+# Makefile (include bench/bench.mk), which defines BUILD, CC, CFLAGS, LDLIBS.
+#
+#   bench:        bash bench/run.sh            (3 runs per workload, ~25 min)
+#   bench-quick:  QUICK=1 bash bench/run.sh    (1 run each, shorter, ~3 min)
+#
+# run.sh builds the service with `make` and these two tools itself
+# (make -f Makefile -f bench/bench.mk when the main Makefile does not include
+# this file yet), so both targets only need to call it.
+
+BENCH_BINS := $(BUILD)/bench/sink $(BUILD)/bench/loadgen
+
+.PHONY: bench bench-quick bench-tools
+bench-tools: $(BENCH_BINS)
+
+$(BUILD)/bench/sink: bench/sink.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -lmicrohttpd -lpthread
+
+$(BUILD)/bench/loadgen: bench/loadgen.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -lcurl
+
+bench: all
+	bash bench/run.sh
+
+bench-quick: all
+	QUICK=1 bash bench/run.sh
