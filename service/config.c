@@ -38,7 +38,7 @@ static const setting settings[] = {
     S("log-level", log_level, "info", "debug, info, warn or error"),
     U("tick-ms", tick_ms, "1", 1, 1000, "timing wheel tick"),
     U("wheel-slots", wheel_slots, "4096", 2, 1u << 22, "timing wheel slots (a power of two)"),
-    U("window-ms", window_ms, "2000", 100, 600000,
+    U("window-ms", window_ms, "5000", 100, 600000,
       "timers due within this window are claimed into memory; the loader sweeps every window/2"),
     U("claim-batch", claim_batch, "2000", 1, 1000000, "timers claimed per partition per sweep"),
     U("partitions", partitions, "16", 1, 16384,

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,52 +125,72 @@ static int has_header(const timer_spec *s, const char *name)
     return 0;
 }
 
-static struct curl_slist *add(struct curl_slist *l, const char *line)
+/* The request's header list, nodes and text in one allocation: curl only
+ * reads a curl_slist, so it need not come from curl_slist_append (which
+ * costs two allocations a line). Freed with free(), never with
+ * curl_slist_free_all. */
+typedef struct hdr_block {
+    struct curl_slist *nodes;
+    uint32_t n;
+    char *p, *end;
+} hdr_block;
+
+static void hdr_link(hdr_block *b, char *data)
 {
-    struct curl_slist *n = curl_slist_append(l, line);
-    if (!n) {
-        fprintf(stderr, "out of memory\n");
-        abort();
-    }
-    return n;
+    b->nodes[b->n].data = data;
+    b->nodes[b->n].next = NULL;
+    if (b->n)
+        b->nodes[b->n - 1].next = &b->nodes[b->n];
+    b->n++;
+}
+
+static void hdr_printf(hdr_block *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void hdr_printf(hdr_block *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->p, (size_t)(b->end - b->p), fmt, ap);
+    va_end(ap);
+    hdr_link(b, b->p);
+    b->p += k + 1;
 }
 
 /* "Name: value" as given; an empty value must be sent as "Name;", since
  * curl reads "Name:" as "remove this header". */
-static struct curl_slist *add_user_header(struct curl_slist *l, const char *line)
+static void hdr_user(hdr_block *b, const char *line)
 {
     const char *colon = strchr(line, ':');
     const char *v = colon ? colon + 1 : "";
     while (*v == ' ' || *v == '\t')
         v++;
     if (!colon || *v)
-        return add(l, line);
-    char buf[300];
-    snprintf(buf, sizeof buf, "%.*s;", (int)(colon - line), line);
-    return add(l, buf);
+        hdr_link(b, (char *)line); /* the spec outlives the attempt */
+    else
+        hdr_printf(b, "%.*s;", (int)(colon - line), line);
 }
 
 static struct curl_slist *build_headers(const job *j)
 {
     const timer_spec *s = j->spec;
-    struct curl_slist *l = NULL;
-    char line[320];
+    uint32_t max = s->nheaders + 7;
+    size_t text = 4 * 200;
     for (uint32_t i = 0; i < s->nheaders; i++)
-        l = add_user_header(l, s->headers[i]);
+        text += strlen(s->headers[i]) + 2;
+    char *block = xmalloc(max * sizeof(struct curl_slist) + text);
+    hdr_block b = {(struct curl_slist *)block, 0, block + max * sizeof(struct curl_slist), NULL};
+    b.end = b.p + text;
+    for (uint32_t i = 0; i < s->nheaders; i++)
+        hdr_user(&b, s->headers[i]);
     if (!s->has_content_type)
-        l = add(l, s->body_is_json ? "Content-Type: application/json" : "Content-Type:");
+        hdr_link(&b, s->body_is_json ? "Content-Type: application/json" : "Content-Type:");
     if (!has_header(s, "accept"))
-        l = add(l, "Accept:");
-    l = add(l, "Expect:");
-    snprintf(line, sizeof line, "webhook-id: %s", j->id);
-    l = add(l, line);
-    snprintf(line, sizeof line, "webhook-timestamp: %" PRIu64, clock_now_ms() / 1000u);
-    l = add(l, line);
-    snprintf(line, sizeof line, "Hookwheel-Timer-Id: %s", j->id);
-    l = add(l, line);
-    snprintf(line, sizeof line, "Hookwheel-Attempt: %u", j->attempts);
-    l = add(l, line);
-    return l;
+        hdr_link(&b, "Accept:");
+    hdr_link(&b, "Expect:");
+    hdr_printf(&b, "webhook-id: %s", j->id);
+    hdr_printf(&b, "webhook-timestamp: %" PRIu64, clock_now_ms() / 1000u);
+    hdr_printf(&b, "Hookwheel-Timer-Id: %s", j->id);
+    hdr_printf(&b, "Hookwheel-Attempt: %u", j->attempts);
+    return b.nodes;
 }
 
 static void set_method(CURL *e, const timer_spec *s)
@@ -232,7 +253,7 @@ static void release_attempt(dispatch *d, job *j)
 {
     curl_multi_remove_handle(d->multi, j->easy);
     easy_put(d, j->easy);
-    curl_slist_free_all(j->hdrs);
+    free(j->hdrs); /* one block: see build_headers */
     free(j->resp);
     j->easy = NULL;
     j->hdrs = NULL;

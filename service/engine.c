@@ -31,12 +31,11 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "backoff.h"
 #include "clock.h"
 #include "dispatch.h"
 #include "job.h"
+#include "jsonesc.h"
 #include "keys.h"
 #include "limiter.h"
 #include "log.h"
@@ -84,17 +83,23 @@ static void wake(engine *e)
     (void)n;
 }
 
-static void post(engine *e, job *j, enum job_msg msg)
+/* Appends the chain first..last (linked through inbox_next) to the inbox. */
+static void post_chain(engine *e, job *first, job *last)
 {
-    j->msg = msg;
-    j->inbox_next = NULL;
+    last->inbox_next = NULL;
     pthread_mutex_lock(&e->mu);
     int was_empty = e->inbox == NULL;
-    *e->inbox_tail = j;
-    e->inbox_tail = &j->inbox_next;
+    *e->inbox_tail = first;
+    e->inbox_tail = &last->inbox_next;
     pthread_mutex_unlock(&e->mu);
     if (was_empty)
         wake(e);
+}
+
+static void post(engine *e, job *j, enum job_msg msg)
+{
+    j->msg = msg;
+    post_chain(e, j, j);
 }
 
 static job *take_inbox(engine *e)
@@ -135,6 +140,7 @@ static void job_free(engine *e, job *j)
     list_remove(&j->all_node);
     pthread_mutex_unlock(&e->mu);
     spec_free(j->spec);
+    free(j->raw_spec);
     free(j->id);
     free(j->last_json);
     free(j);
@@ -237,29 +243,29 @@ static void send_finish(engine *e, job *j)
 }
 
 /* The last_attempt record exactly as the API shows it:
- * {"at","duration_ms","status","error","response_snippet"}. */
+ * {"at","duration_ms","status","error","response_snippet"}. Written by hand:
+ * it is built once per attempt on the engine thread. */
 static char *last_attempt_json(const attempt_result *res)
 {
     char at[32];
     clock_format_rfc3339(res->started_ms, at, sizeof at);
-    json_t *o = json_object();
-    json_object_set_new(o, "at", json_string(at));
-    json_object_set_new(o, "duration_ms", json_integer(res->duration_ms));
-    json_object_set_new(o, "status", res->status ? json_integer(res->status) : json_null());
-    json_object_set_new(o, "error", res->error[0] ? json_string(res->error) : json_null());
-    json_t *snip = json_stringn(res->snippet ? res->snippet : "", res->snippet_len);
-    if (!snip) { /* not UTF-8: keep an ASCII rendering */
-        char *a = xstrndup(res->snippet, res->snippet_len);
-        for (size_t i = 0; i < res->snippet_len; i++)
-            if ((unsigned char)a[i] >= 0x80 || a[i] == '\0')
-                a[i] = '?';
-        snip = json_string(a);
-        free(a);
+    size_t elen = strlen(res->error);
+    char *t = xmalloc(160 + 6 * (elen + res->snippet_len));
+    size_t n = (size_t)sprintf(t, "{\"at\":\"%s\",\"duration_ms\":%u,\"status\":", at, res->duration_ms);
+    n += res->status ? (size_t)sprintf(t + n, "%ld", res->status) : (size_t)sprintf(t + n, "null");
+    if (elen) {
+        n += (size_t)sprintf(t + n, ",\"error\":\"");
+        n += json_escape(t + n, res->error, elen);
+        t[n++] = '"';
+    } else {
+        n += (size_t)sprintf(t + n, ",\"error\":null");
     }
-    json_object_set_new(o, "response_snippet", snip);
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return s;
+    n += (size_t)sprintf(t + n, ",\"response_snippet\":\"");
+    n += json_escape(t + n, res->snippet ? res->snippet : "", res->snippet_len);
+    t[n++] = '"';
+    t[n++] = '}';
+    t[n] = '\0';
+    return t;
 }
 
 static int retryable(const attempt_result *res)
@@ -361,6 +367,31 @@ static void on_finished(engine *e, job *j)
     job_free(e, j);
 }
 
+/* Parses a claimed timer's stored spec here rather than on the store's
+ * writer thread, which must stay free for Redis I/O while a large backlog is
+ * being claimed. */
+static int parse_claimed(job *j)
+{
+    spec_error err;
+    if (j->spec)
+        return 0;
+    int rc = spec_parse(j->raw_spec, j->raw_len, NULL, clock_now_ms(), &j->spec, &err);
+    free(j->raw_spec);
+    j->raw_spec = NULL;
+    if (rc < 0)
+        LOG(LOG_ERROR, "stored timer unreadable", "\"timer\":\"%s\"", j->id);
+    return rc;
+}
+
+static void on_claimed(engine *e, job *j)
+{
+    if (atomic_load(&e->stop) || parse_claimed(j) < 0) {
+        job_free(e, j); /* the claim is handed back by the release at stop */
+        return;
+    }
+    schedule(e, j, JOB_WHEEL, j->wt.due_ms);
+}
+
 static void drain_inbox(engine *e)
 {
     job *j = take_inbox(e);
@@ -368,10 +399,7 @@ static void drain_inbox(engine *e)
         job *next = j->inbox_next;
         switch (j->msg) {
         case MSG_CLAIMED:
-            if (atomic_load(&e->stop))
-                job_free(e, j); /* the claim is handed back by the release at stop */
-            else
-                schedule(e, j, JOB_WHEEL, j->wt.due_ms);
+            on_claimed(e, j);
             break;
         case MSG_BEGUN:
             on_begun(e, j);
@@ -408,20 +436,26 @@ static void sweep_cb(void *arg, const redisReply *r)
     sweep_ctx *c = arg;
     engine *e = c->e;
     size_t n = r && r->type == REDIS_REPLY_ARRAY ? r->elements / 4 : 0;
-    uint64_t now = clock_now_ms();
+    job *first = NULL, *last = NULL;
     for (size_t i = 0; i < n; i++) {
         size_t len;
         const char *id = store_reply_str(r, (int)(4 * i), NULL);
         const char *spec_text = store_reply_str(r, (int)(4 * i + 1), &len);
-        timer_spec *spec = NULL;
-        spec_error err;
-        if (!id || !spec_text || spec_parse(spec_text, len, NULL, now, &spec, &err) < 0) {
-            LOG(LOG_ERROR, "stored timer unreadable", "\"timer\":\"%.128s\"", id ? id : "?");
+        if (!id || !spec_text)
             continue;
-        }
-        engine_add_take(e, xstrdup(id), spec, (uint64_t)store_reply_int(r, (int)(4 * i + 2), 0),
-                        (uint32_t)store_reply_int(r, (int)(4 * i + 3), 0));
+        job *j = job_new(e, xstrdup(id), NULL, (uint64_t)store_reply_int(r, (int)(4 * i + 2), 0),
+                         (uint32_t)store_reply_int(r, (int)(4 * i + 3), 0));
+        j->raw_spec = xstrndup(spec_text, len);
+        j->raw_len = len;
+        j->msg = MSG_CLAIMED;
+        if (last)
+            last->inbox_next = j;
+        else
+            first = j;
+        last = j;
     }
+    if (first)
+        post_chain(e, first, last); /* one lock and one wake-up for the whole batch */
     if (n >= e->cfg->claim_batch)
         e->sweep_more = 1; /* read by the engine thread after the wake below: benign race */
     atomic_fetch_sub(&e->pending_ops, 1);
@@ -572,6 +606,7 @@ static void shutdown_engine(engine *e)
 static void *engine_main(void *arg)
 {
     engine *e = arg;
+    pthread_setname_np(pthread_self(), "hw-engine");
     release_all(e); /* claims a previous process with our id left behind */
     e->next_sweep_ms = 0;
     run(e);

@@ -48,7 +48,9 @@ typedef struct job {
     void *owner;               /* the engine holding the job */
     char *id;
     uint32_t partition;
-    timer_spec *spec;
+    timer_spec *spec;          /* NULL until the engine parsed raw_spec */
+    char *raw_spec;            /* stored spec text from a claim, parsed on the engine thread */
+    size_t raw_len;
     uint32_t attempts;         /* attempts recorded in Redis */
     enum job_phase phase;
     uint64_t due_ms;           /* due time of the current attempt (for lateness) */

@@ -344,7 +344,7 @@ def test_timers_pending_at_sigterm_are_delivered_exactly_once_by_the_next_instan
             assert status in (200, 201), (tid, status, body)
             fire_at[tid] = body["fire_at_ms"]
 
-    # let the first timers fire; those due within the 2 s window are in memory now
+    # let the first timers fire; those due within the 5 s claim window are in memory now
     time.sleep(max(0.0, 1.2 - (time.monotonic() - begun)))
     code = first.stop(signal.SIGTERM)
     assert code == 0, f"hookwheel exited with {code} on SIGTERM"

@@ -1,0 +1,49 @@
+#include "jsonesc.h"
+
+#include <stdio.h>
+
+/* The length of the UTF-8 sequence starting at s[0..avail), or 0 when it is
+ * not a valid one (RFC 3629's table of well-formed byte sequences). */
+static size_t utf8_seq(const unsigned char *s, size_t avail)
+{
+    unsigned char c = s[0];
+    size_t n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (!n || n > avail)
+        return 0;
+    for (size_t k = 1; k < n; k++)
+        if ((s[k] & 0xc0) != 0x80)
+            return 0;
+    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || (c == 0xf0 && s[1] < 0x90) ||
+        (c == 0xf4 && s[1] > 0x8f))
+        return 0;
+    return n;
+}
+
+int utf8_valid(const unsigned char *s, size_t len)
+{
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_seq(s + i, len - i);
+        if (!n)
+            return 0;
+        i += n;
+    }
+    return 1;
+}
+
+size_t json_escape(char *out, const char *s, size_t len)
+{
+    int valid = utf8_valid((const unsigned char *)s, len);
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            out[o++] = '\\';
+            out[o++] = (char)c;
+        } else if (c < 0x20) {
+            o += (size_t)snprintf(out + o, 7, "\\u%04x", c);
+        } else {
+            out[o++] = c >= 0x80 && !valid ? '?' : (char)c;
+        }
+    }
+    return o;
+}

@@ -1,0 +1,76 @@
+/* test_jsonesc.c - hand-written JSON strings (jsonesc.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "jsonesc.h"
+
+/* Escapes s, wraps it in quotes and checks jansson reads back want. */
+static void assert_round_trip(const char *s, size_t len, const char *want, size_t want_len)
+{
+    char buf[512];
+    buf[0] = '"';
+    size_t n = 1 + json_escape(buf + 1, s, len);
+    buf[n++] = '"';
+    json_error_t err;
+    json_t *v = json_loadb(buf, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    if (!v)
+        fail_msg("not JSON: %.*s (%s)", (int)n, buf, err.text);
+    assert_int_equal(json_string_length(v), want_len);
+    assert_memory_equal(json_string_value(v), want, want_len);
+    json_decref(v);
+}
+
+static void test_quotes_backslashes_and_control_characters_are_escaped(void **state)
+{
+    (void)state;
+    const char s[] = "a\"b\\c\nd\te\x01 f";
+    assert_round_trip(s, sizeof s - 1, s, sizeof s - 1);
+}
+
+static void test_a_nul_byte_survives_as_an_escape(void **state)
+{
+    (void)state;
+    assert_round_trip("a\0b", 3, "a\0b", 3);
+}
+
+static void test_valid_utf8_is_kept(void **state)
+{
+    (void)state;
+    const char s[] = "h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80";
+    assert_round_trip(s, sizeof s - 1, s, sizeof s - 1);
+}
+
+static void test_invalid_utf8_becomes_question_marks(void **state)
+{
+    (void)state;
+    assert_round_trip("ok\xff\xfe", 4, "ok??", 4);
+    assert_round_trip("\xc3", 1, "?", 1);
+}
+
+static void test_utf8_validation_rejects_overlongs_surrogates_and_beyond_the_last_code_point(void **state)
+{
+    (void)state;
+    assert_int_equal(utf8_valid((const unsigned char *)"\xc0\xaf", 2), 0);
+    assert_int_equal(utf8_valid((const unsigned char *)"\xe0\x80\xaf", 3), 0);
+    assert_int_equal(utf8_valid((const unsigned char *)"\xed\xa0\x80", 3), 0);
+    assert_int_equal(utf8_valid((const unsigned char *)"\xf4\x90\x80\x80", 4), 0);
+    assert_int_equal(utf8_valid((const unsigned char *)"\xf4\x8f\xbf\xbf", 4), 1);
+    assert_int_equal(utf8_valid((const unsigned char *)"", 0), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quotes_backslashes_and_control_characters_are_escaped),
+        cmocka_unit_test(test_a_nul_byte_survives_as_an_escape),
+        cmocka_unit_test(test_valid_utf8_is_kept),
+        cmocka_unit_test(test_invalid_utf8_becomes_question_marks),
+        cmocka_unit_test(test_utf8_validation_rejects_overlongs_surrogates_and_beyond_the_last_code_point),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
