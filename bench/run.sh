@@ -1,0 +1,818 @@
+#!/usr/bin/env bash
+# run.sh - hookwheel's benchmark suite: registration (R), lateness (L), drain
+# (D) and memory/scale (M) against a real Redis, the real binary and a real
+# receiver, all on this machine; writes bench/results/<date>.md and
+# bench/results/<date>-lateness.png.
+#
+# Usage: bash bench/run.sh            3 runs per workload (RUNS=n to change)
+#        QUICK=1 bash bench/run.sh    1 run each, shorter (~1-2 min); writes
+#                                     <date>-quick.md and <date>-quick-lateness.png
+# Environment: RUNS, QUICK, KEEP=1 (keep the work directory with all logs),
+# BUILD (default build), ONLY (workloads to run, default "R L D M W"; W is
+# the wheel microbenchmark; rows of workloads not run say "not run"),
+# HW_EXTRA (extra hookwheel flags, e.g. "--window-ms 5000"; shown in the
+# report), QUIET_WAIT_S (default 60: before each run, wait up to this long for
+# the machine to be idle, since other work on a shared box skews figures),
+# NOISE_MAX (default 30: a run during which other processes used more than
+# this % of one core is discarded and repeated, at most twice).
+#
+# Every workload run gets a fresh redis-server (AOF everysec, loopback, temp
+# dir) and a fresh hookwheel, so runs do not affect each other. Everything
+# listens on 127.0.0.1 only. Every process this script starts is recorded by
+# pid and stopped by pid on exit (trap), also on failure; every wait is
+# bounded. The service binary is copied once at start, so a rebuild by
+# someone else during the run does not change what is measured.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+BUILD=${BUILD:-build}
+QUICK=${QUICK:-0}
+if [[ $QUICK == 1 ]]; then
+    RUNS=${RUNS:-1} R_DUR=5 L_SECS=5 D_N=20000 M_N=100000 SUFFIX=-quick
+else
+    RUNS=${RUNS:-3} R_DUR=10 L_SECS=10 D_N=100000 M_N=1000000 SUFFIX=
+fi
+L_RATE=5000 L_DELAY=2000 R_CONNS=64 M_IDLE_S=10
+ONLY=" ${ONLY:-R L D M W} "
+if [[ $ONLY != " R L D M W " ]]; then # a partial run never overwrites a full one
+    SUFFIX+="-only-$(tr -cd 'RLDMW' <<<"$ONLY")"
+fi
+[[ -z ${HW_EXTRA:-} ]] || SUFFIX+="-custom" # nor does a run with non-default flags
+HW_FLAGS=(--log-level warn --max-inflight 1024 --queue-parallelism 1024 ${HW_EXTRA:-})
+QUIET_WAIT_S=${QUIET_WAIT_S:-60}
+NOISE_MAX=${NOISE_MAX:-30}
+NCPU=$(nproc)
+HZ=$(getconf CLK_TCK)
+DATE=$(date +%F)
+RESULTS=bench/results
+MD=$RESULTS/$DATE$SUFFIX.md
+PNG=$RESULTS/$DATE$SUFFIX-lateness.png
+RAWOUT=$RESULTS/$DATE$SUFFIX-raw.txt
+WORK=$(mktemp -d /tmp/hookwheel-bench.XXXXXX)
+RAW=$WORK/raw.txt
+PIDS=()
+
+log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+# ---- processes -----------------------------------------------------------
+
+alive() { kill -0 "$1" 2>/dev/null; }
+
+# stop_pid PID [SECONDS]: SIGTERM, wait up to SECONDS (default 15), then SIGKILL.
+stop_pid() {
+    local pid=$1 secs=${2:-15} i
+    alive "$pid" || { wait "$pid" 2>/dev/null || true; return 0; }
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < secs * 20; i++)); do
+        alive "$pid" || break
+        sleep 0.05
+    done
+    if alive "$pid"; then
+        log "pid $pid did not stop in ${secs}s; SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+    local rc=$? pid
+    trap - EXIT INT TERM
+    for pid in "${PIDS[@]}"; do
+        stop_pid "$pid" 10
+    done
+    for pid in "${PIDS[@]}"; do
+        alive "$pid" && log "WARNING: pid $pid still running"
+    done
+    if pgrep -af "$WORK/|$ROOT/$BUILD/bench/" >&2; then
+        log "WARNING: the processes above (started by this run) are still running"
+    fi
+    if [[ ${KEEP:-0} == 1 || $rc != 0 ]]; then
+        log "work directory kept: $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# wait_pid PID SECONDS: waits for a child to exit on its own; 1 if it did not.
+wait_pid() {
+    local pid=$1 secs=$2 i
+    for ((i = 0; i < secs * 20; i++)); do
+        alive "$pid" || { wait "$pid" 2>/dev/null || true; return 0; }
+        sleep 0.05
+    done
+    return 1
+}
+
+# wait_quiet: until the machine is idle (< 15% of one core busy over 0.5 s),
+# QUIET_WAIT_S at most; prints the busy % it last saw.
+wait_quiet() {
+    local deadline=$((SECONDS + QUIET_WAIT_S)) busy t0 i0 t1 i1 u n s i w q sq st
+    while :; do
+        read -r _ u n s i w q sq st _ </proc/stat
+        t0=$((u + n + s + i + w + q + sq + st)) i0=$((i + w))
+        sleep 0.5
+        read -r _ u n s i w q sq st _ </proc/stat
+        t1=$((u + n + s + i + w + q + sq + st)) i1=$((i + w))
+        busy=$(((t1 - t0 - (i1 - i0)) * 100 * NCPU / (t1 - t0 > 0 ? t1 - t0 : 1)))
+        ((busy < 15 || SECONDS >= deadline)) && break
+    done
+    ((busy < 15)) || log "machine still ${busy}% busy after ${QUIET_WAIT_S}s; running anyway"
+    echo "$busy"
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+now_us() { local t=${EPOCHREALTIME//[.,]/}; echo $((10#$t)); }
+now_ms() { echo $(($(now_us) / 1000)); }
+
+# start_redis DIR: sets RPORT, RPID.
+start_redis() {
+    local dir=$1 i
+    rm -rf "$dir" # a repeated run starts from an empty Redis too
+    mkdir -p "$dir"
+    RPORT=$(free_port)
+    redis-server --bind 127.0.0.1 --port "$RPORT" --dir "$dir" --appendonly yes \
+        --appendfsync everysec --save "" --daemonize no --logfile "$dir/redis.log" >/dev/null 2>&1 &
+    RPID=$!
+    PIDS+=("$RPID")
+    for ((i = 0; i < 200; i++)); do
+        [[ $(redis-cli -p "$RPORT" ping 2>/dev/null) == PONG ]] && return 0
+        alive "$RPID" || break
+        sleep 0.05
+    done
+    log "redis-server did not start; see $dir/redis.log"
+    return 1
+}
+
+# wait_ready PORT PID: until GET /readyz answers 200 (15 s at most).
+wait_ready() {
+    local port=$1 pid=$2 i
+    for ((i = 0; i < 300; i++)); do
+        [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz" 2>/dev/null) == 200 ]] &&
+            return 0
+        alive "$pid" || break
+        sleep 0.05
+    done
+    log "hookwheel on port $port is not ready"
+    return 1
+}
+
+# start_hookwheel NAME [PORT]: sets HPORT, HPID; logs to $WORK/NAME.hw.log.
+# The exec time (EPOCHREALTIME) goes to $WORK/NAME.exec.
+start_hookwheel() {
+    local name=$1
+    HPORT=${2:-$(free_port)}
+    (
+        now_us >"$WORK/$name.exec"
+        exec "$HW" --listen "127.0.0.1:$HPORT" --redis-url "redis://127.0.0.1:$RPORT" \
+            --instance-id "bench-$name" "${HW_FLAGS[@]}" >>"$WORK/$name.hw.log" 2>&1
+    ) &
+    HPID=$!
+    PIDS+=("$HPID")
+}
+
+# start_sink NAME EXPECT TIMEOUT_S [CSV]: sets SPORT, SPID; summary in $WORK/NAME.sink.
+start_sink() {
+    local name=$1 expect=$2 timeout=$3 csv=${4:-}
+    SPORT=$(free_port)
+    "$SINK" --port "$SPORT" --expect "$expect" --exit-when-done --timeout-s "$timeout" \
+        ${csv:+--csv "$csv"} >"$WORK/$name.sink" 2>&1 &
+    SPID=$!
+    PIDS+=("$SPID")
+    sleep 0.2
+    alive "$SPID" || { log "sink did not start"; cat "$WORK/$name.sink" >&2; return 1; }
+}
+
+# ---- measurements ----------------------------------------------------------
+
+# kv LINE KEY: the value of KEY=value in a line of key=value words.
+kv() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p" | awk 'NR <= 1'; }
+
+proc_ticks() {
+    local line rest
+    read -r line <"/proc/$1/stat" || return 1
+    rest=${line##*) }
+    set -- $rest
+    echo $((${12} + ${13}))
+}
+
+# cpu_snap FILE NAME=PID...: utime+stime of each process and of each
+# hookwheel thread, and the machine's total and idle jiffies.
+cpu_snap() {
+    local out=$1 kvp name pid t comm ticks u n s i w q sq st
+    shift
+    {
+        echo "time $(now_us)"
+        read -r _ u n s i w q sq st _ </proc/stat
+        echo "machine:total $((u + n + s + i + w + q + sq + st))"
+        echo "machine:idle $((i + w))"
+        for kvp in "$@"; do
+            name=${kvp%%=*} pid=${kvp#*=}
+            echo "ours:$pid"
+            ticks=$(proc_ticks "$pid" 2>/dev/null) || continue # exited: no line
+            echo "proc:$name $ticks"
+            [[ $name == hookwheel ]] || continue
+            for t in /proc/"$pid"/task/*; do
+                read -r comm <"$t/comm" 2>/dev/null || comm='?'
+                ticks=$(proc_ticks "$pid/task/${t##*/}" 2>/dev/null) || continue
+                echo "thread:${t##*/}:${comm// /_} $ticks"
+            done
+        done
+        echo "ours:$$"
+        # every process, for the CPU of those this script did not start
+        cat /proc/[0-9]*/stat 2>/dev/null |
+            awk '{ p = $1; sub(/.*\) /, ""); split($0, f, " "); print "pid:" p, f[12] + f[13] }'
+    } >"$out"
+}
+
+# cpu_diff A B: one line of cpu_<name>=% of one core, machine=% of one core
+# (of NCPU*100), and the four busiest hookwheel threads.
+cpu_diff() {
+    awk -v hz="$HZ" -v ncpu="$NCPU" '
+        FNR == NR { a[$1] = $2; next }
+        { b[$1] = $2 }
+        END {
+            secs = (b["time"] - a["time"]) / 1e6
+            dt = b["machine:total"] - a["machine:total"]
+            di = b["machine:idle"] - a["machine:idle"]
+            printf "secs=%.2f machine_pct=%.0f", secs, (dt > 0 ? (dt - di) / dt * ncpu * 100 : 0)
+            for (k in b) if (k ~ /^proc:/ && (k in a))
+                printf " cpu_%s=%.0f", substr(k, 6), (b[k] - a[k]) / hz / secs * 100
+            n = 0
+            for (k in b) if (k ~ /^thread:/ && (k in a)) { n++; tk[n] = k; tv[n] = (b[k] - a[k]) / hz / secs * 100 }
+            for (x = 1; x <= n; x++) for (y = x + 1; y <= n; y++) if (tv[y] > tv[x]) {
+                t = tv[x]; tv[x] = tv[y]; tv[y] = t; t = tk[x]; tk[x] = tk[y]; tk[y] = t }
+            for (k in b) if (k ~ /^pid:/) {
+                q = substr(k, 5)
+                if (("ours:" q) in a || ("ours:" q) in b) continue
+                o += b[k] - ((k in a) ? a[k] : 0)
+            }
+            printf " others_proc_pct=%.0f", o / hz / secs * 100
+            printf " hw_threads="
+            for (x = 1; x <= n && x <= 4; x++) {
+                split(tk[x], p, ":")
+                printf "%s%s/%s:%.0f%%", (x > 1 ? "," : ""), p[3], p[2], tv[x]
+            }
+            printf "\n"
+        }' "$1" "$2"
+}
+
+# others CPULINE [PCT...]: CPU used by processes this run did not start, the
+# larger of two estimates: the machine's busy % minus every cpu_<name>= of
+# CPULINE and the given extra %s (catches processes that exited meanwhile,
+# but /proc/stat is tick-sampled and reads low for bursty loads), and
+# others_proc_pct (the sum over the other processes alive at the end).
+others() {
+    awk -v l="$1" -v x="${*:2}" 'BEGIN {
+        n = split(l, w, " ")
+        for (i = 1; i <= n; i++) {
+            split(w[i], f, "=")
+            if (f[1] == "machine_pct") m = f[2]
+            else if (f[1] == "others_proc_pct") op = f[2]
+            else if (f[1] ~ /^cpu_/) s += f[2]
+        }
+        k = split(x, e, " ")
+        for (i = 1; i <= k; i++) s += e[i]
+        printf "%.0f", (m - s > op ? m - s : op) }'
+}
+
+# pct_of CPU_MS SECS: CPU milliseconds as % of one core over SECS.
+pct_of() { awk -v c="$1" -v s="$2" 'BEGIN { printf "%.0f", (s > 0 ? c / 10 / s : 0) }'; }
+
+# top_snap FILE DELAY: in the background, after DELAY s, the second frame of
+# `top -b -n 2 -d 0.5` (the first frame's %CPU is not over a real interval).
+top_snap() {
+    (sleep "$2"; top -b -n 2 -d 0.5 -w 200 2>/dev/null | awk '/^top -/ { n++ } n == 2 && ++k <= 22' >"$1") &
+    PIDS+=("$!")
+}
+
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+redis_used() { redis-cli -p "$RPORT" info memory | tr -d '\r' | sed -n 's/^used_memory://p'; }
+
+result() { echo "RESULT $*" | tee -a "$RAW" >&2; }
+
+# ---- workloads ---------------------------------------------------------------
+
+# R: wrk POSTs timers with unique ids for R_DUR s; every 2xx must be in Redis.
+run_r() {
+    local quiet
+    quiet=$(wait_quiet)
+    local run=$1 d=$WORK/r$run line wpid n2xx scan zsum p
+    start_redis "$d"
+    start_hookwheel "r$run"
+    wait_ready "$HPORT" "$HPID"
+    CMD_R="wrk -t2 -c$R_CONNS -d${R_DUR}s --latency -s bench/register.lua http://127.0.0.1:$HPORT/timers -- r$run http://127.0.0.1:9/never"
+    wrk -t2 -c"$R_CONNS" -d"${R_DUR}s" --latency -s bench/register.lua \
+        "http://127.0.0.1:$HPORT/timers" -- "r$run" "http://127.0.0.1:9/never" >"$d.wrk" 2>&1 &
+    wpid=$!
+    PIDS+=("$wpid")
+    top_snap "$d.top" $((R_DUR / 2))
+    sleep 0.5 # sample from 0.5 s after wrk's start to 0.5 s before its end
+    cpu_snap "$d.cpu0" hookwheel="$HPID" redis="$RPID" wrk="$wpid"
+    sleep $((R_DUR - 1))
+    cpu_snap "$d.cpu1" hookwheel="$HPID" redis="$RPID" wrk="$wpid"
+    wait_pid "$wpid" 60 || { log "wrk did not finish"; return 1; }
+    line=$(grep '^WRK ' "$d.wrk") || { log "no WRK line"; cat "$d.wrk" >&2; return 1; }
+    sleep 2 # creates in flight when wrk stopped may still be written
+    n2xx=$(($(kv "$line" requests) - $(kv "$line" non2xx)))
+    scan=$(redis-cli -p "$RPORT" --scan --pattern 'hw:*:t:*' | sort -u | wc -l)
+    zsum=0
+    for p in $(seq 0 15); do
+        zsum=$((zsum + $(redis-cli -p "$RPORT" zcard "hw:{$p}:due")))
+    done
+    result "R run=$run rps=$(kv "$line" rps) p50_ms=$(kv "$line" p50_ms) p99_ms=$(kv "$line" p99_ms)" \
+        "max_ms=$(kv "$line" max_ms) requests=$(kv "$line" requests) non2xx=$(kv "$line" non2xx)" \
+        "sockerr=$(($(kv "$line" errors_connect) + $(kv "$line" errors_read) + $(kv "$line" errors_write) + $(kv "$line" errors_timeout)))" \
+        "wrk_2xx=$n2xx redis_timers=$scan due_zcard_sum=$zsum missing=$((n2xx > scan ? n2xx - scan : 0))" \
+        "extra=$((scan - n2xx)) busy_before=$quiet"
+    result "R run=$run bad=$(($(kv "$line" non2xx) + $(kv "$line" errors_connect) + $(kv "$line" errors_read) + $(kv "$line" errors_write) + $(kv "$line" errors_timeout)))"
+    line=$(cpu_diff "$d.cpu0" "$d.cpu1")
+    result "CPU_R run=$run $line others_pct=$(others "$line")"
+    stop_pid "$HPID" 20
+    stop_pid "$RPID"
+}
+
+# L: L_RATE timers/s for L_SECS s, each due L_DELAY ms after its create.
+run_l() {
+    local quiet
+    quiet=$(wait_quiet)
+    local run=$1 d=$WORK/l$run n=$((L_RATE * L_SECS)) lg sk line secs lgp skp
+    start_redis "$d"
+    start_hookwheel "l$run"
+    wait_ready "$HPORT" "$HPID"
+    start_sink "l$run" "$n" $((L_SECS + L_DELAY / 1000 + 30)) "$WORK/l$run.csv"
+    CMD_L="loadgen --url http://127.0.0.1:$HPORT/timers --sink-url http://127.0.0.1:$SPORT/hook --rate $L_RATE --count $n --delay-ms $L_DELAY --body-bytes 100 --connections 32 --run-id l$run"
+    cpu_snap "$d.cpu0" hookwheel="$HPID" redis="$RPID"
+    "$LOADGEN" --url "http://127.0.0.1:$HPORT/timers" --sink-url "http://127.0.0.1:$SPORT/hook" \
+        --rate "$L_RATE" --count "$n" --delay-ms "$L_DELAY" --body-bytes 100 --connections 32 \
+        --run-id "l$run" >"$d.lg" 2>&1 || { log "loadgen failed"; cat "$d.lg" >&2; return 1; }
+    wait_pid "$SPID" $((L_DELAY / 1000 + 35)) || { log "sink did not exit"; stop_pid "$SPID"; }
+    cpu_snap "$d.cpu1" hookwheel="$HPID" redis="$RPID"
+    lg=$(grep '^LOADGEN ' "$d.lg") sk=$(grep '^SINK ' "$WORK/l$run.sink") ||
+        { log "missing LOADGEN/SINK line"; return 1; }
+    result "L run=$run create_rate=$(kv "$lg" rate) create_ok=$(kv "$lg" ok) create_non2xx=$(kv "$lg" non2xx)" \
+        "create_errors=$(kv "$lg" errors) create_p99_ms=$(kv "$lg" p99_ms) p50_ms=$(kv "$sk" p50_ms)" \
+        "p99_ms=$(kv "$sk" p99_ms) p999_ms=$(kv "$sk" p999_ms) max_ms=$(kv "$sk" max_ms) early=$(kv "$sk" early)" \
+        "lost=$(($(kv "$lg" ok) - $(kv "$sk" unique))) dupes=$(kv "$sk" dupes) unique=$(kv "$sk" unique)" \
+        "busy_before=$quiet create_codes=$(kv "$lg" codes)"
+    line=$(cpu_diff "$d.cpu0" "$d.cpu1")
+    secs=$(kv "$line" secs)
+    lgp=$(pct_of "$(kv "$lg" cpu_ms)" "$secs") skp=$(pct_of "$(kv "$sk" cpu_ms)" "$secs")
+    result "CPU_L run=$run $line cpu_loadgen=$lgp cpu_sink=$skp others_pct=$(others "$line" "$lgp" "$skp")"
+    stop_pid "$HPID" 20
+    stop_pid "$RPID"
+}
+
+# D: D_N timers all due at one instant T; deliveries/s from T to the last one.
+run_d() {
+    local quiet
+    quiet=$(wait_quiet)
+    local run=$1 d=$WORK/d$run lead t lg sk wait_s first last line skp
+    start_redis "$d"
+    start_hookwheel "d$run"
+    wait_ready "$HPORT" "$HPID"
+    lead=$((3000 + D_N / 5)) # ms: 3 s plus creates at >= 5,000/s
+    t=$(($(now_ms) + lead))
+    start_sink "d$run" "$D_N" $((lead / 1000 + 180)) "$WORK/d$run.csv"
+    CMD_D="loadgen --url http://127.0.0.1:$HPORT/timers --sink-url http://127.0.0.1:$SPORT/hook --rate 0 --count $D_N --at-ms <now+${lead}ms> --body-bytes 100 --connections 32 --run-id d$run"
+    "$LOADGEN" --url "http://127.0.0.1:$HPORT/timers" --sink-url "http://127.0.0.1:$SPORT/hook" \
+        --rate 0 --count "$D_N" --at-ms "$t" --body-bytes 100 --connections 32 \
+        --run-id "d$run" >"$d.lg" 2>&1 || { log "loadgen failed"; cat "$d.lg" >&2; return 1; }
+    lg=$(grep '^LOADGEN ' "$d.lg")
+    wait_s=$(((t - $(now_ms)) / 1000))
+    ((wait_s > 0)) && sleep "$wait_s"
+    while (($(now_ms) < t)); do sleep 0.01; done
+    cpu_snap "$d.cpu0" hookwheel="$HPID" redis="$RPID"
+    top_snap "$d.top" 0
+    wait_pid "$SPID" 180 || { log "sink did not exit"; }
+    cpu_snap "$d.cpu1" hookwheel="$HPID" redis="$RPID"
+    alive "$SPID" && stop_pid "$SPID"
+    sk=$(grep '^SINK ' "$WORK/d$run.sink") || { log "no SINK line"; return 1; }
+    first=$(kv "$sk" first_us) last=$(kv "$sk" last_us)
+    result "D run=$run deliveries_per_s=$(awk -v n="$(kv "$sk" unique)" -v l="$last" -v t="$t" \
+        'BEGIN { s = (l - t * 1000) / 1e6; printf "%.0f", (s > 0 ? n / s : 0) }')" \
+        "drain_s=$(awk -v l="$last" -v t="$t" 'BEGIN { printf "%.3f", (l - t * 1000) / 1e6 }')" \
+        "first_ms=$(awk -v f="$first" -v t="$t" 'BEGIN { printf "%.3f", (f - t * 1000) / 1e3 }')" \
+        "p50_ms=$(kv "$sk" p50_ms) p99_ms=$(kv "$sk" p99_ms) early=$(kv "$sk" early)" \
+        "lost=$(($(kv "$lg" ok) - $(kv "$sk" unique))) dupes=$(kv "$sk" dupes)" \
+        "create_rate=$(kv "$lg" rate) create_ok=$(kv "$lg" ok) created_before_t=$(($(kv "$lg" last_done_ms) < t))" \
+        "first_to_last_per_s=$(awk -v n="$(kv "$sk" unique)" -v f="$first" -v l="$last" \
+            'BEGIN { s = (l - f) / 1e6; printf "%.0f", (s > 0 ? n / s : 0) }')" \
+        "busy_before=$quiet create_codes=$(kv "$lg" codes)"
+    line=$(cpu_diff "$d.cpu0" "$d.cpu1")
+    skp=$(pct_of "$(kv "$sk" cpu_ms)" "$(kv "$line" secs)")
+    result "CPU_D run=$run $line cpu_sink=$skp others_pct=$(others "$line" "$skp")"
+    # deliveries per 0.5 s after T, for the report
+    tail -n +2 "$WORK/d$run.csv" | awk -F, -v t="$t" '
+        { b = int(($3 - t * 1000) / 500000); b = b < 0 ? 0 : b; c[b]++; m = b > m ? b : m }
+        END { for (i = 0; i <= m; i++) printf "%s%d", (i ? ", " : ""), c[i] + 0; printf "\n" }' \
+        >"$WORK/d$run.timeline"
+    stop_pid "$HPID" 20
+    stop_pid "$RPID"
+}
+
+# M: M_N timers pending 1 h ahead: Redis bytes each, hookwheel RSS before and
+# after, idle CPU, and time from exec to the first delivery after a restart.
+run_m() {
+    local quiet
+    quiet=$(wait_quiet)
+    local run=$1 d=$WORK/m$run mem0 mem1 rss0 rss1 lg c0 c1 r0 r1 t0 due exec_us sk port ok secs
+    start_redis "$d"
+    start_hookwheel "m$run"
+    port=$HPORT
+    wait_ready "$HPORT" "$HPID"
+    start_sink "m$run" 1 $((M_N / 2000 + 240))
+    sleep 1
+    mem0=$(redis_used) rss0=$(rss_kb "$HPID")
+    CMD_M="loadgen --url http://127.0.0.1:$HPORT/timers --sink-url http://127.0.0.1:$SPORT/m --rate 0 --count $M_N --delay-ms 3600000 --body-bytes 200 --plain 1 --connections 32 --run-id m$run"
+    "$LOADGEN" --url "http://127.0.0.1:$HPORT/timers" --sink-url "http://127.0.0.1:$SPORT/m" \
+        --rate 0 --count "$M_N" --delay-ms 3600000 --body-bytes 200 --plain 1 --connections 32 \
+        --run-id "m$run" >"$d.lg" 2>&1 || { log "loadgen failed"; cat "$d.lg" >&2; return 1; }
+    lg=$(grep '^LOADGEN ' "$d.lg")
+    ok=$(kv "$lg" ok)
+    ((ok > 0)) || ok=1
+    sleep 2
+    mem1=$(redis_used) rss1=$(rss_kb "$HPID")
+    c0=$(proc_ticks "$HPID") r0=$(proc_ticks "$RPID") t0=$(now_us)
+    sleep "$M_IDLE_S"
+    c1=$(proc_ticks "$HPID") r1=$(proc_ticks "$RPID")
+    secs=$(awk -v a="$t0" -v b="$(now_us)" 'BEGIN { print (b - a) / 1e6 }')
+    # One timer due while hookwheel is down: create it, stop hookwheel, let
+    # it fall due, start hookwheel again and time exec -> arrival at the sink.
+    due=$(($(now_ms) + 2500))
+    curl -s -o /dev/null -X POST "http://127.0.0.1:$HPORT/timers" -H 'Content-Type: application/json' \
+        -d "{\"id\":\"m$run-probe\",\"url\":\"http://127.0.0.1:$SPORT/probe\",\"fire_at_ms\":$due,\"json\":{\"seq\":0,\"due_ms\":$due}}"
+    stop_pid "$HPID" 30
+    while (($(now_ms) < due + 500)); do sleep 0.05; done
+    start_hookwheel "m$run" "$port"
+    CMD_M2="restart: hookwheel ${HW_FLAGS[*]} with one timer overdue, time exec -> first arrival at the sink"
+    wait_pid "$SPID" 60 || { log "probe not delivered within 60 s"; stop_pid "$SPID"; }
+    exec_us=$(<"$WORK/m$run.exec")
+    sk=$(grep '^SINK ' "$WORK/m$run.sink") || sk="SINK first_us=0 unique=0"
+    result "M run=$run redis_bytes_per_timer=$(((mem1 - mem0) / ok)) created=$(kv "$lg" ok)" \
+        "create_rate=$(kv "$lg" rate) create_non2xx=$(kv "$lg" non2xx) rss_before_mib=$(awk -v k="$rss0" 'BEGIN { printf "%.1f", k / 1024 }')" \
+        "rss_after_mib=$(awk -v k="$rss1" 'BEGIN { printf "%.1f", k / 1024 }') rss_growth_mib=$(awk -v a="$rss0" -v b="$rss1" 'BEGIN { printf "%.1f", (b - a) / 1024 }')" \
+        "idle_cpu_pct=$(awk -v c=$((c1 - c0)) -v hz="$HZ" -v s="$secs" 'BEGIN { printf "%.2f", c / hz / s * 100 }')" \
+        "redis_idle_cpu_pct=$(awk -v c=$((r1 - r0)) -v hz="$HZ" -v s="$secs" 'BEGIN { printf "%.2f", c / hz / s * 100 }')" \
+        "first_delivery_ms=$(awk -v f="$(kv "$sk" first_us)" -v e="$exec_us" 'BEGIN { printf "%.1f", (f > 0 ? (f - e) / 1000 : -1) }')" \
+        "probe_received=$(kv "$sk" received) busy_before=$quiet create_codes=$(kv "$lg" codes)"
+    stop_pid "$HPID" 20
+    stop_pid "$RPID" 30
+}
+
+# ---- report ------------------------------------------------------------------
+
+# vals W KEY: the values of KEY in the RESULT lines of workload W, one a line.
+vals() { awk -v w="$1" -v k="$2" '$2 == w { for (i = 3; i <= NF; i++) if (index($i, k "=") == 1) print substr($i, length(k) + 2) }' "$RAW"; }
+
+# stat W KEY: "median min max" (median of an even count: mean of the middle two).
+stat() {
+    vals "$1" "$2" | sort -g | awk '{ v[NR] = $1 } END {
+        if (NR == 0) { print "nan nan nan"; exit }
+        m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+        print m, v[1], v[NR] }'
+}
+
+# row LABEL W KEY DECIMALS TARGET_TEXT OP LIMIT [all]: a table row; "met?"
+# compares the median (or, with "all", every run) with LIMIT using OP.
+row() {
+    local label=$1 w=$2 key=$3 dec=$4 ttext=$5 op=$6 limit=$7 mode=${8:-median} med lo hi met
+    read -r med lo hi < <(stat "$w" "$key")
+    if [[ $med == nan ]]; then
+        printf '| %s | not run | | %s | |\n' "$label" "$ttext"
+        return 0
+    fi
+    if [[ $op == - ]]; then
+        met=""
+    else
+        met=$(awk -v m="$med" -v lo="$lo" -v hi="$hi" -v op="$op" -v l="$limit" -v mode="$mode" 'BEGIN {
+            if (m == "nan") { print "no data"; exit }
+            if (mode == "all")
+                ok = op == "<=" ? hi <= l : op == ">=" ? lo >= l : op == "<" ? hi < l : lo == l && hi == l
+            else
+                ok = op == "<=" ? m <= l : op == ">=" ? m >= l : op == "<" ? m < l : m == l
+            print ok ? "met" : "**not met**" }')
+    fi
+    awk -v l="$label" -v m="$med" -v lo="$lo" -v hi="$hi" -v d="$dec" -v t="$ttext" -v met="$met" 'BEGIN {
+        f = "%." d "f"
+        printf "| %s | " f " | " f "–" f " | %s | %s |\n", l, m, lo, hi, t, met }'
+}
+
+# cpu_row W LABEL NAME...: medians of the CPU samples of W; NAME... are the
+# load generator / receiver processes to list.
+cpu_row() {
+    local w=$1 label=$2 n med rest=""
+    shift 2
+    [[ $(stat "$w" machine_pct) == nan* ]] && return 0
+    for n in "$@"; do
+        med=$(stat "$w" "cpu_$n" | awk '{ print $1 }')
+        rest+="${rest:+, }$n $med"
+    done
+    printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$label" \
+        "$(stat "$w" machine_pct | awk '{ print $1 }')" "$(stat "$w" cpu_hookwheel | awk '{ print $1 }')" \
+        "$(stat "$w" cpu_redis | awk '{ print $1 }')" "$rest" \
+        "$(stat "$w" others_pct | awk '{ print $1 }')" "$(vals "$w" hw_threads | awk 'NR <= 1')"
+}
+
+# A note on what saturates, from the CPU samples of workload W.
+saturation_note() {
+    local w=$1 name=$2 other=$3 mach hw rd ot top
+    mach=$(stat "$w" machine_pct | awk '{ print $1 }')
+    ot=$(stat "$w" "cpu_$other" | awk '{ print $1 }')
+    hw=$(stat "$w" cpu_hookwheel | awk '{ print $1 }')
+    rd=$(stat "$w" cpu_redis | awk '{ print $1 }')
+    top=$(vals "$w" hw_threads | awk 'NR == 1' | cut -d, -f1)
+    awk -v n="$name" -v m="$mach" -v hw="$hw" -v rd="$rd" -v c="$NCPU" -v top="$top" -v o="$other" -v ot="$ot" 'BEGIN {
+        cap = c * 100
+        printf "- %s: the machine was %d%% busy of %d%% (%d cores); hookwheel %d%%, redis-server %d%%, %s %d%%. ", n, m, cap, c, hw, rd, o, ot
+        split(top, p, ":"); tp = p[2] + 0
+        if (m >= 0.85 * cap) printf "The CPUs are (nearly) saturated: on this box the workload is CPU-bound, so the rate is bounded by the CPU cost per timer summed over all processes. "
+        else printf "The CPUs have headroom, so the limit is elsewhere (a single thread, a round trip, or a cap). "
+        if (tp >= 75) printf "The busiest hookwheel thread (%s) is near one full core (>= 75%%): a single-thread bottleneck. ", top
+        if (rd >= 75) printf "redis-server (single-threaded) is near one full core (>= 75%%). "
+        printf "\n" }'
+}
+
+write_report() {
+    local mdtmp=$WORK/report.md
+    {
+        echo "# hookwheel benchmark — $DATE${SUFFIX:+ ($SUFFIX)}"
+        echo
+        echo "Generated by \`$([[ $QUICK == 1 ]] && echo 'QUICK=1 ')bash bench/run.sh\` ($RUNS run(s) per workload)."
+        echo "Every figure: median over the runs, and min–max. \"met?\" compares the median with the"
+        echo "target, except the zero-count targets (early, lost, missing), which every run must meet."
+        echo
+        echo "## Machine"
+        echo
+        echo "- nproc: $NCPU; CPU: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | awk 'NR <= 1'); kernel: $(uname -r)"
+        echo "- $(redis-server --version | cut -d' ' -f1-3); $(curl --version | awk 'NR == 1' | cut -d' ' -f1-2); libmicrohttpd $(pkg-config --modversion libmicrohttpd); $(wrk -v 2>&1 | awk 'NR == 1' | cut -d' ' -f1-2); gnuplot $(gnuplot --version | cut -d' ' -f2)"
+        echo "- hookwheel binary: sha256 ${HW_SHA:0:16}… (copied at start; built from the working tree)"
+        echo "- load before the run (1/5/15 min): $LOAD0; busiest other processes at start:"
+        echo
+        echo '```'
+        echo "$OTHERS"
+        echo '```'
+        echo
+        echo "Everything runs on this one machine: load generator, Redis, hookwheel and receiver share"
+        echo "the $NCPU cores (and whatever else runs there; see above)."
+        echo
+        echo "## Results"
+        echo
+        echo "| Metric | Median | Min–max | Target | Met? |"
+        echo "|---|---:|---:|---|---|"
+        row "R registration, timers/s" R rps 0 "≥ 40,000" ">=" 40000
+        row "R create latency p99, ms" R p99_ms 2 "≤ 10" "<=" 10
+        row "R create latency p50, ms" R p50_ms 2 "—" - 0
+        row "R non-2xx answers + socket errors" R bad 0 "0" "==" 0 all
+        row "R 2xx missing from Redis" R missing 0 "0" "==" 0 all
+        row "R timers in Redis − 2xx (creates in flight at wrk's stop)" R extra 0 "0…$R_CONNS" "<=" "$R_CONNS" all
+        row "L creates answered 2xx" L create_ok 0 "$((L_RATE * L_SECS))" "==" $((L_RATE * L_SECS)) all
+        row "L create rate achieved, timers/s" L create_rate 0 "$L_RATE" - 0
+        row "L lateness p50, ms" L p50_ms 3 "—" - 0
+        row "L lateness p99, ms" L p99_ms 3 "≤ 5" "<=" 5
+        row "L lateness p99.9, ms" L p999_ms 3 "≤ 20" "<=" 20
+        row "L lateness max, ms" L max_ms 3 "—" - 0
+        row "L early" L early 0 "0" "==" 0 all
+        row "L lost (2xx creates − distinct deliveries)" L lost 0 "0" "==" 0 all
+        row "L duplicate deliveries" L dupes 0 "—" - 0
+        row "D creates answered 2xx" D create_ok 0 "$D_N" "==" "$D_N" all
+        row "D deliveries/s (T → last delivery)" D deliveries_per_s 0 "≥ 20,000" ">=" 20000
+        row "D deliveries/s (first → last delivery)" D first_to_last_per_s 0 "—" - 0
+        row "D drain time, s" D drain_s 3 "—" - 0
+        row "D first delivery after T, ms" D first_ms 3 "—" - 0
+        row "D lost" D lost 0 "0" "==" 0 all
+        row "D early" D early 0 "0" "==" 0 all
+        row "D all created before T (1 = yes)" D created_before_t 0 "1" "==" 1 all
+        row "M creates answered 2xx" M created 0 "$M_N" "==" "$M_N" all
+        row "M Redis bytes per pending timer (200-byte body)" M redis_bytes_per_timer 0 "≤ 600" "<=" 600
+        row "M hookwheel RSS before creating, MiB" M rss_before_mib 1 "—" - 0
+        row "M hookwheel RSS with $M_N pending, MiB" M rss_after_mib 1 "—" - 0
+        row "M RSS growth, MiB (independent of far-future timers)" M rss_growth_mib 1 "≤ 10" "<=" 10
+        row "M start-up → first delivery with $M_N pending, ms" M first_delivery_ms 1 "< 1000" "<" 1000
+        row "M hookwheel CPU while nothing is due, % of one core" M idle_cpu_pct 2 "~0 (≤ 1)" "<=" 1
+        row "M redis-server CPU meanwhile, % of one core" M redis_idle_cpu_pct 2 "—" - 0
+        row "M create rate for the $M_N timers, timers/s" M create_rate 0 "—" - 0
+        echo
+        echo "## What saturates"
+        echo
+        echo "CPU over each run's measuring window, as % of one core (the machine has $((NCPU * 100))%), medians"
+        echo "over the runs: R from 0.5 s after wrk's start to 0.5 s before its end, L from the loadgen's"
+        echo "start to the last delivery, D from T to the last delivery. \"other processes\": CPU of"
+        echo "processes this run did not start (noise from whatever else runs on the box), the larger of"
+        echo "machine busy − ours and the sum over the other processes alive at the window's end. hookwheel"
+        echo "threads: comm/tid:% of the busiest four; only the HTTP workers are named (MHD-worker), the"
+        echo "other threads are all called hookwheel."
+        echo
+        echo "| Workload | machine | hookwheel | redis-server | load generator / receiver | other processes | busiest hookwheel threads (run 1) |"
+        echo "|---|---:|---:|---:|---|---:|---|"
+        cpu_row CPU_R "R" wrk
+        cpu_row CPU_L "L (loadgen start → last delivery)" loadgen sink
+        cpu_row CPU_D "D (receiver answers 204)" sink
+        echo
+        [[ $(stat CPU_R machine_pct) == nan* ]] || saturation_note CPU_R R wrk
+        [[ $(stat CPU_D machine_pct) == nan* ]] || saturation_note CPU_D D sink
+        echo
+        echo "Noise from other work on this machine, per run (% of one core): CPU of processes this run did"
+        echo "not start, during the measuring window — R: $(vals CPU_R others_pct | paste -sd, -);"
+        echo "L: $(vals CPU_L others_pct | paste -sd, -); D: $(vals CPU_D others_pct | paste -sd, -). Machine busy just before"
+        echo "each run (after waiting up to ${QUIET_WAIT_S}s for < 15%) — R: $(vals R busy_before | paste -sd, -); L: $(vals L busy_before | paste -sd, -);"
+        echo "D: $(vals D busy_before | paste -sd, -); M: $(vals M busy_before | paste -sd, -). Runs with tens of % here were disturbed; CPU"
+        echo "times are sampled per tick, so values within ±20 of 0 mean \"no noise\"."
+        if [[ -s $WORK/discarded.txt ]]; then
+            echo
+            echo "Runs discarded and repeated because other processes used more than ${NOISE_MAX}% of one core"
+            echo "during them: $(grep -c '^DISCARDED CPU_' "$WORK/discarded.txt"). Their lines:"
+            echo
+            echo '```'
+            cat "$WORK/discarded.txt"
+            echo '```'
+        fi
+        if [[ -s $WORK/d1.timeline ]]; then
+            echo
+            echo "D run 1, deliveries per 0.5 s after T: $(cat "$WORK/d1.timeline")."
+        fi
+        echo
+        for f in "$WORK"/r1.top "$WORK"/d1.top; do
+            [[ -s $f ]] || continue
+            echo "<details><summary>top -b during ${f##*/} (second frame of top -b -n 2 -d 0.5)</summary>"
+            echo
+            echo '```'
+            cat "$f"
+            echo '```'
+            echo "</details>"
+            echo
+        done
+        echo "## Lateness (L)"
+        echo
+        [[ -s $WORK/lat1.txt ]] && echo "![lateness]($(basename "$PNG"))" || echo "(L not run)"
+        echo
+        echo "Complementary CDF of arrival at the receiver − due time, one curve per run, both axes log"
+        echo "(x linear if any timer came early). Where a curve crosses the dotted 10^-2 / 10^-3 lines is"
+        echo "its p99 / p99.9; the dashed lines are the targets."
+        echo
+        if [[ -n $WHEEL_MD ]]; then
+            echo "## Wheel alone (W1–W4)"
+            echo
+            echo "\`bench/wheel_bench.sh\` (build/wheel_bench, single-threaded, same machine):"
+            echo
+            echo "$WHEEL_MD"
+            echo
+        fi
+        echo "## Commands"
+        echo
+        echo "Each run: fresh \`redis-server --bind 127.0.0.1 --port <free> --dir <tmp> --appendonly yes"
+        echo "--appendfsync everysec --save \"\"\` and fresh \`hookwheel --listen 127.0.0.1:<free> --redis-url"
+        echo "redis://127.0.0.1:<port> --instance-id bench-<run> ${HW_FLAGS[*]}\`; receiver"
+        echo "\`build/bench/sink --port <free> --expect N --exit-when-done\` (2 MHD epoll threads, 204)."
+        echo
+        echo '```'
+        echo "R: ${CMD_R:-not run}"
+        echo "   then: redis-cli --scan --pattern 'hw:*:t:*' | sort -u | wc -l  (and sum of ZCARD hw:{0..15}:due)"
+        echo "L: ${CMD_L:-not run}"
+        echo "D: ${CMD_D:-not run}"
+        echo "M: ${CMD_M:-not run}"
+        echo "   then INFO memory used_memory and /proc/<pid>/status VmRSS before/after, /proc/<pid>/stat utime+stime over ${M_IDLE_S}s,"
+        echo "   ${CMD_M2:-not run}"
+        echo '```'
+        echo
+        echo "Raw RESULT lines: [$(basename "$RAWOUT")]($(basename "$RAWOUT"))."
+    } >"$mdtmp"
+    mv "$mdtmp" "$MD"
+}
+
+plot_lateness() {
+    local csvs=() f i=0 plots=() minlat maxlat
+    for f in "$WORK"/l*.csv; do
+        [[ -s $f ]] || continue
+        i=$((i + 1))
+        tail -n +2 "$f" | awk -F, '{ printf "%.3f\n", ($3 - $2 * 1000) / 1000 }' | sort -g >"$WORK/lat$i.txt"
+        [[ -s $WORK/lat$i.txt ]] || { rm -f "$WORK/lat$i.txt"; i=$((i - 1)); continue; }
+        awk -v n="$(wc -l <"$WORK/lat$i.txt")" '{ print $1, (n - NR + 1) / n }' "$WORK/lat$i.txt" >"$WORK/ccdf$i.txt"
+        csvs+=("$WORK/ccdf$i.txt")
+        plots+=("'$WORK/ccdf$i.txt' using 1:2 with lines lw 2 title 'run $i'")
+    done
+    ((i > 0)) || { log "no L data to plot"; return 0; }
+    minlat=$(awk 'NR == 1 || $1 < m { m = $1 } END { print m }' "$WORK"/lat*.txt)
+    maxlat=$(awk 'NR == 1 || $1 > m { m = $1 } END { print m }' "$WORK"/lat*.txt)
+    {
+        echo "set terminal pngcairo size 1000,620 font 'sans,11'"
+        echo "set output '$PNG'"
+        echo "set title 'hookwheel lateness (arrival at receiver − due time), $L_RATE timers/s for $L_SECS s, delay $L_DELAY ms'"
+        echo "set xlabel 'lateness, ms'"
+        echo "set ylabel 'fraction of timers at least this late'"
+        echo "set logscale y"
+        # log x unless some timer came early (lateness <= 0); always show 30 ms
+        awk -v m="$minlat" -v x="$maxlat" 'BEGIN {
+            if (m > 0) print "set logscale x"
+            printf "set xrange [%s:%g]\n", (m > 0 ? "*" : m), (x * 1.2 > 30 ? x * 1.2 : 30) }'
+        echo "set format y '10^{%L}'"
+        echo "set grid xtics ytics mxtics mytics"
+        echo "set key bottom left box opaque"
+        echo "set arrow from 5, graph 0 to 5, graph 1 nohead dt 2 lc rgb 'red'"
+        echo "set label 'p99 target 5 ms' at 5, graph 0.95 right offset -0.5,0 tc rgb 'red'"
+        echo "set arrow from 20, graph 0 to 20, graph 1 nohead dt 2 lc rgb 'dark-red'"
+        echo "set label 'p99.9 target 20 ms' at 20, graph 0.88 right offset -0.5,0 tc rgb 'dark-red'"
+        echo "set arrow from graph 0, first 0.01 to graph 1, first 0.01 nohead dt 3 lc rgb 'gray40'"
+        echo "set arrow from graph 0, first 0.001 to graph 1, first 0.001 nohead dt 3 lc rgb 'gray40'"
+        local IFS=,
+        echo "plot ${plots[*]}"
+    } >"$WORK/lateness.gp"
+    gnuplot "$WORK/lateness.gp" || log "gnuplot failed; see $WORK/lateness.gp"
+}
+
+wheel_section() {
+    WHEEL_MD=""
+    [[ -f bench/wheel_bench.sh && -f bench/wheel_bench.c ]] || return 0
+    log "wheel alone: building build/wheel_bench and running bench/wheel_bench.sh"
+    if ! cc -std=gnu11 -O2 -D_GNU_SOURCE -Iservice -o "$BUILD/wheel_bench" bench/wheel_bench.c \
+        service/wheel.c service/backoff.c service/xalloc.c service/clock.c -lm 2>"$WORK/wheel_build.log"; then
+        WHEEL_MD="(build failed: $(head -3 "$WORK/wheel_build.log" | tr '\n' ' '))"
+        return 0
+    fi
+    local args=()
+    [[ $QUICK == 1 ]] && args=(--quick)
+    if ! WHEEL_MD=$(RUNS=$RUNS WHEEL_BENCH="$ROOT/$BUILD/wheel_bench" timeout 900 bash bench/wheel_bench.sh \
+        "${args[@]}" 2>"$WORK/wheel_bench.log"); then
+        WHEEL_MD="(bench/wheel_bench.sh failed: $(tail -3 "$WORK/wheel_bench.log" | tr '\n' ' '))"
+    fi
+}
+
+# ---- main --------------------------------------------------------------------
+
+# run_workload W FN: RUNS runs of FN. A run during whose measuring window
+# processes this script did not start used more than NOISE_MAX % of one core
+# is discarded and repeated, at most twice; the report lists discarded runs.
+run_workload() {
+    local w=$1 fn=$2 run try n0 noise
+    [[ $ONLY == *" $w "* ]] || return 0
+    for ((run = 1; run <= RUNS; run++)); do
+        for ((try = 1; try <= 3; try++)); do
+            log "$w run $run/$RUNS$( ((try > 1)) && echo " (try $try)")"
+            n0=$(wc -l <"$RAW")
+            "$fn" "$run"
+            noise=$(tail -n +$((n0 + 1)) "$RAW" | awk '$2 ~ /^CPU_/ {
+                for (i = 3; i <= NF; i++) if ($i ~ /^others_pct=/) print substr($i, 12) }')
+            if [[ -z $noise ]] || ((noise <= NOISE_MAX || try == 3)); then
+                break
+            fi
+            log "discarding $w run $run: other processes used ${noise}% of one core meanwhile"
+            tail -n +$((n0 + 1)) "$RAW" | sed 's/^RESULT /DISCARDED /' >>"$WORK/discarded.txt"
+            head -n "$n0" "$RAW" >"$RAW.tmp"
+            mv "$RAW.tmp" "$RAW"
+        done
+    done
+}
+
+build() {
+    local i
+    for ((i = 1; i <= 5; i++)); do
+        if make -s >"$WORK/make.log" 2>&1; then
+            if grep -q 'bench/bench.mk' Makefile; then
+                make -s "$BUILD/bench/sink" "$BUILD/bench/loadgen" >>"$WORK/make.log" 2>&1 && return 0
+            else
+                make -s -f Makefile -f bench/bench.mk bench-tools >>"$WORK/make.log" 2>&1 && return 0
+            fi
+        fi
+        log "build failed (attempt $i/5); retrying in 60 s"
+        tail -5 "$WORK/make.log" >&2
+        sleep 60
+    done
+    return 1
+}
+
+main() {
+    local run w
+    for w in wrk redis-server redis-cli gnuplot curl python3 top; do
+        command -v "$w" >/dev/null || { log "missing tool: $w"; exit 1; }
+    done
+    mkdir -p "$RESULTS"
+    log "building (work dir $WORK)"
+    build
+    cp "$BUILD/hookwheel" "$WORK/hookwheel"
+    HW=$WORK/hookwheel SINK=$ROOT/$BUILD/bench/sink LOADGEN=$ROOT/$BUILD/bench/loadgen
+    HW_SHA=$(sha256sum "$HW" | cut -d' ' -f1)
+    LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+    OTHERS=$(top -b -n 2 -d 1 -w 160 2>/dev/null | awk '/^top -/ { n++ } n == 2 && ++k <= 14')
+    : >"$RAW"
+    run_workload R run_r
+    run_workload L run_l
+    run_workload D run_d
+    run_workload M run_m
+    WHEEL_MD=""
+    [[ $ONLY == *" W "* ]] && wheel_section
+    plot_lateness
+    write_report
+    cat "$RAW" >"$RAWOUT"
+    if [[ -s $WORK/discarded.txt ]]; then
+        cat "$WORK/discarded.txt" >>"$RAWOUT"
+    fi
+    log "wrote $MD, $PNG, $RAWOUT"
+}
+
+main "$@"
