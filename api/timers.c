@@ -130,7 +130,7 @@ static void respond_conflict(http_req *r, const char *detail, const char *state)
 static void respond_submit_error(http_req *r, int rc)
 {
     if (rc == -EAGAIN)
-        http_respond_problem(r, 503, "Too many writes are waiting for Redis. Retry later.", NULL, NULL,
+        http_respond_problem(r, 429, "Too many writes are waiting for Redis. Retry later.", NULL, NULL,
                              RETRY_AFTER_S);
     else
         http_respond_problem(r, 503, "The service is shutting down.", NULL, NULL, RETRY_AFTER_S);
@@ -346,7 +346,7 @@ static void readyz(http_req *r, const char *const *params, void *app)
 {
     (void)params;
     api *a = app;
-    if (store_ready(a->st) && engine_accepting(a->eng))
+    if (store_ready(a->st) && engine_running(a->eng))
         http_respond_json(r, 200, json_pack("{s:s}", "status", "ready"), NULL);
     else
         http_respond_problem(r, 503, store_ready(a->st) ? "Shutting down." : "Redis is unreachable.", NULL,

@@ -58,6 +58,7 @@ struct store {
 static const char *const script_src[SCRIPT_COUNT] = {
     [SCRIPT_CREATE] = lua_create, [SCRIPT_CLAIM] = lua_claim,   [SCRIPT_BEGIN] = lua_begin,
     [SCRIPT_FINISH] = lua_finish, [SCRIPT_CANCEL] = lua_cancel, [SCRIPT_RELEASE] = lua_release,
+    [SCRIPT_RENEW] = lua_renew,   [SCRIPT_UNLOCK] = lua_unlock,
 };
 static char script_sha[SCRIPT_COUNT][41];
 static pthread_once_t sha_once = PTHREAD_ONCE_INIT;
@@ -295,6 +296,7 @@ static void run_batch(store *s, cmd *batch)
 static void *writer_main(void *arg)
 {
     store *s = arg;
+    pthread_setname_np(pthread_self(), "hw-store");
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->head && !s->stopping)

@@ -31,6 +31,8 @@ enum store_script {
     SCRIPT_FINISH,
     SCRIPT_CANCEL,
     SCRIPT_RELEASE,
+    SCRIPT_RENEW,
+    SCRIPT_UNLOCK,
     SCRIPT_COUNT
 };
 

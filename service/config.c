@@ -68,6 +68,12 @@ static const setting settings[] = {
     U("max-connections", max_connections, "1024", 1, 100000, "concurrent API connections"),
     U("connection-timeout-s", connection_timeout_s, "30", 1, 3600, "idle API connections are closed after this"),
     U("redis-timeout-ms", redis_timeout_ms, "2000", 10, 60000, "Redis connect and command timeout"),
+    U("max-resident", max_resident, "1000000", 1, 100000000,
+      "timers held in memory at most; beyond it due timers wait in Redis until there is room"),
+    U("max-queued-writes", max_queued_writes, "100000", 1, 10000000,
+      "Redis commands waiting to be sent; beyond it the API answers 429 with Retry-After"),
+    U("lease-ttl-ms", lease_ttl_ms, "10000", 300, 600000,
+      "instance lease TTL: renewed every ttl/3; another instance takes the claims over after it lapses"),
 };
 #define NSETTINGS (sizeof settings / sizeof settings[0])
 

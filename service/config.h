@@ -46,6 +46,9 @@ typedef struct config {
     uint64_t max_connections;
     uint64_t connection_timeout_s;
     uint64_t redis_timeout_ms;
+    uint64_t lease_ttl_ms;
+    uint64_t max_resident;
+    uint64_t max_queued_writes;
 } config;
 
 /* Fills cfg from defaults, then the environment, then argv. Returns 0; 1

@@ -39,6 +39,8 @@
 #include "keys.h"
 #include "limiter.h"
 #include "log.h"
+#include "reaper.h"
+#include "watchdog.h"
 #include "wheel.h"
 #include "xalloc.h"
 
@@ -61,6 +63,7 @@ struct engine {
     atomic_int stop;
     atomic_int accepting;
     atomic_int pending_ops; /* sweeps and releases in flight */
+    atomic_long resident;   /* jobs held: bounded by max_resident */
 
     /* engine thread only */
     wheel *w;
@@ -72,6 +75,11 @@ struct engine {
     int sweep_more;       /* a partition returned a full batch: sweep again at once */
     uint64_t rng;
     sweep_ctx *sweeps;
+    watchdog *wd;         /* renews this instance's lease */
+    wlease *lease;
+    reaper *rp;
+    uint64_t next_reap_ms;
+    int lease_lost_logged;
 };
 
 /* ---- inbox ---- */
@@ -129,6 +137,7 @@ static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uin
     pthread_mutex_lock(&e->mu);
     list_insert_tail(&e->all, &j->all_node);
     pthread_mutex_unlock(&e->mu);
+    atomic_fetch_add(&e->resident, 1);
     return j;
 }
 
@@ -139,6 +148,7 @@ static void job_free(engine *e, job *j)
     pthread_mutex_lock(&e->mu);
     list_remove(&j->all_node);
     pthread_mutex_unlock(&e->mu);
+    atomic_fetch_sub(&e->resident, 1);
     spec_free(j->spec);
     free(j->raw_spec);
     free(j->id);
@@ -151,7 +161,15 @@ void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, ui
     post(e, job_new(e, id, spec, fire_ms, attempts), MSG_CLAIMED);
 }
 
-int engine_accepting(const engine *e) { return atomic_load(&e->accepting); }
+/* Room for more timers in memory (the claim may overshoot by one batch). */
+static long room(const engine *e)
+{
+    return (long)e->cfg->max_resident - atomic_load(&e->resident);
+}
+
+int engine_accepting(const engine *e) { return atomic_load(&e->accepting) && room(e) > 0; }
+
+int engine_running(const engine *e) { return atomic_load(&e->accepting); }
 
 static void schedule(engine *e, job *j, enum job_phase phase, uint64_t due_ms)
 {
@@ -462,11 +480,18 @@ static void sweep_cb(void *arg, const redisReply *r)
     wake(e);
 }
 
+/* Claims timers due within the window, in every partition, as far as there
+ * is room in memory; past max_resident the rest waits in Redis (in due-time
+ * order) for the next sweep. */
 static void sweep(engine *e, uint64_t now)
 {
     char dk[KEYS_MAX], ck[KEYS_MAX], tp[KEYS_MAX], horizon[24], limit[24];
+    long free_slots = room(e) / (long)e->cfg->partitions;
+    if (free_slots <= 0)
+        return;
     snprintf(horizon, sizeof horizon, "%" PRIu64, now + e->cfg->window_ms);
-    snprintf(limit, sizeof limit, "%" PRIu64, e->cfg->claim_batch);
+    snprintf(limit, sizeof limit, "%" PRIu64,
+             (uint64_t)free_slots < e->cfg->claim_batch ? (uint64_t)free_slots : e->cfg->claim_batch);
     e->sweep_more = 0;
     for (uint32_t p = 0; p < e->cfg->partitions; p++) {
         keys_due(dk, p);
@@ -516,9 +541,9 @@ static void release_all(engine *e)
 
 /* Wall-clock microseconds of the next thing to do: the next wheel tick with
  * a timer, curl's deadline or the next sweep (at most a minute away). */
-static uint64_t next_wake_us(engine *e, uint64_t now_ms)
+static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
 {
-    uint64_t until = e->next_sweep_ms;
+    uint64_t until = e->next_sweep_ms < chores_ms ? e->next_sweep_ms : chores_ms;
     int64_t w = wheel_next_ms(e->w, now_ms);
     if (w >= 0 && now_ms + (uint64_t)w < until)
         until = now_ms + (uint64_t)w;
@@ -562,17 +587,74 @@ static void poll_once(engine *e, uint64_t wake_us)
         dispatch_timeout(e->d);
 }
 
+static uint64_t housekeeping(engine *e, uint64_t now);
+
 static void run(engine *e)
 {
     while (!atomic_load(&e->stop)) {
         uint64_t now = clock_now_ms();
+        uint64_t chores = housekeeping(e, now);
         if ((now >= e->next_sweep_ms || e->sweep_more) && atomic_load(&e->pending_ops) == 0) {
             sweep(e, now);
             e->next_sweep_ms = now + e->cfg->window_ms / 2;
         }
         expire(e, now);
-        poll_once(e, next_wake_us(e, clock_now_ms()));
+        poll_once(e, next_wake_us(e, clock_now_ms(), chores));
     }
+}
+
+static void op_done_cb(void *arg, const redisReply *r)
+{
+    engine *e = arg;
+    (void)r;
+    atomic_fetch_sub(&e->pending_ops, 1);
+    wake(e);
+}
+
+/* Submits a plain command counted in pending_ops (shutdown waits for it). */
+static void command(engine *e, int argc, const char **argv)
+{
+    atomic_fetch_add(&e->pending_ops, 1);
+    if (store_command(e->st, argc, argv, NULL, op_done_cb, e) < 0)
+        atomic_fetch_sub(&e->pending_ops, 1);
+}
+
+/* The instance lease (renewed by the watchdog from now on) and the registry
+ * entry through which other instances' reapers find our claims. */
+static void register_instance(engine *e)
+{
+    char lk[KEYS_MAX];
+    reaper_lease_key(lk, e->cfg->instance_id);
+    e->lease = watchdog_add(e->wd, lk, e->cfg->instance_id, e->cfg->lease_ttl_ms, 1);
+    watchdog_run(e->wd, clock_now_ms());
+    const char *argv[] = {"SADD", REAPER_REGISTRY, e->cfg->instance_id};
+    command(e, 3, argv);
+}
+
+/* After the claims were handed back: drop the lease and the registry entry. */
+static void unregister_instance(engine *e)
+{
+    atomic_fetch_add(&e->pending_ops, 1);
+    watchdog_remove(e->wd, e->lease, 1, op_done_cb, e);
+    const char *argv[] = {"SREM", REAPER_REGISTRY, e->cfg->instance_id};
+    command(e, 3, argv);
+}
+
+/* Periodic work besides the wheel: lease renewal, the reaper and the sweep.
+ * Returns when the next of the first two is due. */
+static uint64_t housekeeping(engine *e, uint64_t now)
+{
+    uint64_t next = watchdog_run(e->wd, now);
+    if (now >= e->next_reap_ms) {
+        reaper_run(e->rp);
+        e->next_reap_ms = now + e->cfg->lease_ttl_ms / 2;
+    }
+    if (watchdog_lost(e->lease) && !e->lease_lost_logged) {
+        LOG(LOG_ERROR, "this instance's lease was taken over; its claims now belong to others",
+            "\"instance\":\"%s\"", e->cfg->instance_id);
+        e->lease_lost_logged = 1;
+    }
+    return next < e->next_reap_ms ? next : e->next_reap_ms;
 }
 
 static void abandon_cb(job *j, void *arg)
@@ -601,14 +683,19 @@ static void shutdown_engine(engine *e)
     deadline = clock_now_ms() + 2 * e->cfg->redis_timeout_ms + 1000;
     while (atomic_load(&e->pending_ops) && clock_now_ms() < deadline)
         poll_once(e, clock_now_us() + 10000);
+    unregister_instance(e);
+    while (atomic_load(&e->pending_ops) && clock_now_ms() < deadline)
+        poll_once(e, clock_now_us() + 10000);
 }
 
 static void *engine_main(void *arg)
 {
     engine *e = arg;
     pthread_setname_np(pthread_self(), "hw-engine");
-    release_all(e); /* claims a previous process with our id left behind */
+    register_instance(e); /* before any claim, so a crash leaves claims the reaper finds */
+    release_all(e);       /* claims a previous process with our id left behind */
     e->next_sweep_ms = 0;
+    e->next_reap_ms = clock_now_ms() + e->cfg->lease_ttl_ms / 2;
     run(e);
     shutdown_engine(e);
     return NULL;
@@ -625,11 +712,14 @@ engine *engine_create(const config *cfg, store *st)
     atomic_init(&e->stop, 0);
     atomic_init(&e->accepting, 1);
     atomic_init(&e->pending_ops, 0);
+    atomic_init(&e->resident, 0);
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng)
         e->rng = clock_now_us();
     e->sweeps = xcalloc(cfg->partitions, sizeof *e->sweeps);
     for (uint32_t p = 0; p < cfg->partitions; p++)
         e->sweeps[p] = (sweep_ctx){e, p};
+    e->wd = watchdog_create(st);
+    e->rp = reaper_create(st, cfg);
     e->w = wheel_create((uint32_t)cfg->wheel_slots, (uint32_t)cfg->tick_ms, clock_now_ms());
     e->lim = limiter_create((uint32_t)cfg->max_inflight, (uint32_t)cfg->queue_parallelism);
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -680,6 +770,8 @@ void engine_free(engine *e)
         job_free(e, container_of(e->all.next, job, all_node));
     wheel_free(e->w);
     limiter_free(e->lim);
+    watchdog_free(e->wd);
+    reaper_free(e->rp);
     if (e->epfd >= 0)
         close(e->epfd);
     if (e->evfd >= 0)

@@ -33,8 +33,12 @@ int engine_start(engine *e) __attribute__((warn_unused_result));
  * and spec. */
 void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts);
 
-/* Any thread: 1 while the engine takes new claims (0 once stopping). */
+/* Any thread: 1 while the engine takes new claims: it is not stopping and
+ * holds fewer than max_resident timers. */
 int engine_accepting(const engine *e);
+
+/* Any thread: 0 once the engine is stopping. */
+int engine_running(const engine *e);
 
 /* Graceful stop (SIGTERM): stop claiming, drop unstarted timers from memory,
  * let attempts in flight finish up to the configured grace period, hand every

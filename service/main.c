@@ -19,8 +19,6 @@
 #include "redis_child.h"
 #include "store.h"
 
-#define MAX_QUEUED_WRITES 100000
-
 typedef struct app {
     config cfg;
     redis_child *redis;
@@ -41,7 +39,7 @@ static int start_store(app *a)
         snprintf(url, sizeof url, "unix://%s", redis_child_socket(a->redis));
         u = url;
     }
-    a->st = store_create(u, (uint32_t)a->cfg.redis_timeout_ms, MAX_QUEUED_WRITES);
+    a->st = store_create(u, (uint32_t)a->cfg.redis_timeout_ms, (uint32_t)a->cfg.max_queued_writes);
     return a->st && store_start(a->st) == 0 ? 0 : -1;
 }
 

@@ -893,3 +893,32 @@ def hookwheel(hookwheel_factory, redis):
 @pytest.fixture
 def api(hookwheel):
     return hookwheel.api
+
+
+def create_many(api, specs, threads=8):
+    """Creates every spec (each with an explicit "id") over `threads`
+    keep-alive connections. Returns ({id: fire_at_ms}, [errors]); a 200 is a
+    create retried after a dropped keep-alive connection."""
+    fire_at, errors = {}, []
+    lock = threading.Lock()
+
+    def worker(k):
+        try:
+            with api.session() as s:
+                for spec in specs[k::threads]:
+                    status, _, body = s.create(spec)
+                    with lock:
+                        if status in (200, 201) and isinstance(body, dict):
+                            fire_at[spec["id"]] = body["fire_at_ms"]
+                        else:
+                            errors.append((spec["id"], status, body))
+        except Exception as e:  # reported to the caller
+            with lock:
+                errors.append((k, "exception", repr(e)))
+
+    workers = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return fire_at, errors

@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
-from conftest import Reply, free_port, media_type, now_ms, scaled, wait_until
+from conftest import Reply, create_many, free_port, media_type, now_ms, scaled, wait_until
 
 # An attempt may not start before fire_at_ms; allow 1 ms for clock rounding
 # (fire_at_ms is an integer, arrival times are floats).
@@ -155,31 +155,9 @@ def test_two_thousand_timers_spread_over_three_seconds_all_arrive_exactly_once_a
     random.Random(2000).shuffle(delays)
     ids = [f"bulk-{i:04d}" for i in range(n)]
     url = receiver.url("/bulk")
-    fire_at = {}
-    errors = []
-    lock = threading.Lock()
-
-    def create(k):
-        try:
-            with hookwheel.api.session() as s:
-                for i in range(k, n, threads):
-                    status, _, body = s.create({"id": ids[i], "url": url, "delay_ms": delays[i]})
-                    with lock:
-                        # 200: a create retried after a dropped keep-alive connection
-                        if status in (200, 201) and isinstance(body, dict):
-                            fire_at[ids[i]] = body["fire_at_ms"]
-                        else:
-                            errors.append((ids[i], status, body))
-        except Exception as e:  # reported below
-            with lock:
-                errors.append((k, "exception", repr(e)))
-
     started = time.monotonic()
-    workers = [threading.Thread(target=create, args=(k,)) for k in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    fire_at, errors = create_many(
+        hookwheel.api, [{"id": ids[i], "url": url, "delay_ms": delays[i]} for i in range(n)], threads)
     created_s = time.monotonic() - started
     assert not errors, f"{len(errors)} creates failed, first: {errors[:5]}"
     assert len(fire_at) == n

@@ -1,0 +1,157 @@
+"""Fault tests: an instance killed with SIGKILL loses nothing (DESIGN.md §1,
+at-least-once). Real redis-server, real hookwheel processes, real receiver;
+leases are shortened (--lease-ttl-ms) so takeovers happen within seconds."""
+
+import json
+import threading
+import time
+from collections import Counter
+
+from conftest import create_many, now_ms, scaled
+
+LEASE = ["--lease-ttl-ms", "1500"]
+
+
+def attempts_in_flight_at_kill(log_path):
+    """Timer ids whose attempt had started but not finished in a debug log:
+    the only timers that may legitimately arrive twice after a kill -9."""
+    started, finished = Counter(), Counter()
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            if not line.startswith("{"):
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("msg") == "attempt started":
+                started[rec["timer"]] += 1
+            elif rec.get("msg") == "attempt finished":
+                finished[rec["timer"]] += 1
+    return {t for t in started if started[t] > finished[t]}
+
+
+def wait_all_arrived(receiver, path, ids, timeout):
+    def done(reqs):
+        return {r.timer_id for r in reqs if r.path == path} >= set(ids)
+    receiver.wait_until(done, timeout=timeout)
+    time.sleep(0.5)  # late duplicates
+    return Counter(r.timer_id for r in receiver.requests(path))
+
+
+def test_a_killed_instances_timers_are_taken_over_by_the_survivor_and_arrive_at_least_once(
+        hookwheel_factory, redis, receiver):
+    a = hookwheel_factory(redis, args=LEASE)
+    b = hookwheel_factory(redis, args=LEASE)
+    n = 3000
+    url = receiver.url("/crash")
+    specs = [{"id": f"crash-{i:04d}", "url": url, "delay_ms": 500 + (i * 3500) // n} for i in range(n)]
+    # Half through each instance, so both hold claims when one dies.
+    fire_a, err_a = create_many(a.api, specs[0::2], threads=4)
+    fire_b, err_b = create_many(b.api, specs[1::2], threads=4)
+    assert not err_a and not err_b, (err_a[:3], err_b[:3])
+    time.sleep(1.5)
+    code = a.kill9()
+    assert code == -9, code
+    ids = [s["id"] for s in specs]
+    counts = wait_all_arrived(receiver, "/crash", ids, timeout=scaled(25))
+    missing = sorted(set(ids) - set(counts))
+    assert not missing, f"{len(missing)} timers never arrived, e.g. {missing[:10]}"
+    in_flight = attempts_in_flight_at_kill(a.log)
+    dups = {t for t, c in counts.items() if c > 1}
+    assert dups <= in_flight, (
+        f"{len(dups - in_flight)} duplicates were not in flight at the kill: {sorted(dups - in_flight)[:10]}")
+    survivor_log = b.log.read_text(errors="replace")
+    assert "took over the claims of a lapsed instance" in survivor_log
+    assert a.instance_id in survivor_log
+    print(f"delivered {len(counts)}; duplicates {len(dups)}; attempts in flight at the kill {len(in_flight)}")
+
+
+def test_after_kill_9_of_the_only_instance_a_new_one_fires_every_pending_and_claimed_timer(
+        hookwheel_factory, redis, receiver):
+    first = hookwheel_factory(redis, args=LEASE + ["--window-ms", "2000"])
+    url = receiver.url("/restart")
+    # Due within the claim window (held in memory when the kill comes) and
+    # beyond it (still only in Redis).
+    specs = [{"id": f"restart-{i:02d}", "url": url, "delay_ms": 300 + i * 120} for i in range(60)]
+    fire_at, errors = create_many(first.api, specs, threads=4)
+    assert not errors, errors[:3]
+    time.sleep(0.6)
+    assert first.kill9() == -9
+    second = hookwheel_factory(redis, args=LEASE)
+    ids = [s["id"] for s in specs]
+    last_due = max(fire_at.values())
+    counts = wait_all_arrived(receiver, "/restart", ids,
+                              timeout=max(0.0, (last_due - now_ms()) / 1000) + scaled(12))
+    missing = sorted(set(ids) - set(counts))
+    assert not missing, f"{len(missing)} timers never arrived, e.g. {missing[:10]}"
+    in_flight = attempts_in_flight_at_kill(first.log)
+    dups = {t for t, c in counts.items() if c > 1}
+    assert dups <= in_flight, sorted(dups - in_flight)[:10]
+    for r in receiver.requests("/restart"):
+        assert r.wall_ms >= fire_at[r.timer_id] - 1.0, f"{r!r} early"
+    assert second.alive()
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_past_the_write_queue_cap_creates_get_429_memory_stays_bounded_and_service_goes_on(
+        hookwheel_factory, redis, receiver):
+    hw = hookwheel_factory(redis, args=["--max-queued-writes", "8"])
+    rss_before = rss_kib(hw.proc.pid)
+    url = receiver.url("/bp")
+    specs = [{"id": f"bp-{i:05d}", "url": url, "delay_ms": 3_600_000} for i in range(6000)]
+    statuses = Counter()
+    retry_after = set()
+
+    lock = threading.Lock()
+
+    def flood(k):
+        with hw.api.session() as s:
+            for spec in specs[k::48]:
+                status, headers, _ = s.create(spec)
+                with lock:
+                    statuses[status] += 1
+                    if status == 429:
+                        retry_after.add(headers.get("Retry-After"))
+
+    workers = [threading.Thread(target=flood, args=(k,)) for k in range(48)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    rss_after = rss_kib(hw.proc.pid)
+    assert statuses[429] > 0, f"no create was refused: {dict(statuses)}"
+    assert set(statuses) <= {201, 429}, dict(statuses)
+    assert retry_after == {"1"}, retry_after
+    assert rss_after - rss_before < 64 * 1024, (rss_before, rss_after)
+    # Every 2xx is in Redis, and the service still serves.
+    stored = len(redis.keys("hw:*:t:*"))
+    assert stored == statuses[201], (stored, dict(statuses))
+    status, _, body = hw.create({"id": "bp-after", "url": url, "delay_ms": 200})
+    assert status == 201, body
+    receiver.wait_for(1, timeout=scaled(5), path="/bp")
+    print(f"creates {dict(statuses)}; RSS {rss_before} -> {rss_after} KiB")
+
+
+def test_past_the_in_memory_cap_due_timers_wait_in_redis_and_all_still_arrive(
+        hookwheel_factory, redis, receiver):
+    hw = hookwheel_factory(redis, args=["--max-resident", "200"])
+    n = 2000
+    url = receiver.url("/cap")
+    specs = [{"id": f"cap-{i:04d}", "url": url, "delay_ms": 1000 + (i * 2000) // n} for i in range(n)]
+    fire_at, errors = create_many(hw.api, specs, threads=8)
+    assert not errors, errors[:3]
+    ids = [s["id"] for s in specs]
+    counts = wait_all_arrived(receiver, "/cap", ids, timeout=scaled(25))
+    missing = sorted(set(ids) - set(counts))
+    assert not missing, f"{len(missing)} timers never arrived, e.g. {missing[:10]}"
+    assert max(counts.values()) == 1
+    for r in receiver.requests("/cap"):
+        assert r.wall_ms >= fire_at[r.timer_id] - 1.0, f"{r!r} early"
