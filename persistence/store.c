@@ -7,9 +7,10 @@
  * commit), and the lock is held only to splice a list.
  *
  * Connection loss fails the batch in flight (callbacks get NULL) and the
- * writer reconnects on the next batch, at most every RECONNECT_MS, so while
- * Redis is down submitters learn it at once instead of queueing behind a
- * timeout. */
+ * writer reconnects on a later batch, with a backoff doubling from
+ * RECONNECT_MIN_MS to RECONNECT_MAX_MS between tries, so while Redis is down
+ * submitters learn it at once instead of queueing behind a timeout, and a
+ * dead Redis is not hammered with connection attempts. */
 #include "store.h"
 
 #include <errno.h>
@@ -27,7 +28,8 @@
 #include "lua_scripts.h"
 #include "xalloc.h"
 
-#define RECONNECT_MS 200
+#define RECONNECT_MIN_MS 50
+#define RECONNECT_MAX_MS 2000
 
 typedef struct cmd {
     struct cmd *next;
@@ -51,6 +53,7 @@ struct store {
 
     redisContext *ctx;      /* writer thread only */
     uint64_t last_try_ms;   /* writer thread only */
+    uint64_t backoff_ms;    /* writer thread only: wait before the next connect */
     volatile int ready;     /* written by the writer, read by anyone */
     int warned;             /* writer thread only: the outage was logged */
 };
@@ -181,6 +184,9 @@ static int connect_redis(store *s)
     redisContext *c = s->path ? redisConnectUnixWithTimeout(s->path, tv)
                               : redisConnectWithTimeout(s->host, s->port, tv);
     if (!c || c->err) {
+        s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : RECONNECT_MIN_MS;
+        if (s->backoff_ms > RECONNECT_MAX_MS)
+            s->backoff_ms = RECONNECT_MAX_MS;
         if (!s->warned || log_min_level <= LOG_DEBUG)
             LOG(LOG_WARN, "Redis unreachable", "\"error\":\"%s\"", c ? c->errstr : "no memory");
         s->warned = 1;
@@ -209,6 +215,7 @@ static int connect_redis(store *s)
     s->ctx = c;
     s->ready = 1;
     s->warned = 0;
+    s->backoff_ms = 0;
     return 0;
 }
 
@@ -250,7 +257,7 @@ static redisReply *resend_after_noscript(store *s, cmd *c)
 
 static void run_batch(store *s, cmd *batch)
 {
-    if (!s->ctx && (clock_now_ms() - s->last_try_ms < RECONNECT_MS || connect_redis(s) < 0)) {
+    if (!s->ctx && (clock_now_ms() - s->last_try_ms < s->backoff_ms || connect_redis(s) < 0)) {
         fail_list(batch);
         return;
     }
