@@ -506,35 +506,23 @@ static void sweep(engine *e, uint64_t now)
 
 static void release_cb(void *arg, const redisReply *r)
 {
-    sweep_ctx *c = arg;
+    engine *e = arg;
     long long n = store_reply_int(r, -1, -1);
     if (n > 0)
-        LOG(LOG_INFO, "claims handed back", "\"partition\":%u,\"timers\":%lld", c->partition, n);
+        LOG(LOG_INFO, "claims handed back", "\"instance\":\"%s\",\"timers\":%lld", e->cfg->instance_id, n);
     else if (n < 0)
-        LOG(LOG_WARN, "could not hand claims back", "\"partition\":%u", c->partition);
-    atomic_fetch_sub(&c->e->pending_ops, 1);
-    wake(c->e);
+        LOG(LOG_WARN, "could not hand claims back", "\"instance\":\"%s\"", e->cfg->instance_id);
+    atomic_fetch_sub(&e->pending_ops, 1);
+    wake(e);
 }
 
 /* Hands every claim of this instance back to due, in every partition. */
 static void release_all(engine *e)
 {
-    char ck[KEYS_MAX], dk[KEYS_MAX], tp[KEYS_MAX], now[24], at[32], interrupted[200];
-    uint64_t t = clock_now_ms();
-    snprintf(now, sizeof now, "%" PRIu64, t);
-    clock_format_rfc3339(t, at, sizeof at);
-    snprintf(interrupted, sizeof interrupted,
-             "{\"at\":\"%s\",\"duration_ms\":0,\"status\":null,"
-             "\"error\":\"attempt interrupted: the instance stopped\",\"response_snippet\":\"\"}", at);
-    for (uint32_t p = 0; p < e->cfg->partitions; p++) {
-        keys_claimed(ck, p, e->cfg->instance_id);
-        keys_due(dk, p);
-        keys_timer_prefix(tp, p);
-        const char *argv[] = {ck, dk, tp, now, interrupted};
-        atomic_fetch_add(&e->pending_ops, 1);
-        if (store_eval(e->st, SCRIPT_RELEASE, 2, 5, argv, NULL, release_cb, &e->sweeps[p]) < 0)
-            atomic_fetch_sub(&e->pending_ops, 1);
-    }
+    uint32_t parts = (uint32_t)e->cfg->partitions;
+    atomic_fetch_add(&e->pending_ops, (int)parts);
+    uint32_t sent = reaper_release(e->st, parts, e->cfg->instance_id, "the instance stopped", release_cb, e);
+    atomic_fetch_sub(&e->pending_ops, (int)(parts - sent));
 }
 
 /* ---- the loop ---- */

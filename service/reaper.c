@@ -85,27 +85,44 @@ static void released_cb(void *arg, const redisReply *reply)
     step_done(r);
 }
 
-static void release_dead(reaper *r, dead *d)
+uint32_t reaper_release(store *st, uint32_t partitions, const char *instance, const char *why,
+                        store_reply_cb cb, void *arg)
 {
-    char ck[KEYS_MAX], dk[KEYS_MAX], tp[KEYS_MAX], now[24], at[32], last[320];
+    char ck[KEYS_MAX], dk[KEYS_MAX], tp[KEYS_MAX], now[24], at[32], last[400];
     uint64_t t = clock_now_ms();
     snprintf(now, sizeof now, "%" PRIu64, t);
     clock_format_rfc3339(t, at, sizeof at);
     snprintf(last, sizeof last,
-             "{\"at\":\"%s\",\"duration_ms\":0,\"status\":null,\"error\":\"attempt interrupted: instance %s "
-             "stopped without handing its timers back\",\"response_snippet\":\"\"}",
-             at, d->id);
-    uint32_t parts = (uint32_t)r->cfg->partitions;
-    atomic_store(&d->left, (int)parts);
-    for (uint32_t p = 0; p < parts; p++) {
-        keys_claimed(ck, p, d->id);
+             "{\"at\":\"%s\",\"duration_ms\":0,\"status\":null,\"error\":\"attempt interrupted: %s\","
+             "\"response_snippet\":\"\"}",
+             at, why);
+    uint32_t sent = 0;
+    for (uint32_t p = 0; p < partitions; p++) {
+        keys_claimed(ck, p, instance);
         keys_due(dk, p);
         keys_timer_prefix(tp, p);
         const char *argv[] = {ck, dk, tp, now, last};
-        if (submit_eval(r, SCRIPT_RELEASE, 2, 5, argv, released_cb, d) < 0 &&
-            atomic_fetch_sub(&d->left, 1) == 1)
-            free(d); /* this round gives up; the next one retries */
+        if (store_eval(st, SCRIPT_RELEASE, 2, 5, argv, NULL, cb, arg) == 0)
+            sent++;
     }
+    return sent;
+}
+
+static void release_dead(reaper *r, dead *d)
+{
+    char why[200];
+    snprintf(why, sizeof why, "instance %s stopped without handing its timers back", d->id);
+    uint32_t parts = (uint32_t)r->cfg->partitions;
+    /* Count every step up front: replies may only come after this returns
+     * (they run on this same writer thread), so nothing frees d meanwhile. */
+    atomic_store(&d->left, (int)parts);
+    atomic_fetch_add(&r->steps, (int)parts);
+    uint32_t sent = reaper_release(r->st, parts, d->id, why, released_cb, d);
+    atomic_fetch_sub(&r->steps, (int)(parts - sent));
+    if (sent == 0)
+        free(d); /* this round gives up; the next one retries */
+    else
+        atomic_fetch_sub(&d->left, (int)(parts - sent));
 }
 
 static void exists_cb(void *arg, const redisReply *reply)

@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "backoff.h"
 #include "limiter.h"
 
 /* A test job: the ljob plus its position in its queue's push order. */
@@ -21,13 +22,7 @@ typedef struct tjob {
 
 static uint64_t rng_state;
 
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return splitmix64_next(&rng_state); }
 
 static uint64_t rnd_below(uint64_t n) { return rnd() % n; }
 
