@@ -1,6 +1,6 @@
 /* store.c - the writer thread and its pipeline.
  *
- * Submitters format their command on their own thread (redisFormatCommandArgv)
+ * Submitters format their command on their own thread (format_resp)
  * and append it to a mutex-protected FIFO. The writer takes the whole FIFO at
  * once, appends every command to the connection's output buffer, and reads
  * the replies in order: many requests' writes share one round trip (group
@@ -382,10 +382,52 @@ static int submit(store *s, char *buf, int len, store_reply_cb cb, void *arg)
     return rc;
 }
 
+/* Writes n in decimal at p; returns the digits written. */
+static size_t put_uint(char *p, size_t n)
+{
+    char tmp[24];
+    size_t k = 0;
+    do {
+        tmp[k++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    for (size_t i = 0; i < k; i++)
+        p[i] = tmp[k - 1 - i];
+    return k;
+}
+
+/* The RESP encoding of a command (what redisFormatCommandArgv produces),
+ * written with one allocation and no printf: this runs for every Redis
+ * command, on the API's and the engine's threads. */
+static int format_resp(char **out, int argc, const char **argv, const size_t *lens)
+{
+    size_t total = 16;
+    for (int i = 0; i < argc; i++)
+        total += (lens ? lens[i] : strlen(argv[i])) + 24;
+    char *b = xmalloc(total), *p = b;
+    *p++ = '*';
+    p += put_uint(p, (size_t)argc);
+    *p++ = '\r';
+    *p++ = '\n';
+    for (int i = 0; i < argc; i++) {
+        size_t n = lens ? lens[i] : strlen(argv[i]);
+        *p++ = '$';
+        p += put_uint(p, n);
+        *p++ = '\r';
+        *p++ = '\n';
+        memcpy(p, argv[i], n);
+        p += n;
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    *out = b;
+    return (int)(p - b);
+}
+
 int store_command(store *s, int argc, const char **argv, const size_t *lens, store_reply_cb cb, void *arg)
 {
     char *buf = NULL;
-    int len = redisFormatCommandArgv(&buf, argc, argv, lens);
+    int len = format_resp(&buf, argc, argv, lens);
     return submit(s, buf, len, cb, arg);
 }
 
