@@ -1,5 +1,5 @@
 # hookwheel - build, run and test. Targets: all (default), run, test, deps,
-# unit, integration, test-sanitize, bench, bench-quick, clean. SANITIZER=address,undefined builds
+# unit, integration, test-sanitize, test-fuzz, fuzz, bench, bench-quick, clean. SANITIZER=address,undefined builds
 # into build/sanitize.
 
 CC        ?= cc
@@ -14,7 +14,7 @@ PYTHON    ?= /usr/bin/python3
 PKGS      := libmicrohttpd libcurl jansson hiredis openssl
 DEB_PKGS  := build-essential pkg-config libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev \
              libhiredis-dev libssl-dev libcmocka-dev redis-server redis-tools nginx-light \
-             python3 python3-pytest curl
+             python3 python3-pytest curl clang libclang-rt-14-dev
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -43,7 +43,7 @@ BIN       := $(BUILD)/hookwheel
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run test unit integration test-sanitize deps check-deps clean
+.PHONY: all run test unit integration test-sanitize test-fuzz deps check-deps clean
 all: check-deps $(BIN) hookwheel
 
 hookwheel: $(BIN)
@@ -84,7 +84,10 @@ integration: check-deps $(BIN)
 test-sanitize:
 	$(MAKE) SANITIZER=address,undefined OPT="-O1 -g" unit integration
 
-test: unit integration test-sanitize
+# The fuzz target: every kept input once (regressions), then 60 s of fuzzing.
+test-fuzz: fuzz-regress fuzz-ci
+
+test: unit test-fuzz integration test-sanitize
 
 check-deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -101,5 +104,6 @@ clean:
 	rm -rf build hookwheel
 
 include bench/bench.mk
+include tests/fuzz/fuzz.mk
 
 -include $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d)

@@ -182,6 +182,14 @@ static void create_cb(void *arg, const redisReply *reply)
         if (reply && reply->type == REDIS_REPLY_ERROR)
             LOG(LOG_ERROR, "create failed", "\"error\":\"%.200s\"", reply->str);
         respond_unavailable(c->r);
+        if (!reply && c->claim) {
+            /* The reply was lost, but the create may have run and claimed the
+             * timer for this instance: hold it anyway. If it was not written,
+             * its begin step finds nothing and drops it. */
+            engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0);
+            c->id = NULL;
+            c->spec = NULL;
+        }
     }
     create_ctx_free(c);
 }

@@ -46,3 +46,8 @@ size_t keys_failed(char *buf, uint32_t p)
 {
     return put(snprintf(buf, KEYS_MAX, "hw:{%u}:failed", p));
 }
+
+size_t keys_lastclaim(char *buf, uint32_t p, const char *instance)
+{
+    return put(snprintf(buf, KEYS_MAX, "hw:{%u}:lastclaim:%s", p, instance));
+}

@@ -3,10 +3,12 @@
  * Any thread; pure. Every key of a timer carries the hash tag {P} of its
  * partition P = fnv1a(id) mod partitions, so all the keys one script touches
  * live in one Redis Cluster slot (DESIGN §3):
- *   hw:{P}:t:<id>              hash: spec, state, fire_ms, attempts, created_ms, owner, last
+ *   hw:{P}:t:<id>              string: the timer's record (record.h)
  *   hw:{P}:due                 zset: unclaimed timers by fire time (ms)
  *   hw:{P}:claimed:<instance>  zset: timers an instance holds in memory or is firing
  *   hw:{P}:failed              zset: dead letters by failure time
+ *   hw:{P}:lastclaim:<instance> list: ids of the instance's last claim, replayed
+ *                              when that reply was lost
  * The partition count must be the same for every instance and must never
  * change while data exists: it decides where a timer's keys are. */
 #ifndef HW_KEYS_H
@@ -26,5 +28,6 @@ size_t keys_due(char *buf, uint32_t p);
 size_t keys_claimed(char *buf, uint32_t p, const char *instance);
 size_t keys_claimed_prefix(char *buf, uint32_t p);
 size_t keys_failed(char *buf, uint32_t p);
+size_t keys_lastclaim(char *buf, uint32_t p, const char *instance); /* ids of the last claim reply */
 
 #endif

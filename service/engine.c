@@ -49,6 +49,7 @@
 typedef struct sweep_ctx {
     engine *e;
     uint32_t partition;
+    atomic_int replay; /* the last claim's reply was lost: ask for its timers again */
 } sweep_ctx;
 
 struct engine {
@@ -454,6 +455,7 @@ static void sweep_cb(void *arg, const redisReply *r)
     sweep_ctx *c = arg;
     engine *e = c->e;
     size_t n = r && r->type == REDIS_REPLY_ARRAY ? r->elements / 4 : 0;
+    atomic_store(&c->replay, !r); /* no reply: the claim may have run all the same */
     job *first = NULL, *last = NULL;
     for (size_t i = 0; i < n; i++) {
         size_t len;
@@ -494,12 +496,15 @@ static void sweep(engine *e, uint64_t now)
              (uint64_t)free_slots < e->cfg->claim_batch ? (uint64_t)free_slots : e->cfg->claim_batch);
     e->sweep_more = 0;
     for (uint32_t p = 0; p < e->cfg->partitions; p++) {
+        char lk[KEYS_MAX];
         keys_due(dk, p);
         keys_claimed(ck, p, e->cfg->instance_id);
+        keys_lastclaim(lk, p, e->cfg->instance_id);
         keys_timer_prefix(tp, p);
-        const char *argv[] = {dk, ck, horizon, limit, e->cfg->instance_id, tp};
+        const char *argv[] = {dk, ck, lk, horizon, limit, e->cfg->instance_id, tp,
+                              atomic_load(&e->sweeps[p].replay) ? "1" : "0"};
         atomic_fetch_add(&e->pending_ops, 1);
-        if (store_eval(e->st, SCRIPT_CLAIM, 2, 6, argv, NULL, sweep_cb, &e->sweeps[p]) < 0)
+        if (store_eval(e->st, SCRIPT_CLAIM, 3, 8, argv, NULL, sweep_cb, &e->sweeps[p]) < 0)
             atomic_fetch_sub(&e->pending_ops, 1);
     }
 }
@@ -704,8 +709,11 @@ engine *engine_create(const config *cfg, store *st)
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng)
         e->rng = clock_now_us();
     e->sweeps = xcalloc(cfg->partitions, sizeof *e->sweeps);
-    for (uint32_t p = 0; p < cfg->partitions; p++)
-        e->sweeps[p] = (sweep_ctx){e, p};
+    for (uint32_t p = 0; p < cfg->partitions; p++) {
+        e->sweeps[p].e = e;
+        e->sweeps[p].partition = p;
+        atomic_init(&e->sweeps[p].replay, 0);
+    }
     e->wd = watchdog_create(st);
     e->rp = reaper_create(st, cfg);
     e->w = wheel_create((uint32_t)cfg->wheel_slots, (uint32_t)cfg->tick_ms, clock_now_ms());

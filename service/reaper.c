@@ -88,7 +88,7 @@ static void released_cb(void *arg, const redisReply *reply)
 uint32_t reaper_release(store *st, uint32_t partitions, const char *instance, const char *why,
                         store_reply_cb cb, void *arg)
 {
-    char ck[KEYS_MAX], dk[KEYS_MAX], tp[KEYS_MAX], now[24], at[32], last[400];
+    char ck[KEYS_MAX], dk[KEYS_MAX], lk[KEYS_MAX], tp[KEYS_MAX], now[24], at[32], last[400];
     uint64_t t = clock_now_ms();
     snprintf(now, sizeof now, "%" PRIu64, t);
     clock_format_rfc3339(t, at, sizeof at);
@@ -100,9 +100,10 @@ uint32_t reaper_release(store *st, uint32_t partitions, const char *instance, co
     for (uint32_t p = 0; p < partitions; p++) {
         keys_claimed(ck, p, instance);
         keys_due(dk, p);
+        keys_lastclaim(lk, p, instance);
         keys_timer_prefix(tp, p);
-        const char *argv[] = {ck, dk, tp, now, last};
-        if (store_eval(st, SCRIPT_RELEASE, 2, 5, argv, NULL, cb, arg) == 0)
+        const char *argv[] = {ck, dk, lk, tp, now, last};
+        if (store_eval(st, SCRIPT_RELEASE, 3, 6, argv, NULL, cb, arg) == 0)
             sent++;
     }
     return sent;

@@ -4,8 +4,16 @@
 --       4 last attempt (JSON), 5 next fire_ms (retry), 6 keep ("1": retry
 --       stays claimed in this instance's wheel), 7 retention_ms, 8 now_ms
 -- Returns 1, or 0 when the timer is no longer this instance's firing timer.
+-- Repeating it is safe: when the record already shows this outcome (a finish
+-- whose reply was lost, sent again) it answers 1 and changes nothing.
 local r = rec_load(KEYS[1])
-if not r or r[ST] ~= 'firing' or r[OWNER] ~= ARGV[2] then return 0 end
+if not r then return 0 end
+if r[ST] ~= 'firing' or r[OWNER] ~= ARGV[2] then
+  if r[LAST] == ARGV[4] and (r[ST] == ARGV[3] or (ARGV[3] == 'retry' and r[ST] == 'retrying')) then
+    return 1
+  end
+  return 0
+end
 r[LAST] = ARGV[4]
 if ARGV[3] == 'retry' then
   r[ST] = 'retrying'

@@ -1,7 +1,8 @@
 -- release: hand every claim of an instance back to due (shutdown, or the
 -- start of an instance that reuses its id). A timer that was firing had its
 -- attempt interrupted: it counts, and the timer is retried at once.
--- KEYS: 1 the instance's claimed zset, 2 due zset
+-- KEYS: 1 the instance's claimed zset, 2 due zset, 3 the instance's last
+--       claimed batch (deleted: nothing is left to replay)
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 now_ms, 3 last-attempt JSON for interrupted attempts
 -- Returns the number of timers handed back.
 local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
@@ -24,5 +25,5 @@ for _, id in ipairs(ids) do
     n = n + 1
   end
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[3])
 return n

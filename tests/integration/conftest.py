@@ -803,6 +803,15 @@ class Hookwheel:
 # fixtures
 
 
+def redis_alive(url):
+    """1 when the Redis at redis://127.0.0.1:<port> answers PING."""
+    try:
+        with RespClient(int(str(url).rsplit(":", 1)[1])) as c:
+            return c.call("PING") in ("PONG", b"PONG")
+    except (OSError, ValueError, IndexError, RedisError):
+        return False
+
+
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                      "WARNING: ThreadSanitizer")
 
@@ -879,6 +888,8 @@ def hookwheel_factory(tmp_path, request):
                 code = hw.stop(signal.SIGTERM, timeout=scaled(15.0))
                 if code != 0:
                     problems.append(f"hookwheel {hw.name} exited with {code} on SIGTERM")
+                elif redis_alive(hw.redis_url) and "could not hand claims back" in hw.log_tail(200):
+                    problems.append(f"hookwheel {hw.name} did not hand its claims back on SIGTERM")
             report = sanitizer_report(hw.log)
             if report:
                 problems.append(f"hookwheel {hw.name} sanitizer report:\n{report}")
@@ -886,7 +897,7 @@ def hookwheel_factory(tmp_path, request):
 
 
 @pytest.fixture
-def hookwheel(hookwheel_factory, redis):
+def hookwheel(redis, hookwheel_factory):  # redis first: it is torn down last
     return hookwheel_factory(redis)
 
 

@@ -40,7 +40,7 @@ def wait_all_arrived(receiver, path, ids, timeout):
 
 
 def test_a_killed_instances_timers_are_taken_over_by_the_survivor_and_arrive_at_least_once(
-        hookwheel_factory, redis, receiver):
+        redis, receiver, hookwheel_factory):
     a = hookwheel_factory(redis, args=LEASE)
     b = hookwheel_factory(redis, args=LEASE)
     n = 3000
@@ -68,7 +68,7 @@ def test_a_killed_instances_timers_are_taken_over_by_the_survivor_and_arrive_at_
 
 
 def test_after_kill_9_of_the_only_instance_a_new_one_fires_every_pending_and_claimed_timer(
-        hookwheel_factory, redis, receiver):
+        redis, receiver, hookwheel_factory):
     first = hookwheel_factory(redis, args=LEASE + ["--window-ms", "2000"])
     url = receiver.url("/restart")
     # Due within the claim window (held in memory when the kill comes) and
@@ -102,7 +102,7 @@ def rss_kib(pid):
 
 
 def test_past_the_write_queue_cap_creates_get_429_memory_stays_bounded_and_service_goes_on(
-        hookwheel_factory, redis, receiver):
+        redis, receiver, hookwheel_factory):
     # Under ASan freed memory sits in a quarantine (256 MiB by default) and
     # would read as growth; a small one keeps RSS meaningful there too.
     hw = hookwheel_factory(redis, args=["--max-queued-writes", "8"],
@@ -144,7 +144,7 @@ def test_past_the_write_queue_cap_creates_get_429_memory_stays_bounded_and_servi
 
 
 def test_past_the_in_memory_cap_due_timers_wait_in_redis_and_all_still_arrive(
-        hookwheel_factory, redis, receiver):
+        redis, receiver, hookwheel_factory):
     hw = hookwheel_factory(redis, args=["--max-resident", "200"])
     n = 2000
     url = receiver.url("/cap")

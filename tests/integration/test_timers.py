@@ -309,7 +309,7 @@ def test_a_429_with_retry_after_1_is_retried_after_about_a_second(hookwheel, rec
 
 
 def test_timers_pending_at_sigterm_are_delivered_exactly_once_by_the_next_instance(
-        hookwheel_factory, redis, receiver):
+        redis, receiver, hookwheel_factory):
     first = hookwheel_factory(redis)
     n = 60
     delays = [500 + round(i * 4500 / (n - 1)) for i in range(n)]
