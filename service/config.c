@@ -36,6 +36,8 @@ static const setting settings[] = {
     S("redis-server", redis_server, "redis-server", "binary started as the embedded Redis"),
     S("instance-id", instance_id, "", "this instance's id (default: hostname-pid)"),
     S("log-level", log_level, "info", "debug, info, warn or error"),
+    S("signing-secret", signing_secret, NULL,
+      "whsec_<base64 key>[,whsec_...]: sign every request (Standard Webhooks); two during a rotation"),
     U("tick-ms", tick_ms, "1", 1, 1000, "timing wheel tick"),
     U("wheel-slots", wheel_slots, "4096", 2, 1u << 22, "timing wheel slots (a power of two)"),
     U("window-ms", window_ms, "5000", 100, 600000,

@@ -20,6 +20,7 @@ typedef struct config {
     char *redis_server;       /* binary of the embedded redis-server */
     char *instance_id;        /* "" until config_load fills the default */
     char *log_level;
+    char *signing_secret;     /* NULL: requests are not signed */
     uint64_t tick_ms;
     uint64_t wheel_slots;
     uint64_t window_ms;

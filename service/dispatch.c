@@ -31,6 +31,7 @@
 
 struct dispatch {
     CURLM *multi;
+    const signer *sign;
     CURL **pool;           /* easy handles kept for reuse (curl_easy_reset) */
     uint32_t pooled, pool_cap;
     int epfd;
@@ -169,11 +170,12 @@ static void hdr_user(hdr_block *b, const char *line)
         hdr_printf(b, "%.*s;", (int)(colon - line), line);
 }
 
-static struct curl_slist *build_headers(const job *j)
+static struct curl_slist *build_headers(const dispatch *d, const job *j)
 {
     const timer_spec *s = j->spec;
-    uint32_t max = s->nheaders + 7;
-    size_t text = 4 * 200;
+    uint32_t max = s->nheaders + 8;
+    size_t text = 4 * 200 + SIGN_HEADER_MAX + 32;
+    uint64_t ts = clock_now_ms() / 1000u;
     for (uint32_t i = 0; i < s->nheaders; i++)
         text += strlen(s->headers[i]) + 2;
     char *block = xmalloc(max * sizeof(struct curl_slist) + text);
@@ -187,7 +189,12 @@ static struct curl_slist *build_headers(const job *j)
         hdr_link(&b, "Accept:");
     hdr_link(&b, "Expect:");
     hdr_printf(&b, "webhook-id: %s", j->id);
-    hdr_printf(&b, "webhook-timestamp: %" PRIu64, clock_now_ms() / 1000u);
+    hdr_printf(&b, "webhook-timestamp: %" PRIu64, ts);
+    if (d->sign) { /* signs exactly what is sent: webhook-id, webhook-timestamp, body */
+        char sig[SIGN_HEADER_MAX];
+        signer_sign(d->sign, j->id, ts, s->body, s->body ? s->body_len : 0, sig);
+        hdr_printf(&b, "webhook-signature: %s", sig);
+    }
     hdr_printf(&b, "Hookwheel-Timer-Id: %s", j->id);
     hdr_printf(&b, "Hookwheel-Attempt: %u", j->attempts);
     return b.nodes;
@@ -218,6 +225,7 @@ dispatch *dispatch_create(const dispatch_config *cfg)
         return NULL;
     }
     d->epfd = cfg->epfd;
+    d->sign = cfg->sign;
     d->pool_cap = cfg->max_connections;
     d->pool = xcalloc(d->pool_cap, sizeof *d->pool);
     d->snippet_bytes = cfg->snippet_bytes;
@@ -269,7 +277,7 @@ int dispatch_start(dispatch *d, job *j)
         return -ENOMEM;
     const timer_spec *s = j->spec;
     j->easy = e;
-    j->hdrs = build_headers(j);
+    j->hdrs = build_headers(d, j);
     j->resp_cap = d->snippet_bytes;
     j->resp = xmalloc(j->resp_cap + 1);
     j->resp_len = j->resp_total = 0;

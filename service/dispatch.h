@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "job.h"
+#include "sign.h"
 
 typedef struct dispatch dispatch; /* opaque */
 
@@ -22,6 +23,7 @@ typedef struct dispatch_config {
     int epfd;                 /* the engine's epoll instance */
     uint32_t max_connections; /* connection cache size */
     uint32_t snippet_bytes;   /* response bytes kept for last_attempt */
+    const signer *sign;       /* NULL: requests go unsigned */
     dispatch_done_cb done;
     void *arg;
 } dispatch_config;

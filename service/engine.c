@@ -694,7 +694,7 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
-engine *engine_create(const config *cfg, store *st)
+engine *engine_create(const config *cfg, store *st, const signer *sign)
 {
     engine *e = xcalloc(1, sizeof *e);
     e->cfg = cfg;
@@ -726,7 +726,7 @@ engine *engine_create(const config *cfg, store *st)
         engine_free(e);
         return NULL;
     }
-    dispatch_config dc = {e->epfd, (uint32_t)cfg->max_inflight, (uint32_t)cfg->response_snippet_bytes,
+    dispatch_config dc = {e->epfd, (uint32_t)cfg->max_inflight, (uint32_t)cfg->response_snippet_bytes, sign,
                           attempt_done_cb, e};
     e->d = dispatch_create(&dc);
     if (!e->d) {

@@ -14,14 +14,16 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "sign.h"
 #include "spec.h"
 #include "store.h"
 
 typedef struct engine engine; /* opaque */
 
-/* Creates the engine for cfg (which must outlive it) on store st. Returns
- * NULL after logging when the wheel or the epoll loop cannot be set up. */
-engine *engine_create(const config *cfg, store *st);
+/* Creates the engine for cfg (which must outlive it) on store st; sign (may
+ * be NULL) signs every request. Returns NULL after logging when the wheel or
+ * the epoll loop cannot be set up. */
+engine *engine_create(const config *cfg, store *st, const signer *sign);
 
 /* Starts the engine thread: it first hands back claims a previous process
  * with this instance id left behind, then sweeps for due timers every

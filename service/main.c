@@ -17,10 +17,12 @@
 #include "http.h"
 #include "log.h"
 #include "redis_child.h"
+#include "sign.h"
 #include "store.h"
 
 typedef struct app {
     config cfg;
+    signer *sign;
     redis_child *redis;
     store *st;
     engine *eng;
@@ -47,7 +49,7 @@ static int start_all(app *a)
 {
     if (start_store(a) < 0)
         return -1;
-    a->eng = engine_create(&a->cfg, a->st);
+    a->eng = engine_create(&a->cfg, a->st, a->sign);
     if (!a->eng || engine_start(a->eng) < 0)
         return -1;
     api_init(&a->api, &a->cfg, a->st, a->eng);
@@ -70,6 +72,7 @@ static void stop_all(app *a)
     store_free(a->st);
     engine_free(a->eng);
     redis_child_stop(a->redis);
+    signer_free(a->sign);
 }
 
 static int wait_for_signal(void)
@@ -92,6 +95,15 @@ int main(int argc, char **argv)
         config_free(&a.cfg);
         return rc > 0 ? 0 : 2;
     }
+    if (a.cfg.signing_secret) {
+        char err[160];
+        a.sign = signer_create(a.cfg.signing_secret, err, sizeof err);
+        if (!a.sign) {
+            fprintf(stderr, "hookwheel: invalid HOOKWHEEL_SIGNING_SECRET: %s\n", err);
+            config_free(&a.cfg);
+            return 2;
+        }
+    }
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
@@ -104,9 +116,9 @@ int main(int argc, char **argv)
     if (ok) {
         LOG(LOG_INFO, "hookwheel started",
             "\"version\":\"%s\",\"listen\":\"%s\",\"port\":%u,\"instance\":\"%s\",\"redis\":\"%s\","
-            "\"auth\":\"open\"",
+            "\"auth\":\"open\",\"signing\":%s",
             HOOKWHEEL_VERSION, a.cfg.listen, http_port(a.http), a.cfg.instance_id,
-            a.cfg.redis_url ? "external" : "embedded");
+            a.cfg.redis_url ? "external" : "embedded", a.sign ? "true" : "false");
         int sig = wait_for_signal();
         LOG(LOG_INFO, "stopping", "\"signal\":\"%s\"", sig == SIGINT ? "SIGINT" : "SIGTERM");
     }

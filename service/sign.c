@@ -1,0 +1,123 @@
+#include "sign.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include "xalloc.h"
+
+#define KEY_MAX 128
+
+struct signer {
+    EVP_MAC *hmac; /* fetched once; contexts are made per request */
+    unsigned n;
+    unsigned char key[SIGN_MAX_SECRETS][KEY_MAX];
+    int key_len[SIGN_MAX_SECRETS];
+};
+
+/* Decodes one "whsec_<base64>" secret into s->key[s->n]. */
+static int add_secret(signer *s, const char *text, size_t len, char *err, size_t errlen)
+{
+    static const char prefix[] = "whsec_";
+    char b64[KEY_MAX * 2];
+    if (len <= sizeof prefix - 1 || memcmp(text, prefix, sizeof prefix - 1) != 0 ||
+        len - (sizeof prefix - 1) >= sizeof b64 || (len - (sizeof prefix - 1)) % 4) {
+        snprintf(err, errlen, "secret %u is not of the form whsec_<base64 key>", s->n + 1);
+        return -1;
+    }
+    size_t n = len - (sizeof prefix - 1);
+    memcpy(b64, text + sizeof prefix - 1, n);
+    b64[n] = '\0';
+    unsigned char out[KEY_MAX * 2];
+    int k = EVP_DecodeBlock(out, (const unsigned char *)b64, (int)n);
+    int pad = (n >= 1 && b64[n - 1] == '=') + (n >= 2 && b64[n - 2] == '=');
+    OPENSSL_cleanse(b64, sizeof b64);
+    if (k < 0 || k - pad < 16 || k - pad > KEY_MAX) {
+        OPENSSL_cleanse(out, sizeof out);
+        snprintf(err, errlen, "secret %u does not decode to a key of 16 to %d bytes", s->n + 1, KEY_MAX);
+        return -1;
+    }
+    memcpy(s->key[s->n], out, (size_t)(k - pad));
+    s->key_len[s->n] = k - pad;
+    s->n++;
+    OPENSSL_cleanse(out, sizeof out);
+    return 0;
+}
+
+signer *signer_create(const char *secrets, char *err, size_t errlen)
+{
+    signer *s = xcalloc(1, sizeof *s);
+    s->hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    if (!s->hmac) {
+        snprintf(err, errlen, "OpenSSL offers no HMAC");
+        signer_free(s);
+        return NULL;
+    }
+    const char *p = secrets;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len && p[0] == ' ')
+            p++, len--;
+        while (len && p[len - 1] == ' ')
+            len--;
+        if (s->n == SIGN_MAX_SECRETS) {
+            snprintf(err, errlen, "at most %d secrets may be active at once", SIGN_MAX_SECRETS);
+            signer_free(s);
+            return NULL;
+        }
+        if (add_secret(s, p, len, err, errlen) < 0) {
+            signer_free(s);
+            return NULL;
+        }
+        p = end ? end + 1 : p + len;
+    }
+    if (!s->n) {
+        snprintf(err, errlen, "no secret given");
+        signer_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void signer_free(signer *s)
+{
+    if (!s)
+        return;
+    EVP_MAC_free(s->hmac);
+    OPENSSL_cleanse(s, sizeof *s);
+    free(s);
+}
+
+size_t signer_sign(const signer *s, const char *msg_id, uint64_t timestamp, const char *body, size_t body_len,
+                   char *out)
+{
+    char prefix[200];
+    int plen = snprintf(prefix, sizeof prefix, "%s.%" PRIu64 ".", msg_id, timestamp);
+    size_t o = 0;
+    for (unsigned i = 0; i < s->n; i++) {
+        unsigned char mac[EVP_MAX_MD_SIZE];
+        size_t mlen = 0;
+        OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+                               OSSL_PARAM_construct_end()};
+        EVP_MAC_CTX *h = EVP_MAC_CTX_new(s->hmac);
+        if (!h || !EVP_MAC_init(h, s->key[i], (size_t)s->key_len[i], params) ||
+            !EVP_MAC_update(h, (const unsigned char *)prefix, (size_t)plen) ||
+            !EVP_MAC_update(h, (const unsigned char *)(body ? body : ""), body_len) ||
+            !EVP_MAC_final(h, mac, &mlen, sizeof mac))
+            abort(); /* only out of memory: HMAC-SHA256 is always there once fetched */
+        EVP_MAC_CTX_free(h);
+        if (i)
+            out[o++] = ' ';
+        memcpy(out + o, "v1,", 3);
+        o += 3;
+        o += (size_t)EVP_EncodeBlock((unsigned char *)out + o, mac, (int)mlen);
+    }
+    out[o] = '\0';
+    return o;
+}

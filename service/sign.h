@@ -1,0 +1,34 @@
+/* sign.h - Standard Webhooks signatures (webhook-signature).
+ *
+ * The secrets come from HOOKWHEEL_SIGNING_SECRET: one or more secrets in the
+ * Standard Webhooks form "whsec_<base64 key>", comma-separated; during a
+ * rotation two are active and every request carries both signatures
+ * ("v1,<sig> v1,<sig>"), so receivers verify with either. A signature is
+ * base64(HMAC-SHA256(key, "<webhook-id>.<webhook-timestamp>.<body>")).
+ *
+ * Created once at start-up; afterwards read-only, any thread. The keys never
+ * leave this module (no log line, no API answer shows them). */
+#ifndef HW_SIGN_H
+#define HW_SIGN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIGN_MAX_SECRETS 4
+#define SIGN_HEADER_MAX (SIGN_MAX_SECRETS * 48 + 32) /* "webhook-signature: " + sigs */
+
+typedef struct signer signer; /* opaque */
+
+/* Parses the secrets. Returns the signer, or NULL with a one-sentence reason
+ * in err (never quoting the secret) when a secret is malformed. */
+signer *signer_create(const char *secrets, char *err, size_t errlen);
+
+/* Frees s (wiping its keys). NULL is a no-op. */
+void signer_free(signer *s);
+
+/* Writes the header value ("v1,<base64> v1,<base64>") for one request into
+ * out (SIGN_HEADER_MAX bytes). Returns its length. */
+size_t signer_sign(const signer *s, const char *msg_id, uint64_t timestamp, const char *body, size_t body_len,
+                   char *out);
+
+#endif

@@ -1,0 +1,77 @@
+/* test_sign.c - Standard Webhooks signatures (sign.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sign.h"
+
+/* The example of the Standard Webhooks specification (and svix's docs). */
+#define SECRET "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+#define MSG_ID "msg_p5jXN8AQM9LWM0D4loKWxJek"
+#define TS 1614265330u
+#define BODY "{\"test\": 2432232314}"
+#define SIG "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+
+static void test_the_specifications_example_signs_as_published(void **state)
+{
+    (void)state;
+    char err[128], out[SIGN_HEADER_MAX];
+    signer *s = signer_create(SECRET, err, sizeof err);
+
+    assert_non_null(s);
+    assert_int_equal(signer_sign(s, MSG_ID, TS, BODY, strlen(BODY), out), strlen(SIG));
+    assert_string_equal(out, SIG);
+    signer_free(s);
+}
+
+static void test_two_secrets_give_two_signatures_old_and_new(void **state)
+{
+    (void)state;
+    char err[128], out[SIGN_HEADER_MAX];
+    signer *s = signer_create(SECRET ", whsec_c2Vjb25kLXNlY3JldC1rZXktMTIzNDU2", err, sizeof err);
+
+    assert_non_null(s);
+    signer_sign(s, MSG_ID, TS, BODY, strlen(BODY), out);
+    assert_memory_equal(out, SIG " v1,", strlen(SIG) + 4);
+    assert_int_equal(strlen(out), 2 * strlen(SIG) + 1);
+    signer_free(s);
+}
+
+static void test_a_changed_body_changes_the_signature(void **state)
+{
+    (void)state;
+    char err[128], out[SIGN_HEADER_MAX];
+    signer *s = signer_create(SECRET, err, sizeof err);
+
+    signer_sign(s, MSG_ID, TS, "{\"test\": 2432232315}", strlen(BODY), out);
+    assert_string_not_equal(out, SIG);
+    signer_free(s);
+}
+
+static void test_malformed_secrets_are_refused_without_quoting_them(void **state)
+{
+    (void)state;
+    char err[128];
+    const char *bad[] = {"", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_", "whsec_abc", "whsec_!!!!!!!!",
+                         "whsec_c2hvcnQ=", SECRET "," SECRET "," SECRET "," SECRET "," SECRET};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = '\0';
+        assert_null(signer_create(bad[i], err, sizeof err));
+        assert_true(err[0] != '\0');
+        assert_null(strstr(err, "MfKQ9r8"));
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_specifications_example_signs_as_published),
+        cmocka_unit_test(test_two_secrets_give_two_signatures_old_and_new),
+        cmocka_unit_test(test_a_changed_body_changes_the_signature),
+        cmocka_unit_test(test_malformed_secrets_are_refused_without_quoting_them),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
