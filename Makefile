@@ -32,7 +32,7 @@ endif
 LIB_SRCS  := service/xalloc.c service/log.c service/clock.c service/config.c \
              service/wheel.c service/limiter.c service/backoff.c service/spec.c \
              service/engine.c service/dispatch.c service/jsonesc.c \
-             service/watchdog.c service/reaper.c service/sign.c \
+             service/watchdog.c service/reaper.c service/sign.c service/netpolicy.c \
              persistence/keys.c persistence/record.c persistence/store.c persistence/redis_child.c \
              api/http.c api/problem.c api/timers.c
 LUA       := $(filter-out persistence/lua/_%,$(wildcard persistence/lua/*.lua))

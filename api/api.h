@@ -11,6 +11,7 @@
 #include "config.h"
 #include "engine.h"
 #include "http.h"
+#include "netpolicy.h"
 #include "spec.h"
 #include "store.h"
 
@@ -24,9 +25,10 @@ typedef struct api {
 extern const http_route api_routes[];
 extern const size_t api_route_count;
 
-/* Fills a for the handlers (http_start's app pointer); cfg, st and eng must
- * outlive the server. */
-void api_init(api *a, const config *cfg, store *st, engine *eng);
+/* Fills a for the handlers (http_start's app pointer); cfg, st, eng and
+ * policy (the destination policy checked on every new timer's URL; NULL:
+ * none) must outlive the server. */
+void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy *policy);
 
 /* Builds the Timer resource (openapi.yaml) as JSON text from a timer's
  * stored fields: the canonical spec (a JSON object, see spec.h) with the

@@ -21,7 +21,7 @@
 
 #define RETRY_AFTER_S 1
 
-void api_init(api *a, const config *cfg, store *st, engine *eng)
+void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy *policy)
 {
     a->cfg = cfg;
     a->st = st;
@@ -38,6 +38,7 @@ void api_init(api *a, const config *cfg, store *st, engine *eng)
         .default_max_attempts = (uint32_t)cfg->default_max_attempts,
         .default_min_backoff_ms = cfg->default_min_backoff_ms,
         .default_max_backoff_ms = cfg->default_max_backoff_ms,
+        .policy = policy,
     };
 }
 

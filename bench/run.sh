@@ -39,7 +39,7 @@ if [[ $ONLY != " R L D M W " ]]; then # a partial run never overwrites a full on
     SUFFIX+="-only-$(tr -cd 'RLDMW' <<<"$ONLY")"
 fi
 [[ -z ${HW_EXTRA:-} ]] || SUFFIX+="-custom" # nor does a run with non-default flags
-HW_FLAGS=(--log-level warn --max-inflight 1024 --queue-parallelism 1024 ${HW_EXTRA:-})
+HW_FLAGS=(--log-level warn --max-inflight 1024 --queue-parallelism 1024 --destination-allowlist 127.0.0.0/8 ${HW_EXTRA:-})
 QUIET_WAIT_S=${QUIET_WAIT_S:-60}
 NOISE_MAX=${NOISE_MAX:-30}
 NCPU=$(nproc)

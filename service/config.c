@@ -38,6 +38,9 @@ static const setting settings[] = {
     S("log-level", log_level, "info", "debug, info, warn or error"),
     S("signing-secret", signing_secret, NULL,
       "whsec_<base64 key>[,whsec_...]: sign every request (Standard Webhooks); two during a rotation"),
+    S("destination-allowlist", destination_allowlist, NULL,
+      "CIDRs, addresses and host names (comma-separated) that timers may call although they are "
+      "loopback, private, link-local or otherwise internal; unset: public addresses only"),
     U("tick-ms", tick_ms, "1", 1, 1000, "timing wheel tick"),
     U("wheel-slots", wheel_slots, "4096", 2, 1u << 22, "timing wheel slots (a power of two)"),
     U("window-ms", window_ms, "5000", 100, 600000,

@@ -21,6 +21,7 @@ typedef struct config {
     char *instance_id;        /* "" until config_load fills the default */
     char *log_level;
     char *signing_secret;     /* NULL: requests are not signed */
+    char *destination_allowlist; /* NULL: only public addresses may be called */
     uint64_t tick_ms;
     uint64_t wheel_slots;
     uint64_t window_ms;

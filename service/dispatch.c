@@ -5,7 +5,12 @@
  * The request is exactly the timer's: its method, its headers and its body,
  * plus the webhook headers; curl's own defaults that the timer did not ask
  * for (Accept, a form Content-Type, Expect: 100-continue) are removed.
- * Redirects are not followed. The response body is kept up to the snippet
+ * Redirects are not followed, and no proxy is used (not even one from the
+ * environment's http_proxy), so the address curl connects to is the
+ * target's own, and the destination policy (netpolicy.h) judges exactly
+ * that address in the open-socket callback, after DNS: a name that
+ * resolves, or re-resolves, to a forbidden address is refused there.
+ * The response body is kept up to the snippet
  * size and read up to MAX_RESPONSE_BYTES; a larger body ends the transfer
  * early, with the status already received. */
 #include "dispatch.h"
@@ -18,6 +23,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <curl/curl.h>
 
@@ -32,6 +40,7 @@
 struct dispatch {
     CURLM *multi;
     const signer *sign;
+    const netpolicy *policy;
     CURL **pool;           /* easy handles kept for reuse (curl_easy_reset) */
     uint32_t pooled, pool_cap;
     int epfd;
@@ -113,6 +122,38 @@ static size_t header_cb(char *line, size_t size, size_t n, void *userp)
         j->retry_after_ms = backoff_parse_retry_after(v, clock_now_ms());
     }
     return len;
+}
+
+/* 1 when the URL's host is allowlisted by name: the operator trusts the
+ * name whatever it resolves to. Parsed only for a refused address. */
+static int url_host_allowlisted(const job *j)
+{
+    CURLU *u = curl_url();
+    char *host = NULL;
+    int ok = u && curl_url_set(u, CURLUPART_URL, j->spec->url, 0) == CURLUE_OK &&
+             curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+             netpolicy_host_allowlisted(j->policy, host);
+    curl_free(host);
+    curl_url_cleanup(u);
+    return ok;
+}
+
+/* curl's open-socket callback: the address here is the one curl is about
+ * to connect to. A refused address is noted in the job (complete() turns
+ * it into the attempt's error) and gets no socket, so curl tries the next
+ * address of the name, if any, or fails with CURLE_COULDNT_CONNECT. */
+static curl_socket_t opensocket_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    job *j = clientp;
+    (void)purpose;
+    if (j->policy && !netpolicy_addr_allowed(j->policy, &a->addr) && !url_host_allowlisted(j)) {
+        const void *bin = a->family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)(void *)&a->addr)->sin6_addr
+                                                : (const void *)&((struct sockaddr_in *)(void *)&a->addr)->sin_addr;
+        if (!inet_ntop(a->family, bin, j->refused, sizeof j->refused))
+            snprintf(j->refused, sizeof j->refused, "(family %d)", a->family);
+        return CURL_SOCKET_BAD;
+    }
+    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
 /* ---- request ---- */
@@ -226,6 +267,7 @@ dispatch *dispatch_create(const dispatch_config *cfg)
     }
     d->epfd = cfg->epfd;
     d->sign = cfg->sign;
+    d->policy = cfg->policy;
     d->pool_cap = cfg->max_connections;
     d->pool = xcalloc(d->pool_cap, sizeof *d->pool);
     d->snippet_bytes = cfg->snippet_bytes;
@@ -283,7 +325,12 @@ int dispatch_start(dispatch *d, job *j)
     j->resp_len = j->resp_total = 0;
     j->retry_after_ms = -1;
     j->errbuf[0] = '\0';
+    j->refused[0] = '\0';
+    j->policy = d->policy;
     curl_easy_setopt(e, CURLOPT_URL, s->url);
+    curl_easy_setopt(e, CURLOPT_PROXY, ""); /* never a proxy from the environment */
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, opensocket_cb);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, j);
     curl_easy_setopt(e, CURLOPT_PRIVATE, j);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, j->errbuf);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -311,7 +358,10 @@ int dispatch_start(dispatch *d, job *j)
 
 static void describe_error(job *j, CURLcode rc, attempt_result *res)
 {
-    if (rc == CURLE_OPERATION_TIMEDOUT)
+    if (rc == CURLE_COULDNT_CONNECT && j->refused[0]) {
+        res->refused_by_policy = 1;
+        snprintf(res->error, sizeof res->error, "destination %s is not allowed (policy)", j->refused);
+    } else if (rc == CURLE_OPERATION_TIMEDOUT)
         snprintf(res->error, sizeof res->error, "timeout after %u ms: %.120s", j->spec->timeout_ms,
                  j->errbuf[0] ? j->errbuf : curl_easy_strerror(rc));
     else

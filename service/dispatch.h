@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "job.h"
+#include "netpolicy.h"
 #include "sign.h"
 
 typedef struct dispatch dispatch; /* opaque */
@@ -24,6 +25,7 @@ typedef struct dispatch_config {
     uint32_t max_connections; /* connection cache size */
     uint32_t snippet_bytes;   /* response bytes kept for last_attempt */
     const signer *sign;       /* NULL: requests go unsigned */
+    const netpolicy *policy;  /* checked on every socket curl opens; NULL: none */
     dispatch_done_cb done;
     void *arg;
 } dispatch_config;

@@ -289,13 +289,16 @@ static char *last_attempt_json(const attempt_result *res)
 
 static int retryable(const attempt_result *res)
 {
+    if (res->refused_by_policy)
+        return 0; /* the same address would be refused again */
     return res->status == 0 || res->status == 408 || res->status == 429 || res->status >= 500;
 }
 
 /* Decides what an attempt's result means for the timer (DESIGN §6): 2xx
  * delivers; connection errors, timeouts, 408, 429 and 5xx retry while
  * attempts remain (Retry-After, when given, replaces the backoff, capped at
- * max_backoff_ms); anything else fails at once. */
+ * max_backoff_ms); anything else, including a destination the policy
+ * refused, fails at once. */
 static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
 {
     const timer_spec *s = j->spec;
@@ -694,7 +697,7 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
-engine *engine_create(const config *cfg, store *st, const signer *sign)
+engine *engine_create(const config *cfg, store *st, const signer *sign, const netpolicy *policy)
 {
     engine *e = xcalloc(1, sizeof *e);
     e->cfg = cfg;
@@ -727,7 +730,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign)
         return NULL;
     }
     dispatch_config dc = {e->epfd, (uint32_t)cfg->max_inflight, (uint32_t)cfg->response_snippet_bytes, sign,
-                          attempt_done_cb, e};
+                          policy, attempt_done_cb, e};
     e->d = dispatch_create(&dc);
     if (!e->d) {
         engine_free(e);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "netpolicy.h"
 #include "sign.h"
 #include "spec.h"
 #include "store.h"
@@ -21,9 +22,10 @@
 typedef struct engine engine; /* opaque */
 
 /* Creates the engine for cfg (which must outlive it) on store st; sign (may
- * be NULL) signs every request. Returns NULL after logging when the wheel or
+ * be NULL) signs every request; policy (may be NULL: none) decides which
+ * addresses an attempt may connect to. Both must outlive the engine. Returns NULL after logging when the wheel or
  * the epoll loop cannot be set up. */
-engine *engine_create(const config *cfg, store *st, const signer *sign);
+engine *engine_create(const config *cfg, store *st, const signer *sign, const netpolicy *policy);
 
 /* Starts the engine thread: it first hands back claims a previous process
  * with this instance id left behind, then sweeps for due timers every

@@ -20,6 +20,8 @@
 #include "spec.h"
 #include "wheel.h"
 
+struct netpolicy;
+
 enum job_phase { JOB_WHEEL, JOB_READY, JOB_BEGIN, JOB_RUNNING, JOB_FINISH, JOB_PARKED };
 enum job_outcome { OUT_DELIVERED, OUT_RETRY, OUT_FAILED };
 enum job_msg { MSG_CLAIMED, MSG_BEGUN, MSG_FINISHED };
@@ -34,6 +36,7 @@ typedef struct attempt_result {
     int64_t retry_after_ms; /* from a Retry-After header, or -1 */
     const char *snippet;    /* first bytes of the response body (not NUL-terminated) */
     size_t snippet_len;
+    int refused_by_policy;  /* 1: the destination policy refused the address; never retried */
 } attempt_result;
 
 typedef struct job {
@@ -69,6 +72,8 @@ typedef struct job {
     int64_t retry_after_ms;
     uint64_t started_us;
     char errbuf[256];
+    const struct netpolicy *policy; /* the dispatcher's, for its open-socket callback */
+    char refused[64];          /* "" or the address the policy refused this attempt */
 } job;
 
 #endif

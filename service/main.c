@@ -16,6 +16,7 @@
 #include "engine.h"
 #include "http.h"
 #include "log.h"
+#include "netpolicy.h"
 #include "redis_child.h"
 #include "sign.h"
 #include "store.h"
@@ -23,6 +24,7 @@
 typedef struct app {
     config cfg;
     signer *sign;
+    netpolicy *policy;
     redis_child *redis;
     store *st;
     engine *eng;
@@ -49,10 +51,10 @@ static int start_all(app *a)
 {
     if (start_store(a) < 0)
         return -1;
-    a->eng = engine_create(&a->cfg, a->st, a->sign);
+    a->eng = engine_create(&a->cfg, a->st, a->sign, a->policy);
     if (!a->eng || engine_start(a->eng) < 0)
         return -1;
-    api_init(&a->api, &a->cfg, a->st, a->eng);
+    api_init(&a->api, &a->cfg, a->st, a->eng, a->policy);
     http_config hc = {a->cfg.listen, a->cfg.max_body_bytes, (unsigned)a->cfg.api_threads,
                       (unsigned)a->cfg.max_connections, (unsigned)a->cfg.connection_timeout_s};
     a->http = http_start(&hc, api_routes, api_route_count, &a->api);
@@ -73,6 +75,7 @@ static void stop_all(app *a)
     engine_free(a->eng);
     redis_child_stop(a->redis);
     signer_free(a->sign);
+    netpolicy_free(a->policy);
 }
 
 static int wait_for_signal(void)
@@ -103,6 +106,14 @@ int main(int argc, char **argv)
             config_free(&a.cfg);
             return 2;
         }
+    }
+    char perr[160];
+    a.policy = netpolicy_create(a.cfg.destination_allowlist, perr, sizeof perr);
+    if (!a.policy) {
+        fprintf(stderr, "hookwheel: invalid HOOKWHEEL_DESTINATION_ALLOWLIST: %s\n", perr);
+        signer_free(a.sign);
+        config_free(&a.cfg);
+        return 2;
     }
     sigset_t set;
     sigemptyset(&set);

@@ -29,6 +29,7 @@
 #include <strings.h>
 
 #include "clock.h"
+#include "netpolicy.h"
 #include "xalloc.h"
 
 /* Caps lifted; the defaults are the contract's, although a canonical spec
@@ -243,7 +244,26 @@ static int has_authority(const char *url)
     return p && *p && *p != '/' && *p != '?' && *p != '#';
 }
 
-static int check_url(spec_error *err, const char *url)
+/* The destination policy at creation time (netpolicy.h): a host that is a
+ * forbidden IP literal or localhost is refused here, so the client hears of
+ * it now rather than from a failed attempt later. Host names are checked
+ * again, by address, when the dispatcher connects. */
+static int check_host(spec_error *err, CURLU *u, const struct netpolicy *policy)
+{
+    char *host = NULL;
+    int rc = 0;
+
+    if (curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
+        const char *why = netpolicy_host_refusal(policy, host);
+        if (why)
+            rc = fail(err, "url", "destination %.100s is not allowed (%s); see HOOKWHEEL_DESTINATION_ALLOWLIST",
+                      host, why);
+    }
+    curl_free(host);
+    return rc;
+}
+
+static int check_url(spec_error *err, const char *url, const struct netpolicy *policy)
 {
     CURLU *u = need(curl_url());
     char *scheme = NULL;
@@ -262,7 +282,7 @@ static int check_url(spec_error *err, const char *url)
     else if (has_part(u, CURLUPART_USER) || has_part(u, CURLUPART_PASSWORD))
         fail(err, "url", "user-info in URLs is not allowed");
     else
-        rc = 0;
+        rc = policy ? check_host(err, u, policy) : 0;
     curl_free(scheme);
     curl_url_cleanup(u);
     return rc;
@@ -276,7 +296,7 @@ static int parse_url(parse_ctx *c, const char *name, json_t *v)
         return fail(c->err, name, "url must be a string");
     if (json_string_length(v) > c->lim->max_url_len)
         return fail(c->err, name, "url is longer than %zu bytes", c->lim->max_url_len);
-    if (check_url(c->err, json_string_value(v)) < 0)
+    if (check_url(c->err, json_string_value(v), c->lim->policy) < 0)
         return -EINVAL;
     c->s->url = xstrdup(json_string_value(v));
     canon_set(c->canon, name, json_incref(v));

@@ -32,6 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct netpolicy;
+
 typedef struct spec_limits {
     size_t max_url_len;           /* bytes of `url` */
     uint32_t max_headers;         /* entries in `headers` */
@@ -44,6 +46,7 @@ typedef struct spec_limits {
     uint32_t default_max_attempts;
     uint64_t default_min_backoff_ms;
     uint64_t default_max_backoff_ms;
+    const struct netpolicy *policy; /* NULL: the URL's host is not checked */
 } spec_limits;
 
 typedef struct spec_error {
