@@ -485,15 +485,3 @@ const char *store_reply_str(const redisReply *r, int i, size_t *len)
         *len = e->len;
     return e->str;
 }
-
-const char *store_reply_field(const redisReply *r, int first, const char *name, size_t *len)
-{
-    if (!r || r->type != REDIS_REPLY_ARRAY)
-        return NULL;
-    for (size_t i = (size_t)first; i + 1 < r->elements; i += 2) {
-        const redisReply *k = r->element[i];
-        if (k->type == REDIS_REPLY_STRING && strcmp(k->str, name) == 0)
-            return store_reply_str(r, (int)i + 1, len);
-    }
-    return NULL;
-}

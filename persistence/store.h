@@ -75,8 +75,4 @@ long long store_reply_int(const redisReply *r, int i, long long def);
 /* The string at index i of an array reply, or NULL; *len gets its length. */
 const char *store_reply_str(const redisReply *r, int i, size_t *len);
 
-/* In a flat field/value array starting at index first, the value of field
- * name, or NULL. */
-const char *store_reply_field(const redisReply *r, int first, const char *name, size_t *len);
-
 #endif

@@ -627,13 +627,15 @@ static void register_instance(engine *e)
     command(e, 3, argv);
 }
 
-/* After the claims were handed back: drop the lease and the registry entry. */
+/* After the claims were handed back: drop the lease. The registry entry
+ * stays: a create answered while we were stopping may still have claimed a
+ * timer after our hand-back, and a live instance's reaper (or our own next
+ * start) then finds our id without a lease, hands that back too and removes
+ * the entry. */
 static void unregister_instance(engine *e)
 {
     atomic_fetch_add(&e->pending_ops, 1);
     watchdog_remove(e->wd, e->lease, 1, op_done_cb, e);
-    const char *argv[] = {"SREM", REAPER_REGISTRY, e->cfg->instance_id};
-    command(e, 3, argv);
 }
 
 /* Periodic work besides the wheel: lease renewal, the reaper and the sweep.
