@@ -344,6 +344,18 @@ def spread(start_ms, k, every_ms):
     return int(start_ms + 250 + k * every_ms)
 
 
+def create_spread(hw, server, prefix, n, start, every_ms, offset_ms=0, **spec):
+    """Creates n timers <prefix>-<k> to server's /<prefix>/<k>, due every
+    every_ms from start (+ offset_ms), with the extra spec members; asserts
+    each got 201. Returns their ids."""
+    ids = [f"{prefix}-{k}" for k in range(n)]
+    for k, tid in enumerate(ids):
+        status, _, body = hw.create({"id": tid, "url": server.url(f"/{prefix}/{k}"),
+                                     "fire_at_ms": spread(start, k, every_ms) + offset_ms, **spec})
+        assert status == 201, (tid, status, body)
+    return ids
+
+
 # --------------------------------------------------------------------------
 # 1a. accepts and never answers
 
@@ -354,13 +366,8 @@ def test_a_target_that_never_answers_times_out_twice_and_fails_while_other_timer
     server = HostileServer(silent, "silent")
     try:
         start = stream_start()
-        ids = [f"silent-{k}" for k in range(3)]
-        for k, tid in enumerate(ids):
-            spec = {"id": tid, "url": server.url(f"/silent/{k}"), "timeout_ms": 500,
-                    "fire_at_ms": spread(start, k, 1500),
-                    "retry": {"max_attempts": 2, "min_backoff_ms": 100, "max_backoff_ms": 200}}
-            status, _, body = hw.create(spec)
-            assert status == 201, (status, body)
+        ids = create_spread(hw, server, "silent", 3, start, 1500, timeout_ms=500,
+                            retry={"max_attempts": 2, "min_backoff_ms": 100, "max_backoff_ms": 200})
         stream = Stream(hw, receiver, "silent", start)
         worst = stream.check()
         for tid in ids:
@@ -402,18 +409,10 @@ def test_a_dribbled_answer_times_out_when_slow_and_delivers_when_fast_while_othe
     fast = HostileServer(dribbling(DRIBBLE_RESPONSE, 0.001), "fast dribble")
     try:
         start = stream_start()
-        slow_ids = [f"dribble-slow-{k}" for k in range(4)]
-        fast_ids = [f"dribble-fast-{k}" for k in range(4)]
-        for k, tid in enumerate(slow_ids):
-            status, _, body = hw.create({
-                "id": tid, "url": slow.url(f"/slow/{k}"), "timeout_ms": 300,
-                "fire_at_ms": spread(start, k, 1100), "retry": {"max_attempts": 1}})
-            assert status == 201, (status, body)
-        for k, tid in enumerate(fast_ids):
-            status, _, body = hw.create({
-                "id": tid, "url": fast.url(f"/fast/{k}"), "timeout_ms": 3000,
-                "fire_at_ms": spread(start, k, 1100) + 500, "retry": {"max_attempts": 1}})
-            assert status == 201, (status, body)
+        slow_ids = create_spread(hw, slow, "dribble-slow", 4, start, 1100, timeout_ms=300,
+                                 retry={"max_attempts": 1})
+        fast_ids = create_spread(hw, fast, "dribble-fast", 4, start, 1100, 500, timeout_ms=3000,
+                                 retry={"max_attempts": 1})
         stream = Stream(hw, receiver, "dribble", start)
         worst = stream.check()
         for tid in slow_ids:
@@ -490,18 +489,10 @@ def test_an_endless_or_huge_body_ends_the_attempt_after_one_mib_and_delivers_whi
     huge = HostileServer(huge_finite_body(5 * MIB, 2 * MIB, 64 * 1024, 1.0), "huge body")
     try:
         start = stream_start()
-        endless_ids = [f"endless-{k}" for k in range(3)]
-        huge_ids = [f"huge-{k}" for k in range(3)]
-        for k, tid in enumerate(endless_ids):
-            status, _, body = hw.create({
-                "id": tid, "url": endless.url(f"/endless/{k}"), "timeout_ms": 20000,
-                "fire_at_ms": spread(start, k, 1500), "retry": {"max_attempts": 1}})
-            assert status == 201, (status, body)
-        for k, tid in enumerate(huge_ids):
-            status, _, body = hw.create({
-                "id": tid, "url": huge.url(f"/huge/{k}"), "timeout_ms": 20000,
-                "fire_at_ms": spread(start, k, 1500) + 700, "retry": {"max_attempts": 1}})
-            assert status == 201, (status, body)
+        endless_ids = create_spread(hw, endless, "endless", 3, start, 1500, timeout_ms=20000,
+                                    retry={"max_attempts": 1})
+        huge_ids = create_spread(hw, huge, "huge", 3, start, 1500, 700, timeout_ms=20000,
+                                 retry={"max_attempts": 1})
         stream = Stream(hw, receiver, "bodies", start)
         worst = stream.check()
         sent = []
@@ -544,12 +535,8 @@ def test_a_302_to_the_receiver_is_not_followed_and_fails_the_timer_while_others_
     server = HostileServer(redirecting(receiver.url("/redirected")), "redirect")
     try:
         start = stream_start()
-        ids = [f"redirect-{k}" for k in range(4)]
-        for k, tid in enumerate(ids):
-            status, _, body = hw.create({
-                "id": tid, "url": server.url(f"/moved/{k}"), "fire_at_ms": spread(start, k, 1100),
-                "retry": {"max_attempts": 3, "min_backoff_ms": 100, "max_backoff_ms": 200}})
-            assert status == 201, (status, body)
+        ids = create_spread(hw, server, "redirect", 4, start, 1100,
+                            retry={"max_attempts": 3, "min_backoff_ms": 100, "max_backoff_ms": 200})
         stream = Stream(hw, receiver, "redirect", start)
         worst = stream.check()
         for tid in ids:
