@@ -28,13 +28,8 @@ CFLAGS    += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recov
 LDFLAGS   += -fsanitize=$(SANITIZER)
 endif
 
-# Everything but main.o, so the test binaries link the rest.
-LIB_SRCS  := service/xalloc.c service/log.c service/clock.c service/config.c \
-             service/wheel.c service/limiter.c service/backoff.c service/spec.c \
-             service/engine.c service/dispatch.c service/jsonesc.c \
-             service/watchdog.c service/reaper.c service/sign.c service/netpolicy.c \
-             persistence/keys.c persistence/record.c persistence/store.c persistence/redis_child.c \
-             api/http.c api/problem.c api/timers.c
+# Every module but main.c, so the test binaries link the rest.
+LIB_SRCS  := $(filter-out service/main.c,$(sort $(wildcard service/*.c persistence/*.c api/*.c)))
 LUA       := $(filter-out persistence/lua/_%,$(wildcard persistence/lua/*.lua))
 LUA_PRE   := persistence/lua/_record.lua
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)

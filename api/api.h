@@ -22,8 +22,16 @@ typedef struct api {
     spec_limits lim;
 } api;
 
+/* The route table (api/routes.c): every endpoint of the API. */
 extern const http_route api_routes[];
 extern const size_t api_route_count;
+
+/* Handlers (http_handler_cb), by resource. */
+void api_timer_create(http_req *r, const char *const *params, void *app); /* timers.c */
+void api_timer_get(http_req *r, const char *const *params, void *app);
+void api_timer_cancel(http_req *r, const char *const *params, void *app);
+void api_healthz(http_req *r, const char *const *params, void *app);
+void api_readyz(http_req *r, const char *const *params, void *app);
 
 /* Fills a for the handlers (http_start's app pointer); cfg, st, eng and
  * policy (the destination policy checked on every new timer's URL; NULL:

@@ -228,7 +228,7 @@ static void submit_create(api *a, create_ctx *c)
     }
 }
 
-static void create_timer(http_req *r, const char *const *params, void *app)
+void api_timer_create(http_req *r, const char *const *params, void *app)
 {
     (void)params;
     api *a = app;
@@ -282,7 +282,7 @@ static void get_cb(void *arg, const redisReply *reply)
     free(c);
 }
 
-static void get_timer(http_req *r, const char *const *params, void *app)
+void api_timer_get(http_req *r, const char *const *params, void *app)
 {
     api *a = app;
     id_ctx *c = id_ctx_new(r, params[0]);
@@ -321,7 +321,7 @@ static void cancel_cb(void *arg, const redisReply *reply)
     free(c);
 }
 
-static void cancel_timer(http_req *r, const char *const *params, void *app)
+void api_timer_cancel(http_req *r, const char *const *params, void *app)
 {
     api *a = app;
     id_ctx *c = id_ctx_new(r, params[0]);
@@ -344,14 +344,14 @@ static void cancel_timer(http_req *r, const char *const *params, void *app)
 
 /* ---- health ---- */
 
-static void healthz(http_req *r, const char *const *params, void *app)
+void api_healthz(http_req *r, const char *const *params, void *app)
 {
     (void)params;
     (void)app;
     http_respond_json(r, 200, json_pack("{s:s}", "status", "ok"), NULL);
 }
 
-static void readyz(http_req *r, const char *const *params, void *app)
+void api_readyz(http_req *r, const char *const *params, void *app)
 {
     (void)params;
     api *a = app;
@@ -361,12 +361,3 @@ static void readyz(http_req *r, const char *const *params, void *app)
         http_respond_problem(r, 503, store_ready(a->st) ? "Shutting down." : "Redis is unreachable.", NULL,
                              NULL, RETRY_AFTER_S);
 }
-
-const http_route api_routes[] = {
-    {"POST", "/timers", create_timer, 1},
-    {"GET", "/timers/{id}", get_timer, 0},
-    {"DELETE", "/timers/{id}", cancel_timer, 0},
-    {"GET", "/healthz", healthz, 0},
-    {"GET", "/readyz", readyz, 0},
-};
-const size_t api_route_count = sizeof api_routes / sizeof api_routes[0];

@@ -887,7 +887,10 @@ def hookwheel_factory(tmp_path, request):
             if hw.alive():
                 code = hw.stop(signal.SIGTERM, timeout=scaled(15.0))
                 if code != 0:
-                    problems.append(f"hookwheel {hw.name} exited with {code} on SIGTERM")
+                    # The last lines say why (a panic, an abort message); the
+                    # report section with the whole tail may be cut off by CI.
+                    problems.append(f"hookwheel {hw.name} exited with {code} on SIGTERM; "
+                                    f"log tail:\n{hw.log_tail(25)}")
                 elif redis_alive(hw.redis_url) and "could not hand claims back" in hw.log_tail(200):
                     problems.append(f"hookwheel {hw.name} did not hand its claims back on SIGTERM")
             report = sanitizer_report(hw.log)

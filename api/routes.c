@@ -1,0 +1,13 @@
+/* routes.c - the API's route table: method + path pattern -> handler
+ * (http.h explains the patterns). One table for every resource, so the
+ * whole API can be read in one place. */
+#include "api.h"
+
+const http_route api_routes[] = {
+    {"POST", "/timers", api_timer_create, 1},
+    {"GET", "/timers/{id}", api_timer_get, 0},
+    {"DELETE", "/timers/{id}", api_timer_cancel, 0},
+    {"GET", "/healthz", api_healthz, 0},
+    {"GET", "/readyz", api_readyz, 0},
+};
+const size_t api_route_count = sizeof api_routes / sizeof api_routes[0];
