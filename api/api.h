@@ -30,6 +30,10 @@ extern const size_t api_route_count;
 void api_timer_create(http_req *r, const char *const *params, void *app); /* timers.c */
 void api_timer_get(http_req *r, const char *const *params, void *app);
 void api_timer_cancel(http_req *r, const char *const *params, void *app);
+void api_timer_fire(http_req *r, const char *const *params, void *app);
+void api_timer_reschedule(http_req *r, const char *const *params, void *app);
+void api_timer_pause(http_req *r, const char *const *params, void *app);
+void api_timer_resume(http_req *r, const char *const *params, void *app);
 void api_healthz(http_req *r, const char *const *params, void *app);
 void api_readyz(http_req *r, const char *const *params, void *app);
 
@@ -44,7 +48,7 @@ void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy
  * stored last_attempt object or NULL. Returns malloc'd text (*len set), or
  * NULL when spec is not a JSON object's text. Any thread. */
 char *api_timer_text(const char *id, const char *spec, size_t spec_len, const char *state,
-                     long long fire_ms, long long created_ms, long long attempts, const char *last,
-                     size_t last_len, size_t *len);
+                     long long fire_ms, long long created_ms, long long attempts, long long version,
+                     long long runs, const char *last, size_t last_len, size_t *len);
 
 #endif

@@ -7,6 +7,10 @@ const http_route api_routes[] = {
     {"POST", "/timers", api_timer_create, 1},
     {"GET", "/timers/{id}", api_timer_get, 0},
     {"DELETE", "/timers/{id}", api_timer_cancel, 0},
+    {"POST", "/timers/{id}/fire", api_timer_fire, 0},
+    {"POST", "/timers/{id}/reschedule", api_timer_reschedule, 1},
+    {"POST", "/timers/{id}/pause", api_timer_pause, 0},
+    {"POST", "/timers/{id}/resume", api_timer_resume, 0},
     {"GET", "/healthz", api_healthz, 0},
     {"GET", "/readyz", api_readyz, 0},
 };

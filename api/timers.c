@@ -45,8 +45,8 @@ void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy
 /* ---- the Timer resource ---- */
 
 char *api_timer_text(const char *id, const char *spec, size_t spec_len, const char *state,
-                     long long fire_ms, long long created_ms, long long attempts, const char *last,
-                     size_t last_len, size_t *len)
+                     long long fire_ms, long long created_ms, long long attempts, long long version,
+                     long long runs, const char *last, size_t last_len, size_t *len)
 {
     if (!spec || spec_len < 2 || spec[0] != '{' || spec[spec_len - 1] != '}')
         return NULL;
@@ -63,9 +63,10 @@ char *api_timer_text(const char *id, const char *spec, size_t spec_len, const ch
     size_t n = spec_len - 1;
     n += (size_t)snprintf(t + n, cap - n,
                           "%s\"id\":\"%s\",\"state\":\"%s\",\"fire_at\":\"%s\",\"fire_at_ms\":%lld,"
-                          "\"created_at\":\"%s\",\"attempts\":%lld,\"last_attempt\":",
+                          "\"created_at\":\"%s\",\"attempts\":%lld,\"version\":%lld,\"runs\":%lld,"
+                          "\"last_attempt\":",
                           spec_len > 2 ? "," : "", id, state ? state : "unknown", fire, fire_ms, created,
-                          attempts);
+                          attempts, version, runs);
     memcpy(t + n, last, last_len);
     n += last_len;
     t[n++] = '}';
@@ -86,10 +87,12 @@ static char *timer_from_record(const char *id, const char *raw, size_t raw_len, 
         spec_parse(rec.f[REC_SPEC], rec.len[REC_SPEC], NULL, 0, &spec, &err) < 0)
         return NULL;
     char state[16];
+    long long run[RUN_FIELDS];
     snprintf(state, sizeof state, "%.*s", (int)rec.len[REC_STATE], rec.f[REC_STATE]);
+    record_run(&rec, run);
     char *t = api_timer_text(id, spec->canonical, strlen(spec->canonical), state, record_int(&rec, REC_FIRE),
-                             record_int(&rec, REC_CREATED), record_int(&rec, REC_ATTEMPTS), rec.f[REC_LAST],
-                             rec.len[REC_LAST], len);
+                             record_int(&rec, REC_CREATED), record_int(&rec, REC_ATTEMPTS), run[RUN_VERSION],
+                             run[RUN_RUNS], rec.f[REC_LAST], rec.len[REC_LAST], len);
     spec_free(spec);
     return t;
 }
@@ -162,12 +165,12 @@ static void create_cb(void *arg, const redisReply *reply)
     if (code == 1) {
         size_t len = 0;
         char *t = api_timer_text(c->id, c->spec->canonical, strlen(c->spec->canonical), "scheduled",
-                                 c->spec->fire_at_ms, (long long)c->now_ms, 0, NULL, 0, &len);
+                                 c->spec->fire_at_ms, (long long)c->now_ms, 0, 0, 0, NULL, 0, &len);
         LOG(LOG_DEBUG, "timer created", "\"timer\":\"%s\",\"queue\":\"%s\",\"fire_at_ms\":%" PRId64, c->id,
             c->spec->queue, c->spec->fire_at_ms);
         respond_timer(c->r, 201, t, len, c->id);
         if (c->claim) {
-            engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0);
+            engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0);
             c->id = NULL;
             c->spec = NULL;
         }
@@ -187,7 +190,7 @@ static void create_cb(void *arg, const redisReply *reply)
             /* The reply was lost, but the create may have run and claimed the
              * timer for this instance: hold it anyway. If it was not written,
              * its begin step finds nothing and drops it. */
-            engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0);
+            engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0);
             c->id = NULL;
             c->spec = NULL;
         }
@@ -304,10 +307,10 @@ static void cancel_cb(void *arg, const redisReply *reply)
     long long code = store_reply_int(reply, 0, -2);
     size_t raw_len = 0;
     const char *raw = store_reply_str(reply, 1, &raw_len);
-    if (code == 1) {
+    if (code == 1 || code == 2) { /* 2: a recurring timer, cancelled once its run ends */
         size_t len = 0;
         char *t = timer_from_record(c->id, raw, raw_len, &len);
-        respond_timer(c->r, 200, t, len, c->id);
+        respond_timer(c->r, code == 1 ? 200 : 202, t, len, c->id);
     } else if (code == 0) {
         char state[16];
         record_state(raw, raw_len, state, sizeof state);
@@ -340,6 +343,159 @@ void api_timer_cancel(http_req *r, const char *const *params, void *app)
         respond_submit_error(r, rc);
         free(c);
     }
+}
+
+/* ---- fire, reschedule, pause, resume ---- */
+
+typedef struct control_ctx {
+    http_req *r;
+    api *a;
+    const char *op;
+    char id[130];
+} control_ctx;
+
+static const char *const control_refusals[][2] = {
+    {"fire", "The timer has finished, or is a one-shot timer in its attempt; it cannot be fired."},
+    {"reschedule", "The timer has finished, or is a one-shot timer in its attempt; it cannot be rescheduled."},
+    {"pause", "The timer has finished, or is a one-shot timer in its attempt; it cannot be paused."},
+    {"resume", "The timer has finished; it cannot be resumed."},
+};
+
+static const char *control_refusal(const char *op)
+{
+    for (size_t i = 0; i < sizeof control_refusals / sizeof *control_refusals; i++)
+        if (strcmp(control_refusals[i][0], op) == 0)
+            return control_refusals[i][1];
+    return "Not possible in the timer's state.";
+}
+
+/* The run this instance now holds goes to the engine, under the version
+ * the script gave it. */
+static void control_hold(control_ctx *c, const char *raw, size_t raw_len)
+{
+    record rec;
+    timer_spec *spec = NULL;
+    spec_error err;
+    long long run[RUN_FIELDS];
+    if (record_parse(raw, raw_len, &rec) < 0 ||
+        spec_parse(rec.f[REC_SPEC], rec.len[REC_SPEC], NULL, 0, &spec, &err) < 0)
+        return; /* unreadable: the release at stop or a reaper hands it back */
+    record_run(&rec, run);
+    engine_add_take(c->a->eng, xstrdup(c->id), spec, (uint64_t)record_int(&rec, REC_FIRE),
+                    (uint32_t)record_int(&rec, REC_ATTEMPTS), (uint64_t)run[RUN_VERSION]);
+}
+
+static void control_cb(void *arg, const redisReply *reply)
+{
+    control_ctx *c = arg;
+    long long code = store_reply_int(reply, 0, -2);
+    size_t raw_len = 0;
+    const char *raw = store_reply_str(reply, 1, &raw_len);
+    if (code == 1 && raw) {
+        size_t len = 0;
+        char *t = timer_from_record(c->id, raw, raw_len, &len);
+        if (store_reply_int(reply, 2, 0) == 1)
+            control_hold(c, raw, raw_len);
+        LOG(LOG_DEBUG, "timer controlled", "\"timer\":\"%s\",\"op\":\"%s\"", c->id, c->op);
+        respond_timer(c->r, 200, t, len, c->id);
+    } else if (code == 0) {
+        char state[16];
+        record_state(raw, raw_len, state, sizeof state);
+        respond_conflict(c->r, control_refusal(c->op), state);
+    } else if (code == -1) {
+        http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
+    } else {
+        if (reply && reply->type == REDIS_REPLY_ERROR)
+            LOG(LOG_ERROR, "timer control failed", "\"op\":\"%s\",\"error\":\"%.200s\"", c->op, reply->str);
+        respond_unavailable(c->r);
+    }
+    free(c);
+}
+
+/* fire, pause and resume take no fields: the body is empty or {}. */
+static int empty_body(http_req *r)
+{
+    size_t len;
+    const char *body = http_req_body(r, &len);
+    size_t i = 0;
+    while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
+        i++;
+    if (i == len)
+        return 1;
+    json_t *j = json_loadb(body, len, JSON_DECODE_ANY, NULL);
+    int ok = json_is_object(j) && json_object_size(j) == 0;
+    if (!ok) {
+        const char *key = json_is_object(j) ? json_object_iter_key(json_object_iter(j)) : NULL;
+        char field[96];
+        snprintf(field, sizeof field, "%s", key ? key : "");
+        http_respond_problem(r, 400, key ? "unknown field" : "the body must be empty or {}", field, NULL, 0);
+    }
+    json_decref(j);
+    return ok;
+}
+
+static void control(http_req *r, const char *id, api *a, const char *op, int64_t fire_ms)
+{
+    if (!spec_id_valid(id)) {
+        http_respond_problem(r, 404, "No timer has this id.", NULL, NULL, 0);
+        return;
+    }
+    control_ctx *c = xmalloc(sizeof *c);
+    c->r = r;
+    c->a = a;
+    c->op = op;
+    snprintf(c->id, sizeof c->id, "%s", id);
+    uint32_t p = keys_partition(c->id, (uint32_t)a->cfg->partitions);
+    uint64_t now_ms = clock_now_ms();
+    char tk[KEYS_MAX], dk[KEYS_MAX], ck[KEYS_MAX], cp[KEYS_MAX], now[24], fire[24], horizon[24];
+    keys_timer(tk, p, c->id);
+    keys_due(dk, p);
+    keys_claimed(ck, p, a->cfg->instance_id);
+    keys_claimed_prefix(cp, p);
+    snprintf(now, sizeof now, "%" PRIu64, now_ms);
+    snprintf(fire, sizeof fire, "%" PRId64, fire_ms);
+    if (engine_accepting(a->eng))
+        snprintf(horizon, sizeof horizon, "%" PRIu64, now_ms + a->cfg->window_ms);
+    else
+        snprintf(horizon, sizeof horizon, "-1");
+    const char *argv[] = {tk, dk, ck, c->id, op, now, fire, cp, horizon, a->cfg->instance_id};
+    int rc = store_eval(a->st, SCRIPT_CONTROL, 3, 10, argv, NULL, control_cb, c);
+    if (rc < 0) {
+        respond_submit_error(r, rc);
+        free(c);
+    }
+}
+
+void api_timer_fire(http_req *r, const char *const *params, void *app)
+{
+    if (empty_body(r))
+        control(r, params[0], app, "fire", 0);
+}
+
+void api_timer_pause(http_req *r, const char *const *params, void *app)
+{
+    if (empty_body(r))
+        control(r, params[0], app, "pause", 0);
+}
+
+void api_timer_resume(http_req *r, const char *const *params, void *app)
+{
+    if (empty_body(r))
+        control(r, params[0], app, "resume", 0);
+}
+
+void api_timer_reschedule(http_req *r, const char *const *params, void *app)
+{
+    api *a = app;
+    size_t len;
+    const char *body = http_req_body(r, &len);
+    spec_error err;
+    int64_t fire_ms;
+    if (spec_parse_when(body, len, &a->lim, clock_now_ms(), &fire_ms, &err) < 0) {
+        http_respond_problem(r, (unsigned)err.status, err.detail, err.field, NULL, 0);
+        return;
+    }
+    control(r, params[0], a, "reschedule", fire_ms);
 }
 
 /* ---- health ---- */

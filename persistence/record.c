@@ -30,3 +30,16 @@ long long record_int(const record *r, int field)
     }
     return v;
 }
+
+void record_run(const record *r, long long out[RUN_FIELDS])
+{
+    const char *p = r->f[REC_RUN], *end = p + r->len[REC_RUN];
+    for (int i = 0; i < RUN_FIELDS; i++) {
+        long long v = 0;
+        while (p < end && *p == ' ')
+            p++;
+        while (p < end && *p >= '0' && *p <= '9')
+            v = v * 10 + (*p++ - '0');
+        out[i] = v;
+    }
+}

@@ -1,5 +1,5 @@
-/* record.h - a timer as stored in Redis: one string of eight lines
- *   state, fire_ms, attempts, created_ms, owner, when, last, spec
+/* record.h - a timer as stored in Redis: one string of nine lines
+ *   state, fire_ms, attempts, created_ms, owner, when, last, run, spec
  * (persistence/lua/_record.lua writes it; last and spec are compact JSON and
  * hold no raw newline). Any thread; pure. */
 #ifndef HW_RECORD_H
@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-enum { REC_STATE, REC_FIRE, REC_ATTEMPTS, REC_CREATED, REC_OWNER, REC_WHEN, REC_LAST, REC_SPEC,
+enum { REC_STATE, REC_FIRE, REC_ATTEMPTS, REC_CREATED, REC_OWNER, REC_WHEN, REC_LAST, REC_RUN, REC_SPEC,
        REC_FIELDS };
 
 typedef struct record {
@@ -15,11 +15,19 @@ typedef struct record {
     size_t len[REC_FIELDS];
 } record;
 
+/* The run line (persistence/lua/_record.lua): a recurring timer's state
+ * word, numbers separated by spaces, missing ones zero. */
+enum { RUN_VERSION, RUN_RUNS, RUN_RESERVED, RUN_FLAG, RUN_PLANNED, RUN_NEXT, RUN_FIELDS };
+enum { RUN_FLAG_PAUSE = 1, RUN_FLAG_CANCEL = 2 }; /* what arrived during a run */
+
 /* Splits text[0..len) into r. Returns 0, or -EINVAL when it has fewer than
- * eight lines. */
+ * nine lines. */
 int record_parse(const char *text, size_t len, record *r);
 
 /* The field as a number (0 when empty or not a number). */
 long long record_int(const record *r, int field);
+
+/* The run line's numbers into out[RUN_FIELDS]. */
+void record_run(const record *r, long long out[RUN_FIELDS]);
 
 #endif

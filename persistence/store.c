@@ -61,6 +61,7 @@ struct store {
 static const char *const script_src[SCRIPT_COUNT] = {
     [SCRIPT_CREATE] = lua_create, [SCRIPT_CLAIM] = lua_claim,   [SCRIPT_BEGIN] = lua_begin,
     [SCRIPT_FINISH] = lua_finish, [SCRIPT_CANCEL] = lua_cancel, [SCRIPT_RELEASE] = lua_release,
+    [SCRIPT_CONTROL] = lua_control,
     [SCRIPT_RENEW] = lua_renew,   [SCRIPT_UNLOCK] = lua_unlock,
 };
 static char script_sha[SCRIPT_COUNT][41];
@@ -434,7 +435,7 @@ int store_command(store *s, int argc, const char **argv, const size_t *lens, sto
 int store_eval(store *s, enum store_script script, int nkeys, int argc, const char **argv,
                const size_t *lens, store_reply_cb cb, void *arg)
 {
-    enum { MAXARGS = 16 };
+    enum { MAXARGS = 24 };
     if (argc + 3 > MAXARGS || script < 0 || script >= SCRIPT_COUNT)
         return -EINVAL;
     const char *v[MAXARGS];

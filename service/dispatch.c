@@ -104,23 +104,41 @@ static size_t write_cb(char *data, size_t size, size_t n, void *userp)
     return j->resp_total > MAX_RESPONSE_BYTES ? 0 : len; /* 0 ends the transfer */
 }
 
+/* The value of header line[0..len) when it is the header name (a lower-case
+ * "name:"), trimmed into v[size]; NULL otherwise or when it is too long. */
+static const char *header_value(const char *line, size_t len, const char *name, char *v, size_t size)
+{
+    size_t nl = strlen(name), o = nl;
+    if (len <= nl || len >= size || strncasecmp(line, name, nl) != 0)
+        return NULL;
+    while (o < len && (line[o] == ' ' || line[o] == '\t'))
+        o++;
+    size_t vl = len - o;
+    while (vl && (line[o + vl - 1] == '\r' || line[o + vl - 1] == '\n' || line[o + vl - 1] == ' '))
+        vl--;
+    memcpy(v, line + o, vl);
+    v[vl] = '\0';
+    return v;
+}
+
+/* A non-negative decimal below 2^53, or -1. */
+static int64_t parse_ms(const char *v)
+{
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    return errno || end == v || *end || n < 0 || n > (1LL << 53) ? -1 : n;
+}
+
 static size_t header_cb(char *line, size_t size, size_t n, void *userp)
 {
     job *j = userp;
     size_t len = size * n;
-    static const char name[] = "retry-after:";
-    if (len > sizeof name - 1 && len < 200 && strncasecmp(line, name, sizeof name - 1) == 0) {
-        char v[200];
-        size_t o = sizeof name - 1;
-        while (o < len && (line[o] == ' ' || line[o] == '\t'))
-            o++;
-        size_t vl = len - o;
-        while (vl && (line[o + vl - 1] == '\r' || line[o + vl - 1] == '\n' || line[o + vl - 1] == ' '))
-            vl--;
-        memcpy(v, line + o, vl);
-        v[vl] = '\0';
+    char v[200];
+    if (header_value(line, len, "retry-after:", v, sizeof v))
         j->retry_after_ms = backoff_parse_retry_after(v, clock_now_ms());
-    }
+    else if (header_value(line, len, "hookwheel-next-delay-ms:", v, sizeof v))
+        j->next_delay_hdr_ms = parse_ms(v);
     return len;
 }
 
@@ -324,6 +342,7 @@ int dispatch_start(dispatch *d, job *j)
     j->resp = xmalloc(j->resp_cap + 1);
     j->resp_len = j->resp_total = 0;
     j->retry_after_ms = -1;
+    j->next_delay_hdr_ms = -1;
     j->errbuf[0] = '\0';
     j->refused[0] = '\0';
     j->policy = d->policy;
@@ -378,6 +397,7 @@ static void complete(dispatch *d, job *j, CURLcode rc)
     res.duration_ms = (uint32_t)((now_us - j->started_us) / 1000u);
     res.curl_code = rc;
     res.retry_after_ms = j->retry_after_ms;
+    res.next_delay_ms = j->next_delay_hdr_ms;
     int capped = rc == CURLE_WRITE_ERROR && j->resp_total > MAX_RESPONSE_BYTES && status > 0;
     if (rc == CURLE_OK || capped) {
         res.status = status;

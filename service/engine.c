@@ -123,7 +123,8 @@ static job *take_inbox(engine *e)
 
 /* ---- jobs ---- */
 
-static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts)
+static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
+                    uint64_t version)
 {
     job *j = xcalloc(1, sizeof *j);
     wtimer_init(&j->wt);
@@ -134,6 +135,7 @@ static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uin
     j->spec = spec;
     j->partition = keys_partition(id, (uint32_t)e->cfg->partitions);
     j->attempts = attempts;
+    j->version = version;
     j->wt.due_ms = fire_ms;
     pthread_mutex_lock(&e->mu);
     list_insert_tail(&e->all, &j->all_node);
@@ -157,9 +159,10 @@ static void job_free(engine *e, job *j)
     free(j);
 }
 
-void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts)
+void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
+                     uint64_t version)
 {
-    post(e, job_new(e, id, spec, fire_ms, attempts), MSG_CLAIMED);
+    post(e, job_new(e, id, spec, fire_ms, attempts, version), MSG_CLAIMED);
 }
 
 /* Room for more timers in memory (the claim may overshoot by one batch). */
@@ -199,13 +202,14 @@ static void park(engine *e, job *j)
 
 static void send_begin(engine *e, job *j)
 {
-    char tk[KEYS_MAX], ck[KEYS_MAX], now[24];
+    char tk[KEYS_MAX], ck[KEYS_MAX], now[24], ver[24];
     keys_timer(tk, j->partition, j->id);
     keys_claimed(ck, j->partition, e->cfg->instance_id);
     snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
-    const char *argv[] = {tk, ck, j->id, e->cfg->instance_id, now};
+    snprintf(ver, sizeof ver, "%" PRIu64, j->version);
+    const char *argv[] = {tk, ck, j->id, e->cfg->instance_id, now, ver, j->spec->every_ms ? "1" : "0"};
     j->phase = JOB_BEGIN;
-    if (store_eval(e->st, SCRIPT_BEGIN, 2, 5, argv, NULL, begin_cb, j) < 0) {
+    if (store_eval(e->st, SCRIPT_BEGIN, 2, 7, argv, NULL, begin_cb, j) < 0) {
         limiter_done(e->lim, &j->lj);
         park(e, j);
         return;
@@ -232,29 +236,44 @@ static void make_ready(engine *e, job *j)
 
 /* ---- outcome ---- */
 
+/* The reply is {1, fire_ms, version, kept, attempts} or {0}. */
 static void finish_cb(void *arg, const redisReply *r)
 {
     job *j = arg;
-    j->reply_ok = r && r->type == REDIS_REPLY_INTEGER;
-    j->reply_code = store_reply_int(r, -1, -1);
+    j->reply_ok = r && r->type == REDIS_REPLY_ARRAY;
+    j->reply_code = store_reply_int(r, 0, -1);
+    if (j->reply_code == 1) {
+        j->next_fire_ms = (uint64_t)store_reply_int(r, 1, 0);
+        j->version = (uint64_t)store_reply_int(r, 2, 0);
+        j->keep = store_reply_int(r, 3, 0) == 1;
+        j->attempts = (uint32_t)store_reply_int(r, 4, 0);
+    }
     post(j->owner, j, MSG_FINISHED);
 }
 
 static void send_finish(engine *e, job *j)
 {
-    static const char *const names[] = {"delivered", "retry", "failed"};
-    char tk[KEYS_MAX], ck[KEYS_MAX], dk[KEYS_MAX], fk[KEYS_MAX], next[24], ret[24], now[24];
+    static const char *const names[] = {"delivered", "retry", "failed", "next", "stop"};
+    const timer_spec *s = j->spec;
+    char tk[KEYS_MAX], ck[KEYS_MAX], dk[KEYS_MAX], fk[KEYS_MAX], next[24], ret[24], now[24],
+        horizon[24], every[24], times[24], over[24];
+    uint64_t now_ms = clock_now_ms();
     keys_timer(tk, j->partition, j->id);
     keys_claimed(ck, j->partition, e->cfg->instance_id);
     keys_due(dk, j->partition);
     keys_failed(fk, j->partition);
     snprintf(next, sizeof next, "%" PRIu64, j->next_fire_ms);
     snprintf(ret, sizeof ret, "%" PRIu64, e->cfg->retention_s * 1000u);
-    snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
-    const char *argv[] = {tk, ck, dk, fk, j->id, e->cfg->instance_id, names[j->outcome],
-                          j->last_json, next, j->keep ? "1" : "0", ret, now};
+    snprintf(now, sizeof now, "%" PRIu64, now_ms);
+    snprintf(horizon, sizeof horizon, "%" PRIu64, now_ms + e->cfg->window_ms);
+    snprintf(every, sizeof every, "%" PRIu64, s->every_ms);
+    snprintf(times, sizeof times, "%" PRIu32, s->times);
+    snprintf(over, sizeof over, "%" PRId64, j->next_delay_ms);
+    const char *argv[] = {tk, ck, dk, fk, j->id, e->cfg->instance_id, names[j->outcome], j->last_json, next,
+                          j->keep ? "1" : "0", ret, now, horizon, every, s->fixed_rate ? "rate" : "delay",
+                          times, over};
     j->phase = JOB_FINISH;
-    if (store_eval(e->st, SCRIPT_FINISH, 4, 12, argv, NULL, finish_cb, j) < 0) {
+    if (store_eval(e->st, SCRIPT_FINISH, 4, 17, argv, NULL, finish_cb, j) < 0) {
         park(e, j);
         return;
     }
@@ -302,9 +321,16 @@ static int retryable(const attempt_result *res)
 static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
 {
     const timer_spec *s = j->spec;
-    j->keep = 0;
+    j->keep = !atomic_load(&e->stop);
+    j->next_delay_ms = -1;
     if (res->status >= 200 && res->status < 300) {
-        j->outcome = OUT_DELIVERED;
+        j->outcome = s->every_ms ? OUT_NEXT : OUT_DELIVERED;
+        if (s->every_ms && res->next_delay_ms >= 0 && (uint64_t)res->next_delay_ms <= e->cfg->max_delay_ms)
+            j->next_delay_ms = res->next_delay_ms;
+        return;
+    }
+    if (s->every_ms && res->status == 410) {
+        j->outcome = OUT_STOP;
         return;
     }
     if (!retryable(res) || j->attempts >= s->max_attempts) {
@@ -316,13 +342,12 @@ static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
         delay = (uint64_t)res->retry_after_ms < s->max_backoff_ms ? (uint64_t)res->retry_after_ms : s->max_backoff_ms;
     j->outcome = OUT_RETRY;
     j->next_fire_ms = now + delay;
-    j->keep = j->next_fire_ms <= now + e->cfg->window_ms && !atomic_load(&e->stop);
 }
 
 static void attempt_done_cb(void *arg, job *j, const attempt_result *res)
 {
     engine *e = arg;
-    static const char *const names[] = {"delivered", "retry", "failed"};
+    static const char *const names[] = {"delivered", "retry", "failed", "next run", "stopped by 410"};
     limiter_done(e->lim, &j->lj);
     decide(e, j, res, clock_now_ms());
     free(j->last_json);
@@ -349,7 +374,7 @@ static void start_attempt(engine *e, job *j)
         j->id, j->spec->queue, j->attempts, (int64_t)(clock_now_ms() - j->due_ms));
     if (dispatch_start(e->d, j) < 0) {
         attempt_result res = {.error = "could not start the request", .started_ms = clock_now_ms(),
-                              .retry_after_ms = -1};
+                              .retry_after_ms = -1, .next_delay_ms = -1};
         attempt_done_cb(e, j, &res);
     }
 }
@@ -380,7 +405,7 @@ static void on_finished(engine *e, job *j)
         park(e, j);
         return;
     }
-    if (j->outcome == OUT_RETRY && j->keep && j->reply_code == 1 && !atomic_load(&e->stop)) {
+    if (j->reply_code == 1 && j->keep && !atomic_load(&e->stop)) { /* its next attempt is ours */
         free(j->last_json);
         j->last_json = NULL;
         schedule(e, j, JOB_WHEEL, j->next_fire_ms);
@@ -457,17 +482,18 @@ static void sweep_cb(void *arg, const redisReply *r)
 {
     sweep_ctx *c = arg;
     engine *e = c->e;
-    size_t n = r && r->type == REDIS_REPLY_ARRAY ? r->elements / 4 : 0;
+    size_t n = r && r->type == REDIS_REPLY_ARRAY ? r->elements / 5 : 0;
     atomic_store(&c->replay, !r); /* no reply: the claim may have run all the same */
     job *first = NULL, *last = NULL;
     for (size_t i = 0; i < n; i++) {
         size_t len;
-        const char *id = store_reply_str(r, (int)(4 * i), NULL);
-        const char *spec_text = store_reply_str(r, (int)(4 * i + 1), &len);
+        int k = (int)(5 * i);
+        const char *id = store_reply_str(r, k, NULL);
+        const char *spec_text = store_reply_str(r, k + 1, &len);
         if (!id || !spec_text)
             continue;
-        job *j = job_new(e, xstrdup(id), NULL, (uint64_t)store_reply_int(r, (int)(4 * i + 2), 0),
-                         (uint32_t)store_reply_int(r, (int)(4 * i + 3), 0));
+        job *j = job_new(e, xstrdup(id), NULL, (uint64_t)store_reply_int(r, k + 2, 0),
+                         (uint32_t)store_reply_int(r, k + 3, 0), (uint64_t)store_reply_int(r, k + 4, 0));
         j->raw_spec = xstrndup(spec_text, len);
         j->raw_len = len;
         j->msg = MSG_CLAIMED;
@@ -529,7 +555,7 @@ static void release_all(engine *e)
 {
     uint32_t parts = (uint32_t)e->cfg->partitions;
     atomic_fetch_add(&e->pending_ops, (int)parts);
-    uint32_t sent = reaper_release(e->st, parts, e->cfg->instance_id, "the instance stopped", release_cb, e);
+    uint32_t sent = reaper_release(e->st, e->cfg, e->cfg->instance_id, "the instance stopped", release_cb, e);
     atomic_fetch_sub(&e->pending_ops, (int)(parts - sent));
 }
 

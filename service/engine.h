@@ -33,9 +33,10 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
 int engine_start(engine *e) __attribute__((warn_unused_result));
 
 /* Any thread: hands the engine a timer this instance has claimed in Redis,
- * due at fire_ms, with `attempts` attempts made so far. Takes ownership of id
- * and spec. */
-void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts);
+ * due at fire_ms, with `attempts` attempts made so far in its run, claimed
+ * under the run line's `version`. Takes ownership of id and spec. */
+void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
+                     uint64_t version);
 
 /* Any thread: 1 while the engine takes new claims: it is not stopping and
  * holds fewer than max_resident timers. */

@@ -23,7 +23,9 @@
 struct netpolicy;
 
 enum job_phase { JOB_WHEEL, JOB_READY, JOB_BEGIN, JOB_RUNNING, JOB_FINISH, JOB_PARKED };
-enum job_outcome { OUT_DELIVERED, OUT_RETRY, OUT_FAILED };
+/* OUT_NEXT: a recurring run succeeded (its successor is due); OUT_STOP: a
+ * recurring run answered 410 Gone. */
+enum job_outcome { OUT_DELIVERED, OUT_RETRY, OUT_FAILED, OUT_NEXT, OUT_STOP };
 enum job_msg { MSG_CLAIMED, MSG_BEGUN, MSG_FINISHED };
 
 /* What one HTTP attempt gave. */
@@ -34,6 +36,7 @@ typedef struct attempt_result {
     uint64_t started_ms;    /* wall clock at the start */
     uint32_t duration_ms;
     int64_t retry_after_ms; /* from a Retry-After header, or -1 */
+    int64_t next_delay_ms;  /* from a Hookwheel-Next-Delay-Ms header, or -1 */
     const char *snippet;    /* first bytes of the response body (not NUL-terminated) */
     size_t snippet_len;
     int refused_by_policy;  /* 1: the destination policy refused the address; never retried */
@@ -54,13 +57,15 @@ typedef struct job {
     timer_spec *spec;          /* NULL until the engine parsed raw_spec */
     char *raw_spec;            /* stored spec text from a claim, parsed on the engine thread */
     size_t raw_len;
-    uint32_t attempts;         /* attempts recorded in Redis */
+    uint32_t attempts;         /* attempts recorded in Redis (of the current run) */
+    uint64_t version;          /* the run line's version it was claimed under */
     enum job_phase phase;
     uint64_t due_ms;           /* due time of the current attempt (for lateness) */
 
     enum job_outcome outcome;  /* the outcome being written (FINISH, PARKED) */
     uint64_t next_fire_ms;     /* OUT_RETRY: when */
-    int keep;                  /* OUT_RETRY: stays claimed in this wheel */
+    int keep;                  /* the next attempt may stay claimed in this wheel */
+    int64_t next_delay_ms;     /* OUT_NEXT: the callback's Hookwheel-Next-Delay-Ms, or -1 */
     char *last_json;           /* last_attempt JSON being written */
 
     /* dispatch-private attempt state */
@@ -70,6 +75,7 @@ typedef struct job {
     char *resp;
     size_t resp_len, resp_cap, resp_total;
     int64_t retry_after_ms;
+    int64_t next_delay_hdr_ms;
     uint64_t started_us;
     char errbuf[256];
     const struct netpolicy *policy; /* the dispatcher's, for its open-socket callback */

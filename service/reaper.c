@@ -85,12 +85,14 @@ static void released_cb(void *arg, const redisReply *reply)
     step_done(r);
 }
 
-uint32_t reaper_release(store *st, uint32_t partitions, const char *instance, const char *why,
+uint32_t reaper_release(store *st, const config *cfg, const char *instance, const char *why,
                         store_reply_cb cb, void *arg)
 {
-    char ck[KEYS_MAX], dk[KEYS_MAX], lk[KEYS_MAX], tp[KEYS_MAX], now[24], at[32], last[400];
+    char ck[KEYS_MAX], dk[KEYS_MAX], lk[KEYS_MAX], tp[KEYS_MAX], now[24], at[32], last[400], ret[24];
+    uint32_t partitions = (uint32_t)cfg->partitions;
     uint64_t t = clock_now_ms();
     snprintf(now, sizeof now, "%" PRIu64, t);
+    snprintf(ret, sizeof ret, "%" PRIu64, cfg->retention_s * 1000u);
     clock_format_rfc3339(t, at, sizeof at);
     snprintf(last, sizeof last,
              "{\"at\":\"%s\",\"duration_ms\":0,\"status\":null,\"error\":\"attempt interrupted: %s\","
@@ -102,8 +104,8 @@ uint32_t reaper_release(store *st, uint32_t partitions, const char *instance, co
         keys_due(dk, p);
         keys_lastclaim(lk, p, instance);
         keys_timer_prefix(tp, p);
-        const char *argv[] = {ck, dk, lk, tp, now, last};
-        if (store_eval(st, SCRIPT_RELEASE, 3, 6, argv, NULL, cb, arg) == 0)
+        const char *argv[] = {ck, dk, lk, tp, now, last, ret};
+        if (store_eval(st, SCRIPT_RELEASE, 3, 7, argv, NULL, cb, arg) == 0)
             sent++;
     }
     return sent;
@@ -118,7 +120,7 @@ static void release_dead(reaper *r, dead *d)
      * (they run on this same writer thread), so nothing frees d meanwhile. */
     atomic_store(&d->left, (int)parts);
     atomic_fetch_add(&r->steps, (int)parts);
-    uint32_t sent = reaper_release(r->st, parts, d->id, why, released_cb, d);
+    uint32_t sent = reaper_release(r->st, r->cfg, d->id, why, released_cb, d);
     atomic_fetch_sub(&r->steps, (int)(parts - sent));
     if (sent == 0)
         free(d); /* this round gives up; the next one retries */

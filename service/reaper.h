@@ -29,10 +29,11 @@ int reaper_run(reaper *r);
 int reaper_busy(const reaper *r);
 
 /* Submits the release script for every claim of `instance`, one command per
- * partition, each reply going to cb(arg). Timers whose attempt was in flight
- * get a last_attempt saying it was interrupted, with `why`. Returns the
- * number of commands submitted (cb follows once for each). Any thread. */
-uint32_t reaper_release(store *st, uint32_t partitions, const char *instance, const char *why,
+ * partition (cfg->partitions), each reply going to cb(arg). Timers whose
+ * attempt was in flight get a last_attempt saying it was interrupted, with
+ * `why`. Returns the number of commands submitted (cb follows once for
+ * each). Any thread. */
+uint32_t reaper_release(store *st, const config *cfg, const char *instance, const char *why,
                         store_reply_cb cb, void *arg);
 
 /* Writes the lease key of instance id into buf (KEYS_MAX bytes). */

@@ -623,6 +623,51 @@ static int parse_retry(parse_ctx *c, const char *name, json_t *v)
     return 0;
 }
 
+/* ---- repeat ------------------------------------------------------------ */
+
+#define SPEC_MIN_EVERY_MS 10 /* shorter periods are below any sensible tick */
+
+static int is_repeat_member(const char *key)
+{
+    return strcmp(key, "every_ms") == 0 || strcmp(key, "mode") == 0 || strcmp(key, "times") == 0;
+}
+
+/* repeat {every_ms, mode: fixed_delay | fixed_rate, times}: a recurring
+ * timer (recur.h has the rules). times absent means no limit. */
+static int parse_repeat(parse_ctx *c, const char *name, json_t *v)
+{
+    int64_t every = 0, times = 0;
+    const char *mode = "fixed_delay";
+
+    if (!v)
+        return 0;
+    if (!json_is_object(v))
+        return fail(c->err, name, "repeat must be an object");
+    if (check_keys(c->err, v, "repeat.", is_repeat_member) < 0)
+        return -EINVAL;
+    json_t *ev = json_object_get(v, "every_ms"), *mv = json_object_get(v, "mode"),
+           *tv = json_object_get(v, "times");
+    if (!ev)
+        return fail(c->err, "repeat.every_ms", "repeat.every_ms is required");
+    if (get_int(c->err, "repeat.every_ms", ev, SPEC_MIN_EVERY_MS, c->lim->max_delay_ms, &every) < 0)
+        return -EINVAL;
+    if (mv) {
+        mode = json_string_value(mv);
+        if (!mode || (strcmp(mode, "fixed_delay") != 0 && strcmp(mode, "fixed_rate") != 0))
+            return fail(c->err, "repeat.mode", "repeat.mode must be fixed_delay or fixed_rate");
+    }
+    if (tv && get_int(c->err, "repeat.times", tv, 1, UINT32_MAX, &times) < 0)
+        return -EINVAL;
+    c->s->every_ms = (uint64_t)every;
+    c->s->fixed_rate = strcmp(mode, "fixed_rate") == 0;
+    c->s->times = (uint32_t)times;
+    json_t *o = need(json_pack("{s:I,s:s}", "every_ms", (json_int_t)every, "mode", mode));
+    if (times)
+        canon_set(o, "times", json_integer(times));
+    canon_set(c->canon, name, o);
+    return 0;
+}
+
 /* ---- the spec ---------------------------------------------------------- */
 
 /* Every allowed top-level key, in the order errors are looked for. The time
@@ -643,6 +688,7 @@ static const struct {
     {"timeout_ms", parse_timeout},
     {"retry", parse_retry},
     {"queue", parse_queue},
+    {"repeat", parse_repeat},
 };
 
 static int is_field(const char *key)
@@ -724,6 +770,37 @@ int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t no
 out:
     spec_free(c.s);
     json_decref(c.canon);
+    json_decref(c.root);
+    return rc;
+}
+
+static int is_time_field(const char *key)
+{
+    for (size_t i = 0; i < sizeof time_fields / sizeof *time_fields; i++)
+        if (strcmp(key, time_fields[i].name) == 0)
+            return 1;
+    return 0;
+}
+
+int spec_parse_when(const char *json, size_t len, const spec_limits *lim, uint64_t now_ms,
+                    int64_t *fire_ms, spec_error *err)
+{
+    parse_ctx c = {.lim = lim, .now_ms = now_ms, .err = err};
+    json_error_t jerr;
+    timer_spec s = {0};
+    int rc = -EINVAL;
+
+    c.root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    if (!c.root)
+        return fail(err, "", "malformed JSON: %s at line %d, column %d", jerr.text, jerr.line,
+                    jerr.column);
+    c.s = &s;
+    if (!json_is_object(c.root))
+        rc = fail(err, "", "request body must be a JSON object");
+    else if (check_keys(err, c.root, "", is_time_field) == 0 && parse_time(&c, NULL, NULL) == 0) {
+        *fire_ms = s.fire_at_ms;
+        rc = 0;
+    }
     json_decref(c.root);
     return rc;
 }

@@ -8,6 +8,7 @@
  * The canonical form is the effective spec as compact JSON with sorted keys
  * and defaults applied, without the id and without the due time:
  *   {"body"|"json", "headers", "method", "queue",
+ *    "repeat":{"every_ms","mode","times"} (recurring timers only),
  *    "retry":{"max_attempts","max_backoff_ms","min_backoff_ms"}, "timeout_ms", "url"}
  * It is exactly the spec part of the Timer resource the API returns, so the
  * API answers by appending the state fields to it, without re-encoding.
@@ -72,6 +73,9 @@ typedef struct timer_spec {
     uint64_t min_backoff_ms;
     uint64_t max_backoff_ms;
     char *queue;           /* "default" when not given */
+    uint64_t every_ms;     /* repeat.every_ms; 0: a one-shot timer */
+    int fixed_rate;        /* repeat.mode is fixed_rate (else fixed_delay) */
+    uint32_t times;        /* repeat.times; 0: no limit */
     char *canonical;       /* canonical JSON, see above */
     char *stored;          /* the form kept in Redis, see below */
     size_t stored_len;
@@ -87,6 +91,13 @@ typedef struct timer_spec {
  * errors naming the field. */
 int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t now_ms,
                timer_spec **out, spec_error *err) __attribute__((warn_unused_result));
+
+/* Validates a body that holds only a due time (one of delay_ms, fire_at,
+ * fire_at_ms; POST /timers/{id}/reschedule) against lim (not NULL) and
+ * resolves it against now_ms into *fire_ms. Returns 0, or -EINVAL with *err
+ * filled. */
+int spec_parse_when(const char *json, size_t len, const spec_limits *lim, uint64_t now_ms,
+                    int64_t *fire_ms, spec_error *err) __attribute__((warn_unused_result));
 
 /* Frees s. NULL is a no-op. */
 void spec_free(timer_spec *s);

@@ -1,14 +1,14 @@
--- A timer is one string key hw:{P}:t:<id> holding eight lines:
---   state, fire_ms, attempts, created_ms, owner, when, last, spec
+-- A timer is one string key hw:{P}:t:<id> holding nine lines:
+--   state, fire_ms, attempts, created_ms, owner, when, last, run, spec
 -- (last and spec are compact JSON, so they hold no raw newline). One string
 -- costs far less Redis memory than a hash of the same fields, whose spec
 -- value is too long for the compact listpack encoding. This prelude is put
 -- in front of every script.
-local ST, FIRE, ATT, CREATED, OWNER, WHEN, LAST, SPEC = 1, 2, 3, 4, 5, 6, 7, 8
+local ST, FIRE, ATT, CREATED, OWNER, WHEN, LAST, RUN, SPEC = 1, 2, 3, 4, 5, 6, 7, 8, 9
 
 local function rec_parse(v)
   local r, pos = {}, 1
-  for i = 1, 7 do
+  for i = 1, SPEC - 1 do
     local nl = string.find(v, '\n', pos, true)
     if not nl then return nil end
     r[i] = string.sub(v, pos, nl - 1)
@@ -27,4 +27,47 @@ end
 -- KEEPTTL: a finished timer keeps its retention countdown.
 local function rec_save(key, r)
   redis.call('SET', key, table.concat(r, '\n'), 'KEEPTTL')
+end
+
+-- The run line is the Circulation Trigger's state word, as numbers
+-- "version runs reserved flag planned_ms next_ms" (trailing zeros left out,
+-- so a fresh timer's line is empty):
+--   version   bumped by fire, reschedule, pause and resume; a run claimed
+--             under an older version may not start (begin checks it)
+--   runs      runs started (a run is an attempt 1 and its retries)
+--   reserved  1: a fire arrived during a run; the next run starts right after
+--   flag      what arrived during a run for after it: 1 pause, 2 cancel
+--   planned   when the current run was due (fixed_rate counts from it)
+--   next      a reschedule during a run: when the next run is due
+local V, RUNS, RSV, FLAG, PLAN, NEXT = 1, 2, 3, 4, 5, 6
+
+local function run_get(r)
+  local t, i = {0, 0, 0, 0, 0, 0}, 1
+  for n in string.gmatch(r[RUN], '%d+') do
+    t[i] = tonumber(n)
+    i = i + 1
+  end
+  return t
+end
+
+local function run_set(r, t)
+  local n, parts = 6, {}
+  while n > 0 and t[n] == 0 do n = n - 1 end
+  for i = 1, n do parts[i] = string.format('%d', t[i]) end
+  r[RUN] = table.concat(parts, ' ')
+end
+
+-- Puts a waiting timer where the next attempt is found: in this instance's
+-- claims when it is due within the horizon (the caller then holds it in its
+-- wheel), else in the partition's due set for any instance's sweep.
+-- Returns 1 when this instance holds it.
+local function rec_place(r, id, due_key, claimed_key, horizon, instance)
+  if tonumber(r[FIRE]) <= tonumber(horizon) then
+    redis.call('ZADD', claimed_key, r[FIRE], id)
+    r[OWNER] = instance
+    return 1
+  end
+  redis.call('ZADD', due_key, r[FIRE], id)
+  r[OWNER] = ''
+  return 0
 end

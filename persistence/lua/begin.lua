@@ -1,8 +1,11 @@
 -- begin: the step before an attempt starts. Only a timer still claimed by
--- this instance and still waiting may start; it becomes 'firing', so a
--- cancel from now on answers 409 (this is what makes cancel exact).
+-- this instance, still waiting and not moved since it was claimed (same
+-- version: a fire, reschedule or pause since then made that run void) may
+-- start; it becomes 'firing', so a cancel from now on answers 409 (this is
+-- what makes cancel exact) and a fire is kept for after the run.
 -- KEYS: 1 timer key, 2 this instance's claimed zset
--- ARGV: 1 id, 2 instance id, 3 now_ms
+-- ARGV: 1 id, 2 instance id, 3 now_ms, 4 version the run was claimed under,
+--       5 recurring ("1": remember when this run was due, for fixed_rate)
 -- Returns {1, attempt number} or {0, reason}. Repeating it is safe: a timer
 -- this instance already marked firing answers {1, its attempt} again, so a
 -- begin whose reply was lost (Redis slower than the client's timeout) is
@@ -14,7 +17,14 @@ if r[ST] ~= 'scheduled' and r[ST] ~= 'retrying' then return {0, r[ST]} end
 if r[OWNER] ~= ARGV[2] or not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   return {0, 'not claimed'}
 end
+local t = run_get(r)
+if t[V] ~= tonumber(ARGV[4]) then return {0, 'moved'} end
 local n = tonumber(r[ATT]) + 1
+if n == 1 then
+  t[RUNS] = t[RUNS] + 1
+  if ARGV[5] == '1' then t[PLAN] = tonumber(r[FIRE]) end
+  run_set(r, t)
+end
 r[ATT] = tostring(n)
 r[ST] = 'firing'
 rec_save(KEYS[1], r)

@@ -1,14 +1,23 @@
 -- cancel: exact cancel. A timer that can still start an attempt (scheduled,
--- retrying) becomes cancelled and leaves every index; one that began an
--- attempt or finished is left as it is.
+-- retrying, paused) becomes cancelled and leaves every index; one that began
+-- an attempt or finished is left as it is, except a recurring timer in a
+-- run: the run completes and no other follows (the flag is read by finish).
 -- KEYS: 1 timer key, 2 due zset
 -- ARGV: 1 id, 2 claimed key prefix "hw:{P}:claimed:" (same slot), 3 retention_ms, 4 now_ms
--- Returns {1, record} cancelled (now or before), {0, record} too late, {-1} unknown.
+-- Returns {1, record} cancelled (now or before), {2, record} cancelled once
+-- its current run ends, {0, record} too late, {-1} unknown.
 local r, raw = rec_load(KEYS[1])
 if not raw then return {-1} end
 if not r then return {0, raw} end
 if r[ST] == 'cancelled' then return {1, raw} end
-if r[ST] ~= 'scheduled' and r[ST] ~= 'retrying' then return {0, raw} end
+if r[ST] == 'firing' and cjson.decode(r[SPEC])['repeat'] then
+  local t = run_get(r)
+  t[FLAG], t[RSV], t[NEXT] = 2, 0, 0
+  run_set(r, t)
+  rec_save(KEYS[1], r)
+  return {2, table.concat(r, '\n')}
+end
+if r[ST] ~= 'scheduled' and r[ST] ~= 'retrying' and r[ST] ~= 'paused' then return {0, raw} end
 redis.call('ZREM', KEYS[2], ARGV[1])
 if r[OWNER] ~= '' then redis.call('ZREM', ARGV[2] .. r[OWNER], ARGV[1]) end
 r[ST] = 'cancelled'

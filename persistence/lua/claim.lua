@@ -5,13 +5,14 @@
 --       4 timer key prefix "hw:{P}:t:" (same hash tag, so the same slot),
 --       5 replay ("1": the reply to the previous claim was lost; return its
 --       timers again, those still waiting and still ours)
--- Returns {id, spec, fire_ms, attempts, ...} for each claimed timer.
+-- Returns {id, spec, fire_ms, attempts, version, ...} for each claimed timer.
 local out, batch = {}, {}
 local function take(id, r)
   out[#out + 1] = id
   out[#out + 1] = r[SPEC]
   out[#out + 1] = r[FIRE]
   out[#out + 1] = r[ATT]
+  out[#out + 1] = run_get(r)[V]
   batch[#batch + 1] = id
 end
 if ARGV[5] == '1' then

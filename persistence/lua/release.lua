@@ -1,9 +1,11 @@
 -- release: hand every claim of an instance back to due (shutdown, or the
 -- start of an instance that reuses its id). A timer that was firing had its
--- attempt interrupted: it counts, and the timer is retried at once.
+-- attempt interrupted: it counts, and the timer is retried at once, unless
+-- a pause or cancel arrived during that run (then it is paused or cancelled).
 -- KEYS: 1 the instance's claimed zset, 2 due zset, 3 the instance's last
 --       claimed batch (deleted: nothing is left to replay)
--- ARGV: 1 timer key prefix "hw:{P}:t:", 2 now_ms, 3 last-attempt JSON for interrupted attempts
+-- ARGV: 1 timer key prefix "hw:{P}:t:", 2 now_ms, 3 last-attempt JSON for
+--       interrupted attempts, 4 retention_ms
 -- Returns the number of timers handed back.
 local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 local n = 0
@@ -16,12 +18,21 @@ for _, id in ipairs(ids) do
     rec_save(tk, r)
     n = n + 1
   elseif r and r[ST] == 'firing' then
-    redis.call('ZADD', KEYS[2], ARGV[2], id)
-    r[ST] = 'retrying'
-    r[FIRE] = ARGV[2]
+    local t = run_get(r)
     r[OWNER] = ''
     r[LAST] = ARGV[3]
+    if t[FLAG] == 0 then
+      redis.call('ZADD', KEYS[2], ARGV[2], id)
+      r[ST] = 'retrying'
+      r[FIRE] = ARGV[2]
+    else
+      r[ST] = t[FLAG] == 1 and 'paused' or 'cancelled'
+      r[ATT] = '0'
+      t[FLAG], t[RSV], t[NEXT] = 0, 0, 0
+      run_set(r, t)
+    end
     rec_save(tk, r)
+    if r[ST] == 'cancelled' then redis.call('PEXPIRE', tk, ARGV[4]) end
     n = n + 1
   end
 end

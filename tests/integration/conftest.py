@@ -99,6 +99,15 @@ def stop_process(proc, sig=signal.SIGTERM, timeout=10.0):
         return proc.wait(timeout=10)
 
 
+def assert_created(status, headers, timer):
+    """The checks every 201 from POST /timers passes; returns the timer."""
+    assert status == 201, f"expected 201, got {status}: {timer!r}"
+    assert isinstance(timer, dict), timer
+    assert headers.get("Location") == f"/timers/{timer['id']}", (headers.get("Location"), timer)
+    assert isinstance(timer.get("fire_at_ms"), int), timer
+    return timer
+
+
 def tail(path, lines=60):
     try:
         with open(path, "rb") as f:
@@ -357,7 +366,8 @@ class Headers:
 class Recorded:
     """One request the receiver saw."""
 
-    __slots__ = ("wall", "mono", "method", "target", "path", "query", "headers", "body", "conn")
+    __slots__ = ("wall", "mono", "method", "target", "path", "query", "headers", "body", "conn",
+                 "done_mono")
 
     def __init__(self, wall, mono, method, target, headers, body, conn):
         self.wall = wall        # time.time() at arrival (request line read)
@@ -370,6 +380,7 @@ class Recorded:
         self.headers = headers
         self.body = body
         self.conn = conn        # id of the TCP connection it came on
+        self.done_mono = None   # time.monotonic() once the answer was sent
 
     @property
     def wall_ms(self):
@@ -465,16 +476,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         rec = Recorded(wall, mono, self.command, self.path, Headers(self.headers.items()), body,
                        id(self.connection))
         reply = self.receiver._record(rec)
-        if reply.delay_s:
-            time.sleep(reply.delay_s)
-        self.send_response(reply.status)
-        for k, v in reply.headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(reply.body)))
-        self.end_headers()
-        if self.command != "HEAD" and reply.body:
-            self.wfile.write(reply.body)
-        self.wfile.flush()
+        try:
+            if reply.delay_s:
+                time.sleep(reply.delay_s)
+            self.send_response(reply.status)
+            for k, v in reply.headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(reply.body)))
+            self.end_headers()
+            if self.command != "HEAD" and reply.body:
+                self.wfile.write(reply.body)
+            self.wfile.flush()
+        finally:
+            self.receiver._done(rec)
 
     do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _handle
 
@@ -493,6 +507,8 @@ class Receiver:
         self._plans = {}
         self._defaults = {}
         self._conns = set()
+        self._active = {}      # path -> requests being answered now
+        self._max_active = {}  # path -> the most answered at once
         self._server = _ReceiverHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.receiver = self
         self.port = self._server.server_address[1]
@@ -517,11 +533,24 @@ class Receiver:
 
     def _record(self, rec):
         with self._lock:
+            self._active[rec.path] = self._active.get(rec.path, 0) + 1
+            self._max_active[rec.path] = max(self._max_active.get(rec.path, 0), self._active[rec.path])
             self._requests.append(rec)
             plan = self._plans.get(rec.path)
             reply = plan.pop(0) if plan else self._defaults.get(rec.path, Reply(204))
             self._lock.notify_all()
             return reply
+
+    def _done(self, rec):
+        with self._lock:
+            self._active[rec.path] -= 1
+            rec.done_mono = time.monotonic()
+            self._lock.notify_all()
+
+    def max_concurrent(self, path):
+        """The most requests to path that were being answered at once."""
+        with self._lock:
+            return self._max_active.get(path, 0)
 
     def requests(self, path=None, timer_id=None):
         with self._lock:

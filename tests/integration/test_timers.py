@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
-from conftest import Reply, create_many, free_port, media_type, now_ms, scaled, wait_until
+from conftest import Reply, assert_created, create_many, free_port, media_type, now_ms, scaled, wait_until
 
 # An attempt may not start before fire_at_ms; allow 1 ms for clock rounding
 # (fire_at_ms is an integer, arrival times are floats).
@@ -39,14 +39,6 @@ def assert_problem(status, headers, body, expected_status, field=MISSING, where=
     elif field is not MISSING:
         accepted = field if isinstance(field, tuple) else (field,)
         assert body.get("field") in accepted, f"{prefix}field should be {field!r}: {body!r}"
-
-
-def assert_created(status, headers, timer):
-    assert status == 201, f"expected 201, got {status}: {timer!r}"
-    assert isinstance(timer, dict), timer
-    assert headers.get("Location") == f"/timers/{timer['id']}", (headers.get("Location"), timer)
-    assert isinstance(timer.get("fire_at_ms"), int), timer
-    return timer
 
 
 def assert_not_early(req, fire_at_ms):

@@ -9,10 +9,10 @@
 
 #include "record.h"
 
-static void test_a_record_splits_into_its_eight_fields(void **state)
+static void test_a_record_splits_into_its_nine_fields(void **state)
 {
     (void)state;
-    const char *t = "retrying\n1795\n2\n1700\nnode-1\ndelay_ms=5\n{\"at\":\"x\"}\n{\"url\":\"http://h/\"}";
+    const char *t = "retrying\n1795\n2\n1700\nnode-1\ndelay_ms=5\n{\"at\":\"x\"}\n3 2\n{\"url\":\"http://h/\"}";
     record r;
 
     assert_int_equal(record_parse(t, strlen(t), &r), 0);
@@ -24,18 +24,28 @@ static void test_a_record_splits_into_its_eight_fields(void **state)
     assert_int_equal(r.len[REC_LAST], strlen("{\"at\":\"x\"}"));
     assert_int_equal(r.len[REC_SPEC], strlen("{\"url\":\"http://h/\"}"));
     assert_memory_equal(r.f[REC_SPEC], "{\"url\":\"http://h/\"}", r.len[REC_SPEC]);
+    long long run[RUN_FIELDS];
+    record_run(&r, run);
+    assert_int_equal(run[RUN_VERSION], 3);
+    assert_int_equal(run[RUN_RUNS], 2);
+    assert_int_equal(run[RUN_RESERVED], 0);
+    assert_int_equal(run[RUN_NEXT], 0);
 }
 
 static void test_empty_fields_stay_empty(void **state)
 {
     (void)state;
-    const char *t = "scheduled\n5\n0\n4\n\nfire_at_ms=5\n\n{}";
+    const char *t = "scheduled\n5\n0\n4\n\nfire_at_ms=5\n\n\n{}";
     record r;
 
     assert_int_equal(record_parse(t, strlen(t), &r), 0);
     assert_int_equal(r.len[REC_OWNER], 0);
     assert_int_equal(r.len[REC_LAST], 0);
     assert_int_equal(record_int(&r, REC_OWNER), 0);
+    long long run[RUN_FIELDS];
+    record_run(&r, run);
+    for (int i = 0; i < RUN_FIELDS; i++)
+        assert_int_equal(run[i], 0);
 }
 
 static void test_a_record_with_too_few_lines_is_rejected(void **state)
@@ -50,7 +60,7 @@ static void test_a_record_with_too_few_lines_is_rejected(void **state)
 static void test_a_field_that_is_not_a_number_reads_as_zero(void **state)
 {
     (void)state;
-    const char *t = "scheduled\n12x\n0\n4\n\n\n\n{}";
+    const char *t = "scheduled\n12x\n0\n4\n\n\n\n\n{}";
     record r;
 
     assert_int_equal(record_parse(t, strlen(t), &r), 0);
@@ -60,7 +70,7 @@ static void test_a_field_that_is_not_a_number_reads_as_zero(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_a_record_splits_into_its_eight_fields),
+        cmocka_unit_test(test_a_record_splits_into_its_nine_fields),
         cmocka_unit_test(test_empty_fields_stay_empty),
         cmocka_unit_test(test_a_record_with_too_few_lines_is_rejected),
         cmocka_unit_test(test_a_field_that_is_not_a_number_reads_as_zero),

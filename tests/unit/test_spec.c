@@ -782,6 +782,58 @@ static void test_nul_bytes_and_invalid_utf8_are_rejected(void **state)
     assert_string_equal(err.field, "");
 }
 
+static void test_a_repeat_is_kept_in_the_canonical_form_with_its_mode(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_ok("{'url':'http://h/','delay_ms':1,'repeat':{'every_ms':200}}");
+    assert_int_equal(s->every_ms, 200);
+    assert_int_equal(s->fixed_rate, 0);
+    assert_int_equal(s->times, 0);
+    assert_non_null(strstr(s->canonical, "\"repeat\":{\"every_ms\":200,\"mode\":\"fixed_delay\"}"));
+    timer_spec *back = NULL;
+    spec_error err;
+    assert_int_equal(spec_parse(s->stored, s->stored_len, NULL, NOW, &back, &err), 0);
+    assert_string_equal(back->canonical, s->canonical);
+    spec_free(back);
+    spec_free(s);
+    s = parse_ok("{'url':'http://h/','delay_ms':1,'repeat':{'every_ms':100,'mode':'fixed_rate','times':3}}");
+    assert_int_equal(s->fixed_rate, 1);
+    assert_int_equal(s->times, 3);
+    spec_free(s);
+    s = parse_ok("{'url':'http://h/','delay_ms':1}");
+    assert_int_equal(s->every_ms, 0); /* a one-shot timer */
+    assert_null(strstr(s->canonical, "repeat"));
+    spec_free(s);
+}
+
+static void test_a_bad_repeat_is_rejected_naming_the_member(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','delay_ms':1,'repeat':5}", "repeat");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'repeat':{}}", "repeat.every_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'repeat':{'every_ms':9}}", "repeat.every_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'repeat':{'every_ms':'100'}}", "repeat.every_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'repeat':{'every_ms':100,'mode':'cron'}}", "repeat.mode");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'repeat':{'every_ms':100,'times':0}}", "repeat.times");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'repeat':{'every_ms':100,'x':1}}", "repeat.x");
+}
+
+static void test_a_due_time_alone_parses_for_reschedule(void **state)
+{
+    (void)state;
+    spec_error err;
+    int64_t fire = 0;
+    assert_int_equal(spec_parse_when("{\"delay_ms\":250}", 16, &lim, NOW, &fire, &err), 0);
+    assert_int_equal(fire, (int64_t)NOW + 250);
+    assert_int_equal(spec_parse_when("{\"fire_at_ms\":7}", 16, &lim, NOW, &fire, &err), 0);
+    assert_int_equal(fire, 7);
+    assert_int_equal(spec_parse_when("{}", 2, &lim, NOW, &fire, &err), -EINVAL);
+    assert_string_equal(err.field, "delay_ms");
+    assert_int_equal(spec_parse_when("{\"url\":1}", 9, &lim, NOW, &fire, &err), -EINVAL);
+    assert_string_equal(err.field, "url");
+    assert_int_equal(spec_parse_when("[1]", 3, &lim, NOW, &fire, &err), -EINVAL);
+}
+
 static void test_spec_free_accepts_null(void **state)
 {
     (void)state;
@@ -792,6 +844,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_minimal_spec_gets_every_default),
+        cmocka_unit_test(test_a_repeat_is_kept_in_the_canonical_form_with_its_mode),
+        cmocka_unit_test(test_a_bad_repeat_is_rejected_naming_the_member),
+        cmocka_unit_test(test_a_due_time_alone_parses_for_reschedule),
         cmocka_unit_test(test_a_full_spec_keeps_every_given_value),
         cmocka_unit_test(test_canonical_is_compact_sorted_and_leaves_out_the_id),
         cmocka_unit_test(test_canonical_form_parses_back_to_itself_without_limits),
