@@ -42,6 +42,9 @@ void api_readyz(http_req *r, const char *const *params, void *app);
  * none) must outlive the server. */
 void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy *policy);
 
+/* The id a client knows from a key id ("namespace/id" or "id"). */
+const char *api_public_id(const char *key_id);
+
 /* Builds the Timer resource (openapi.yaml) as JSON text from a timer's
  * stored fields: the canonical spec (a JSON object, see spec.h) with the
  * state fields appended, so nothing is parsed or re-encoded. last is the

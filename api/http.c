@@ -58,6 +58,8 @@
 
 #include <microhttpd.h>
 
+#include "auth.h"
+
 #include "list.h"
 #include "problem.h"
 #include "log.h"
@@ -83,6 +85,7 @@ struct http_server {
     size_t nroutes;
     void *app;
     size_t max_body;
+    const struct auth *auth;    /* NULL: no tokens, every caller is in namespace "" */
     uint16_t port;
     int listen_fd;              /* shut down by http_quiesce, closed after the daemon stops */
     atomic_bool quiesced;       /* new requests get 503 */
@@ -102,6 +105,7 @@ struct http_req {
     enum phase phase;           /* access thread only */
     uint64_t start_us;
     const http_route *route;
+    const char *ns;             /* the caller's namespace ("" without tokens) */
     const char *method;
     const char *path;           /* as received: percent-encoded, without the query */
     const char *params[HTTP_MAX_PARAMS + 1];
@@ -403,22 +407,32 @@ static const char *kv_find(const struct kv *kv, size_t n, const char *name, bool
     return NULL;
 }
 
+/* One line per finished request. Requests that failed (a 4xx or 5xx, or a
+ * connection that died before the answer went out) are logged at info, so an
+ * operator finds a client's X-Request-Id (set by nginx, docker/nginx.conf) at
+ * the default level; successes stay at debug. 429 and 503 are the exception:
+ * they shed load, a line each would add work exactly when there is too much
+ * of it, and their cause (a full write queue, Redis down) is logged where it
+ * is decided; nginx's access log has them all with their request ids. Costs
+ * one comparison when the level is off; no allocation either way. */
 static void log_request(const http_req *r, enum MHD_RequestTerminationCode toe)
 {
     char method[32], path[512], rid[160], idfield[180] = "";
-    if (LOG_DEBUG < log_min_level)
+    bool completed = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    bool failed = !completed || (r->status >= 400 && r->status != 429 && r->status != 503);
+    int level = failed ? LOG_INFO : LOG_DEBUG;
+    if (level < log_min_level)
         return;
     const char *id = kv_find(r->headers, r->nheaders, "X-Request-Id", true);
     if (id)
         snprintf(idfield, sizeof idfield, ",\"request_id\":\"%s\"",
                  log_json_escape(id, rid, sizeof rid));
-    LOG(LOG_DEBUG, "http request",
+    LOG(level, "http request",
         "\"method\":\"%s\",\"path\":\"%s\",\"status\":%u,\"duration_us\":%llu,"
         "\"completed\":%s%s",
         log_json_escape(r->method, method, sizeof method),
         log_json_escape(r->path, path, sizeof path), r->status,
-        (unsigned long long)(mono_us() - r->start_us),
-        toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "true" : "false", idfield);
+        (unsigned long long)(mono_us() - r->start_us), completed ? "true" : "false", idfield);
 }
 
 /* ---- responses ----------------------------------------------------------- */
@@ -534,6 +548,14 @@ static enum MHD_Result too_large_now(http_req *r, bool close)
     return answer_now(r, 413, resp);
 }
 
+static enum MHD_Result unauthorized_now(http_req *r)
+{
+    struct MHD_Response *resp =
+        problem_response(401, "a valid bearer token is required (Authorization: Bearer <token>)", NULL, NULL, 0);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"hookwheel\"");
+    return answer_now(r, 401, resp);
+}
+
 static enum MHD_Result not_allowed_now(http_req *r)
 {
     char allow[128];
@@ -559,6 +581,12 @@ static enum MHD_Result req_begin(http_server *s, http_req *r)
         return not_allowed_now(r);
     if (!r->route)
         return problem_now(r, 404, "no such resource");
+    r->ns = "";
+    if (s->auth && !r->route->open) {
+        r->ns = auth_check(s->auth, kv_find(r->headers, r->nheaders, "Authorization", true));
+        if (!r->ns)
+            return unauthorized_now(r);
+    }
     if (r->route->needs_json_body &&
         !is_json_type(kv_find(r->headers, r->nheaders, "Content-Type", true)))
         return problem_now(r, 415, "the request body must be application/json");
@@ -794,6 +822,7 @@ static http_server *server_create(const http_config *cfg, const http_route *rout
     s->nroutes = n;
     s->app = app;
     s->max_body = cfg->max_body_bytes;
+    s->auth = cfg->auth;
     s->listen_fd = -1;
     atomic_init(&s->quiesced, false);
     list_init(&s->pending);
@@ -955,6 +984,11 @@ const char *http_req_query(const http_req *r, const char *name)
 const char *http_req_method(const http_req *r)
 {
     return r->method;
+}
+
+const char *http_req_namespace(const http_req *r)
+{
+    return r->ns ? r->ns : "";
 }
 
 const char *http_req_path(const http_req *r)

@@ -33,6 +33,7 @@ typedef struct http_route {
     const char *pattern;     /* "/timers", "/timers/{id}", "/timers/{id}/fire" */
     http_handler_cb handler;
     int needs_json_body;     /* 1: Content-Type must be application/json (else 415) */
+    int open;                /* 1: answered without a bearer token even when tokens are set */
 } http_route;
 
 typedef struct http_config {
@@ -41,6 +42,7 @@ typedef struct http_config {
     unsigned threads;               /* libmicrohttpd worker threads (>= 1) */
     unsigned max_connections;       /* connection limit */
     unsigned connection_timeout_s;  /* idle connection timeout */
+    const struct auth *auth;        /* bearer tokens (auth.h); NULL: the API is open */
 } http_config;
 
 /* Binds and starts serving. routes (n entries) and app must outlive the
@@ -65,6 +67,9 @@ const char *http_req_header(const http_req *r, const char *name); /* NULL if abs
 const char *http_req_query(const http_req *r, const char *name);  /* NULL if absent */
 const char *http_req_method(const http_req *r);
 const char *http_req_path(const http_req *r);
+/* The caller's namespace: the one its bearer token maps to, or "" when the
+ * API runs without tokens. Valid while the server runs. */
+const char *http_req_namespace(const http_req *r);
 
 /* Answers with a JSON body (body is stolen: the server decrefs it).
  * location, if not NULL, becomes the Location header. Any thread; once. */

@@ -4,14 +4,14 @@
 #include "api.h"
 
 const http_route api_routes[] = {
-    {"POST", "/timers", api_timer_create, 1},
-    {"GET", "/timers/{id}", api_timer_get, 0},
-    {"DELETE", "/timers/{id}", api_timer_cancel, 0},
-    {"POST", "/timers/{id}/fire", api_timer_fire, 0},
-    {"POST", "/timers/{id}/reschedule", api_timer_reschedule, 1},
-    {"POST", "/timers/{id}/pause", api_timer_pause, 0},
-    {"POST", "/timers/{id}/resume", api_timer_resume, 0},
-    {"GET", "/healthz", api_healthz, 0},
-    {"GET", "/readyz", api_readyz, 0},
+    {"POST", "/timers", api_timer_create, 1, 0},
+    {"GET", "/timers/{id}", api_timer_get, 0, 0},
+    {"DELETE", "/timers/{id}", api_timer_cancel, 0, 0},
+    {"POST", "/timers/{id}/fire", api_timer_fire, 0, 0},
+    {"POST", "/timers/{id}/reschedule", api_timer_reschedule, 1, 0},
+    {"POST", "/timers/{id}/pause", api_timer_pause, 0, 0},
+    {"POST", "/timers/{id}/resume", api_timer_resume, 0, 0},
+    {"GET", "/healthz", api_healthz, 0, 1}, /* open: probes carry no token, and */
+    {"GET", "/readyz", api_readyz, 0, 1},   /* neither tells more than up or down */
 };
 const size_t api_route_count = sizeof api_routes / sizeof api_routes[0];

@@ -42,6 +42,26 @@ void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy
     };
 }
 
+/* ---- namespaces ---- */
+
+/* Timers are stored under "<namespace>/<id>" when the API runs with tokens
+ * (auth.h), and under "<id>" without: neither a namespace nor an id holds a
+ * '/', so the key id is unambiguous, ids are unique per namespace, and a
+ * caller can only ever name its own namespace's timers. A key id is at most
+ * 64 + 1 + 128 bytes. */
+#define KEY_ID_MAX 200
+
+static void key_id(char *out, size_t size, const char *ns, const char *id)
+{
+    snprintf(out, size, "%s%s%s", ns, ns[0] ? "/" : "", id);
+}
+
+const char *api_public_id(const char *key_id)
+{
+    const char *slash = strrchr(key_id, '/');
+    return slash ? slash + 1 : key_id;
+}
+
 /* ---- the Timer resource ---- */
 
 char *api_timer_text(const char *id, const char *spec, size_t spec_len, const char *state,
@@ -55,6 +75,7 @@ char *api_timer_text(const char *id, const char *spec, size_t spec_len, const ch
         last_len = 4;
     }
     char fire[32], created[32];
+    id = api_public_id(id);
     clock_format_rfc3339((uint64_t)fire_ms, fire, sizeof fire);
     clock_format_rfc3339((uint64_t)created_ms, created, sizeof created);
     size_t cap = spec_len + strlen(id) + last_len + 256;
@@ -120,7 +141,7 @@ static void respond_timer(http_req *r, unsigned status, char *text, size_t len, 
         return;
     }
     char loc[160];
-    snprintf(loc, sizeof loc, "/timers/%s", id);
+    snprintf(loc, sizeof loc, "/timers/%s", api_public_id(id));
     http_respond_json_text_take(r, status, text, len, status == 201 ? loc : NULL);
 }
 
@@ -247,7 +268,10 @@ void api_timer_create(http_req *r, const char *const *params, void *app)
         free(c);
         return;
     }
-    c->id = c->spec->id ? xstrdup(c->spec->id) : new_id();
+    char *given = c->spec->id ? xstrdup(c->spec->id) : new_id(), kid[KEY_ID_MAX];
+    key_id(kid, sizeof kid, http_req_namespace(r), given);
+    free(given);
+    c->id = xstrdup(kid);
     submit_create(a, c);
 }
 
@@ -255,7 +279,7 @@ void api_timer_create(http_req *r, const char *const *params, void *app)
 
 typedef struct id_ctx {
     http_req *r;
-    char id[130];
+    char id[KEY_ID_MAX]; /* the key id (namespace/id) */
 } id_ctx;
 
 static id_ctx *id_ctx_new(http_req *r, const char *id)
@@ -266,7 +290,7 @@ static id_ctx *id_ctx_new(http_req *r, const char *id)
     }
     id_ctx *c = xmalloc(sizeof *c);
     c->r = r;
-    snprintf(c->id, sizeof c->id, "%s", id);
+    key_id(c->id, sizeof c->id, http_req_namespace(r), id);
     return c;
 }
 
@@ -351,7 +375,7 @@ typedef struct control_ctx {
     http_req *r;
     api *a;
     const char *op;
-    char id[130];
+    char id[KEY_ID_MAX]; /* the key id (namespace/id) */
 } control_ctx;
 
 static const char *const control_refusals[][2] = {
@@ -444,7 +468,7 @@ static void control(http_req *r, const char *id, api *a, const char *op, int64_t
     c->r = r;
     c->a = a;
     c->op = op;
-    snprintf(c->id, sizeof c->id, "%s", id);
+    key_id(c->id, sizeof c->id, http_req_namespace(r), id);
     uint32_t p = keys_partition(c->id, (uint32_t)a->cfg->partitions);
     uint64_t now_ms = clock_now_ms();
     char tk[KEYS_MAX], dk[KEYS_MAX], ck[KEYS_MAX], cp[KEYS_MAX], now[24], fire[24], horizon[24];

@@ -36,6 +36,9 @@ static const setting settings[] = {
     S("redis-server", redis_server, "redis-server", "binary started as the embedded Redis"),
     S("instance-id", instance_id, "", "this instance's id (default: hostname-pid)"),
     S("log-level", log_level, "info", "debug, info, warn or error"),
+    S("api-tokens-file", api_tokens_file, NULL,
+      "file of bearer tokens, one `<namespace> <token>` or `<namespace> sha256:<hex>` per line; "
+      "unset: the API is open (one namespace)"),
     S("signing-secret", signing_secret, NULL,
       "whsec_<base64 key>[,whsec_...]: sign every request (Standard Webhooks); two during a rotation"),
     S("destination-allowlist", destination_allowlist, NULL,

@@ -20,6 +20,7 @@ typedef struct config {
     char *redis_server;       /* binary of the embedded redis-server */
     char *instance_id;        /* "" until config_load fills the default */
     char *log_level;
+    char *api_tokens_file;    /* NULL: the API is open, without namespaces */
     char *signing_secret;     /* NULL: requests are not signed */
     char *destination_allowlist; /* NULL: only public addresses may be called */
     uint64_t tick_ms;

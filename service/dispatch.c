@@ -247,14 +247,15 @@ static struct curl_slist *build_headers(const dispatch *d, const job *j)
     if (!has_header(s, "accept"))
         hdr_link(&b, "Accept:");
     hdr_link(&b, "Expect:");
-    hdr_printf(&b, "webhook-id: %s", j->id);
+    const char *slash = strrchr(j->id, '/'), *id = slash ? slash + 1 : j->id; /* without the namespace */
+    hdr_printf(&b, "webhook-id: %s", id);
     hdr_printf(&b, "webhook-timestamp: %" PRIu64, ts);
     if (d->sign) { /* signs exactly what is sent: webhook-id, webhook-timestamp, body */
         char sig[SIGN_HEADER_MAX];
-        signer_sign(d->sign, j->id, ts, s->body, s->body ? s->body_len : 0, sig);
+        signer_sign(d->sign, id, ts, s->body, s->body ? s->body_len : 0, sig);
         hdr_printf(&b, "webhook-signature: %s", sig);
     }
-    hdr_printf(&b, "Hookwheel-Timer-Id: %s", j->id);
+    hdr_printf(&b, "Hookwheel-Timer-Id: %s", id);
     hdr_printf(&b, "Hookwheel-Attempt: %u", j->attempts);
     return b.nodes;
 }

@@ -12,6 +12,7 @@
 #include <curl/curl.h>
 
 #include "api.h"
+#include "auth.h"
 #include "config.h"
 #include "engine.h"
 #include "http.h"
@@ -25,6 +26,7 @@ typedef struct app {
     config cfg;
     signer *sign;
     netpolicy *policy;
+    auth *auth;
     redis_child *redis;
     store *st;
     engine *eng;
@@ -56,7 +58,7 @@ static int start_all(app *a)
         return -1;
     api_init(&a->api, &a->cfg, a->st, a->eng, a->policy);
     http_config hc = {a->cfg.listen, a->cfg.max_body_bytes, (unsigned)a->cfg.api_threads,
-                      (unsigned)a->cfg.max_connections, (unsigned)a->cfg.connection_timeout_s};
+                      (unsigned)a->cfg.max_connections, (unsigned)a->cfg.connection_timeout_s, a->auth};
     a->http = http_start(&hc, api_routes, api_route_count, &a->api);
     return a->http ? 0 : -1;
 }
@@ -76,6 +78,7 @@ static void stop_all(app *a)
     redis_child_stop(a->redis);
     signer_free(a->sign);
     netpolicy_free(a->policy);
+    auth_free(a->auth);
 }
 
 static int wait_for_signal(void)
@@ -115,6 +118,17 @@ int main(int argc, char **argv)
         config_free(&a.cfg);
         return 2;
     }
+    if (a.cfg.api_tokens_file) {
+        char aerr[600];
+        a.auth = auth_load(a.cfg.api_tokens_file, aerr, sizeof aerr);
+        if (!a.auth) {
+            fprintf(stderr, "hookwheel: invalid HOOKWHEEL_API_TOKENS_FILE: %s\n", aerr);
+            netpolicy_free(a.policy);
+            signer_free(a.sign);
+            config_free(&a.cfg);
+            return 2;
+        }
+    }
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
@@ -127,9 +141,13 @@ int main(int argc, char **argv)
     if (ok) {
         LOG(LOG_INFO, "hookwheel started",
             "\"version\":\"%s\",\"listen\":\"%s\",\"port\":%u,\"instance\":\"%s\",\"redis\":\"%s\","
-            "\"auth\":\"open\",\"signing\":%s",
+            "\"auth\":\"%s\",\"tokens\":%zu,\"signing\":%s",
             HOOKWHEEL_VERSION, a.cfg.listen, http_port(a.http), a.cfg.instance_id,
-            a.cfg.redis_url ? "external" : "embedded", a.sign ? "true" : "false");
+            a.cfg.redis_url ? "external" : "embedded", a.auth ? "tokens" : "open", auth_count(a.auth),
+            a.sign ? "true" : "false");
+        if (!a.auth && strncmp(a.cfg.listen, "127.", 4) != 0 && strncmp(a.cfg.listen, "[::1]", 5) != 0)
+            LOG(LOG_WARN, "the API is open to anyone who can reach it: set HOOKWHEEL_API_TOKENS_FILE",
+                "\"listen\":\"%s\"", a.cfg.listen);
         int sig = wait_for_signal();
         LOG(LOG_INFO, "stopping", "\"signal\":\"%s\"", sig == SIGINT ? "SIGINT" : "SIGTERM");
     }

@@ -229,18 +229,18 @@ static void h_never(http_req *r, const char *const *params, void *app)
 }
 
 static const http_route routes[] = {
-    {"GET", "/sync", h_sync, 0},
-    {"POST", "/echo", h_echo, 1},
-    {"GET", "/items/{id}", h_item, 0},
-    {"DELETE", "/items/{id}", h_item_delete, 0},
-    {"GET", "/items/{id}/sub/{name}", h_sub, 0},
-    {"GET", "/query", h_query, 0},
-    {"GET", "/async", h_async, 0},
-    {"GET", "/async-now", h_async_now, 0},
-    {"GET", "/problem", h_problem, 0},
-    {"GET", "/busy", h_busy, 0},
-    {"POST", "/created", h_created, 0},
-    {"GET", "/never", h_never, 0},
+    {"GET", "/sync", h_sync, 0, 0},
+    {"POST", "/echo", h_echo, 1, 0},
+    {"GET", "/items/{id}", h_item, 0, 0},
+    {"DELETE", "/items/{id}", h_item_delete, 0, 0},
+    {"GET", "/items/{id}/sub/{name}", h_sub, 0, 0},
+    {"GET", "/query", h_query, 0, 0},
+    {"GET", "/async", h_async, 0, 0},
+    {"GET", "/async-now", h_async_now, 0, 0},
+    {"GET", "/problem", h_problem, 0, 0},
+    {"GET", "/busy", h_busy, 0, 0},
+    {"POST", "/created", h_created, 0, 0},
+    {"GET", "/never", h_never, 0, 0},
 };
 
 static const http_config config = {
@@ -842,7 +842,7 @@ static void test_start_refuses_bad_addresses_and_busy_ports(void **state)
     http_config c = config;
     c.listen = busy;
     assert_null(http_start(&c, routes, 1, NULL));
-    http_route bad_route = {"GET", "no-slash", h_sync, 0};
+    http_route bad_route = {"GET", "no-slash", h_sync, 0, 0};
     assert_null(http_start(&config, &bad_route, 1, NULL));
 }
 

@@ -1,0 +1,97 @@
+"""API bearer tokens and namespaces: with HOOKWHEEL_API_TOKENS_FILE every
+endpoint but the probes needs a token, and a token's namespace sees only its
+own timers (404 for the others', never 403)."""
+import hashlib
+
+from conftest import scaled
+
+TOKEN_A = "team-a-token-3c1e9b7d2f"
+TOKEN_B = "team-b-token-8a4f0d6e1c"
+TOKEN_B2 = "team-b-second-token-55e1"  # given to hookwheel only as its SHA-256
+
+
+def bearer(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+def start(tmp_path, redis, hookwheel_factory):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(
+        "# namespace token\n"
+        f"team-a {TOKEN_A}\n"
+        f"team-b {TOKEN_B}\n"
+        f"team-b sha256:{hashlib.sha256(TOKEN_B2.encode()).hexdigest()}  # rotated in\n")
+    return hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens)})
+
+
+def test_without_a_valid_token_every_endpoint_but_the_probes_answers_401(tmp_path, redis, receiver,
+                                                                        hookwheel_factory):
+    hw = start(tmp_path, redis, hookwheel_factory)
+    spec = {"url": receiver.url("/x"), "delay_ms": 60000}
+    calls = [("POST", "/timers", spec), ("GET", "/timers/t1", None), ("DELETE", "/timers/t1", None),
+             ("POST", "/timers/t1/fire", None), ("POST", "/timers/t1/pause", None),
+             ("POST", "/timers/t1/resume", None), ("POST", "/timers/t1/reschedule", {"delay_ms": 5})]
+    for headers in (None, bearer("not-a-token-at-all-0000"), {"Authorization": f"Basic {TOKEN_A}"},
+                    {"Authorization": "Bearer"}):
+        for method, path, body in calls:
+            status, h, problem = hw.request(method, path, json_body=body, headers=headers)
+            assert status == 401, (method, path, headers, status, problem)
+            assert h.get("WWW-Authenticate", "").startswith("Bearer"), h
+            assert problem["status"] == 401, problem
+    for probe in ("/healthz", "/readyz"):
+        status, _, _ = hw.request("GET", probe)
+        assert status == 200, probe
+    assert '"auth":"tokens","tokens":3' in hw.log_tail(400)
+
+
+def test_a_namespace_never_sees_another_namespaces_timers(tmp_path, redis, receiver, hookwheel_factory):
+    hw = start(tmp_path, redis, hookwheel_factory)
+    spec = {"id": "shared-id", "url": receiver.url("/ns"), "delay_ms": 60000}
+    status, headers, a = hw.create(spec, headers=bearer(TOKEN_A))
+    assert status == 201 and a["id"] == "shared-id", a
+    assert headers["Location"] == "/timers/shared-id"
+    # the same id in another namespace is another timer (ids are unique per namespace)
+    status, _, b = hw.create(dict(spec, delay_ms=300), headers=bearer(TOKEN_B))
+    assert status == 201 and b["id"] == "shared-id", b
+    status, _, only_b = hw.create({"id": "only-b", "url": receiver.url("/ns-b"), "delay_ms": 60000},
+                                  headers=bearer(TOKEN_B2))  # B's second token: same namespace
+    assert status == 201, only_b
+    for method, path, body in [("GET", "/timers/only-b", None), ("DELETE", "/timers/only-b", None),
+                               ("POST", "/timers/only-b/reschedule", {"delay_ms": 5}),
+                               ("POST", "/timers/only-b/fire", None), ("POST", "/timers/only-b/pause", None),
+                               ("POST", "/timers/only-b/resume", None)]:
+        status, _, problem = hw.request(method, path, json_body=body, headers=bearer(TOKEN_A))
+        assert status == 404, (method, path, status, problem)
+    status, _, got = hw.request("GET", "/timers/only-b", headers=bearer(TOKEN_B))
+    assert status == 200 and got["state"] == "scheduled", got  # untouched by A's attempts
+    # B's shared-id fires; A's does not; the receiver sees the id its owner chose
+    (req,) = receiver.wait_for(1, path="/ns", timeout=scaled(5))
+    assert req.headers["Hookwheel-Timer-Id"] == "shared-id"
+    assert req.headers["webhook-id"] == "shared-id"
+    status, _, got_a = hw.request("GET", "/timers/shared-id", headers=bearer(TOKEN_A))
+    assert status == 200 and got_a["state"] == "scheduled" and got_a["fire_at_ms"] == a["fire_at_ms"], got_a
+    got_b = None
+    for _ in range(100):
+        status, _, got_b = hw.request("GET", "/timers/shared-id", headers=bearer(TOKEN_B2))
+        if got_b.get("state") == "delivered":
+            break
+    assert got_b["state"] == "delivered", got_b
+    status, _, cancelled = hw.request("DELETE", "/timers/shared-id", headers=bearer(TOKEN_A))
+    assert status == 200 and cancelled["state"] == "cancelled", cancelled
+    assert hw.stop() == 0
+    log = hw.log.read_text(errors="replace")
+    for secret in (TOKEN_A, TOKEN_B, TOKEN_B2):
+        assert secret not in log, "a token was logged"
+
+
+def test_a_bad_tokens_file_stops_the_start_with_its_line(tmp_path, redis, hookwheel_factory):
+    import subprocess
+    from conftest import HOOKWHEEL_BIN
+    tokens = tmp_path / "bad-tokens"
+    tokens.write_text(f"team-a {TOKEN_A}\nteam/b short\n")
+    proc = subprocess.run([HOOKWHEEL_BIN, "--redis-url", redis.url, "--listen", "127.0.0.1:0",
+                           "--api-tokens-file", str(tokens)],
+                          capture_output=True, text=True, timeout=scaled(20))
+    assert proc.returncode == 2, proc
+    assert "line 2" in proc.stderr and "namespace" in proc.stderr, proc.stderr
+    assert TOKEN_A not in proc.stderr + proc.stdout
