@@ -30,6 +30,7 @@ extern const size_t api_route_count;
 void api_timer_create(http_req *r, const char *const *params, void *app); /* timers.c */
 void api_timer_get(http_req *r, const char *const *params, void *app);
 void api_timer_cancel(http_req *r, const char *const *params, void *app);
+void api_timer_list(http_req *r, const char *const *params, void *app); /* listing.c */
 void api_timer_fire(http_req *r, const char *const *params, void *app);
 void api_timer_reschedule(http_req *r, const char *const *params, void *app);
 void api_timer_pause(http_req *r, const char *const *params, void *app);
@@ -41,6 +42,10 @@ void api_readyz(http_req *r, const char *const *params, void *app);
  * policy (the destination policy checked on every new timer's URL; NULL:
  * none) must outlive the server. */
 void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy *policy);
+
+/* The Timer resource from a stored record (record.h) of key id `id`, as
+ * malloc'd JSON text (*len set); NULL when the record is unreadable. */
+char *api_timer_from_record(const char *id, const char *raw, size_t raw_len, size_t *len);
 
 /* The id a client knows from a key id ("namespace/id" or "id"). */
 const char *api_public_id(const char *key_id);

@@ -5,6 +5,7 @@
 
 const http_route api_routes[] = {
     {"POST", "/timers", api_timer_create, 1, 0},
+    {"GET", "/timers", api_timer_list, 0, 0},
     {"GET", "/timers/{id}", api_timer_get, 0, 0},
     {"DELETE", "/timers/{id}", api_timer_cancel, 0, 0},
     {"POST", "/timers/{id}/fire", api_timer_fire, 0, 0},

@@ -99,7 +99,7 @@ char *api_timer_text(const char *id, const char *spec, size_t spec_len, const ch
 /* The Timer from a stored record (record.h); NULL when it is unreadable.
  * The stored spec is the compact form, so it is parsed back to the
  * canonical one first (reads only: GET, cancel, idempotent repeats). */
-static char *timer_from_record(const char *id, const char *raw, size_t raw_len, size_t *len)
+char *api_timer_from_record(const char *id, const char *raw, size_t raw_len, size_t *len)
 {
     record rec;
     timer_spec *spec = NULL;
@@ -198,7 +198,7 @@ static void create_cb(void *arg, const redisReply *reply)
     } else if (code == 0) {
         size_t len = 0, raw_len = 0;
         const char *raw = store_reply_str(reply, 1, &raw_len);
-        char *t = timer_from_record(c->id, raw, raw_len, &len);
+        char *t = api_timer_from_record(c->id, raw, raw_len, &len);
         respond_timer(c->r, 200, t, len, c->id);
     } else if (code == 2) {
         respond_conflict(c->r, "A timer with this id already exists with a different spec.",
@@ -303,7 +303,7 @@ static void get_cb(void *arg, const redisReply *reply)
         http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
     else {
         size_t len = 0;
-        char *t = timer_from_record(c->id, reply->str, reply->len, &len);
+        char *t = api_timer_from_record(c->id, reply->str, reply->len, &len);
         respond_timer(c->r, 200, t, len, c->id);
     }
     free(c);
@@ -333,7 +333,7 @@ static void cancel_cb(void *arg, const redisReply *reply)
     const char *raw = store_reply_str(reply, 1, &raw_len);
     if (code == 1 || code == 2) { /* 2: a recurring timer, cancelled once its run ends */
         size_t len = 0;
-        char *t = timer_from_record(c->id, raw, raw_len, &len);
+        char *t = api_timer_from_record(c->id, raw, raw_len, &len);
         respond_timer(c->r, code == 1 ? 200 : 202, t, len, c->id);
     } else if (code == 0) {
         char state[16];
@@ -417,7 +417,7 @@ static void control_cb(void *arg, const redisReply *reply)
     const char *raw = store_reply_str(reply, 1, &raw_len);
     if (code == 1 && raw) {
         size_t len = 0;
-        char *t = timer_from_record(c->id, raw, raw_len, &len);
+        char *t = api_timer_from_record(c->id, raw, raw_len, &len);
         if (store_reply_int(reply, 2, 0) == 1)
             control_hold(c, raw, raw_len);
         LOG(LOG_DEBUG, "timer controlled", "\"timer\":\"%s\",\"op\":\"%s\"", c->id, c->op);

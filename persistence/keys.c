@@ -47,6 +47,11 @@ size_t keys_failed(char *buf, uint32_t p)
     return put(snprintf(buf, KEYS_MAX, "hw:{%u}:failed", p));
 }
 
+size_t keys_index(char *buf, uint32_t p, const char *ns, const char *state)
+{
+    return put(snprintf(buf, KEYS_MAX, "hw:{%u}:ix:%s:%s", p, ns, state));
+}
+
 size_t keys_lastclaim(char *buf, uint32_t p, const char *instance)
 {
     return put(snprintf(buf, KEYS_MAX, "hw:{%u}:lastclaim:%s", p, instance));

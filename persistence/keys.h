@@ -29,5 +29,6 @@ size_t keys_claimed(char *buf, uint32_t p, const char *instance);
 size_t keys_claimed_prefix(char *buf, uint32_t p);
 size_t keys_failed(char *buf, uint32_t p);
 size_t keys_lastclaim(char *buf, uint32_t p, const char *instance); /* ids of the last claim reply */
+size_t keys_index(char *buf, uint32_t p, const char *ns, const char *state); /* listing index (list.lua) */
 
 #endif

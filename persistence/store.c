@@ -62,6 +62,7 @@ static const char *const script_src[SCRIPT_COUNT] = {
     [SCRIPT_CREATE] = lua_create, [SCRIPT_CLAIM] = lua_claim,   [SCRIPT_BEGIN] = lua_begin,
     [SCRIPT_FINISH] = lua_finish, [SCRIPT_CANCEL] = lua_cancel, [SCRIPT_RELEASE] = lua_release,
     [SCRIPT_CONTROL] = lua_control,
+    [SCRIPT_LIST] = lua_list,
     [SCRIPT_RENEW] = lua_renew,   [SCRIPT_UNLOCK] = lua_unlock,
 };
 static char script_sha[SCRIPT_COUNT][41];

@@ -71,3 +71,25 @@ local function rec_place(r, id, due_key, claimed_key, horizon, instance)
   r[OWNER] = ''
   return 0
 end
+
+-- Listing indexes: one zset per namespace and state in each partition,
+-- hw:{P}:ix:<namespace>:<state>, member the timer's key id. Scores: the due
+-- time for scheduled and retrying (listed soonest first), the time it got
+-- there for the others (finished states are listed newest first). Every
+-- state change goes through rec_state, so a timer is in exactly the index
+-- of its state; finished entries older than the retention go with it.
+local function ix_key(tkey, id, state)
+  local ns = string.match(id, '^(.*)/') or ''
+  return string.match(tkey, '^(hw:{[^}]*}:)') .. 'ix:' .. ns .. ':' .. state
+end
+
+local function rec_state(tkey, id, r, to, score)
+  if r[ST] and r[ST] ~= '' then redis.call('ZREM', ix_key(tkey, id, r[ST]), id) end
+  r[ST] = to
+  redis.call('ZADD', ix_key(tkey, id, to), score, id)
+end
+
+-- Drops index entries of finished timers whose records have expired.
+local function ix_trim(tkey, id, state, now, retention)
+  redis.call('ZREMRANGEBYSCORE', ix_key(tkey, id, state), '-inf', tonumber(now) - tonumber(retention))
+end

@@ -26,6 +26,6 @@ if n == 1 then
   run_set(r, t)
 end
 r[ATT] = tostring(n)
-r[ST] = 'firing'
+rec_state(KEYS[1], ARGV[1], r, 'firing', ARGV[3])
 rec_save(KEYS[1], r)
 return {1, n}

@@ -20,7 +20,8 @@ end
 if r[ST] ~= 'scheduled' and r[ST] ~= 'retrying' and r[ST] ~= 'paused' then return {0, raw} end
 redis.call('ZREM', KEYS[2], ARGV[1])
 if r[OWNER] ~= '' then redis.call('ZREM', ARGV[2] .. r[OWNER], ARGV[1]) end
-r[ST] = 'cancelled'
+rec_state(KEYS[1], ARGV[1], r, 'cancelled', ARGV[4])
+ix_trim(KEYS[1], ARGV[1], 'cancelled', ARGV[4], ARGV[3])
 r[OWNER] = ''
 rec_save(KEYS[1], r)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])

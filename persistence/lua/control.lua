@@ -36,9 +36,9 @@ local function wait_at(fire)
   unplace()
   t[V] = t[V] + 1
   t[RSV], t[FLAG], t[NEXT] = 0, 0, 0
-  r[ST] = 'scheduled'
   r[ATT] = '0'
   r[FIRE] = string.format('%d', fire)
+  rec_state(KEYS[1], ARGV[1], r, 'scheduled', r[FIRE])
   return done(rec_place(r, ARGV[1], KEYS[2], KEYS[3], ARGV[6], ARGV[7]))
 end
 
@@ -66,7 +66,7 @@ if op == 'pause' then
   unplace()
   t[V] = t[V] + 1
   t[RSV], t[NEXT] = 0, 0
-  r[ST] = 'paused'
+  rec_state(KEYS[1], ARGV[1], r, 'paused', ARGV[3])
   r[ATT] = '0'
   return done(0)
 end

@@ -18,5 +18,7 @@ if ARGV[5] == '1' then
 else
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 end
-rec_save(KEYS[1], {'scheduled', ARGV[3], '0', ARGV[4], owner, ARGV[7], '', '', ARGV[2]})
+local r = {'', ARGV[3], '0', ARGV[4], owner, ARGV[7], '', '', ARGV[2]}
+rec_state(KEYS[1], ARGV[1], r, 'scheduled', ARGV[3])
+rec_save(KEYS[1], r)
 return {1}

@@ -31,7 +31,8 @@ r[LAST] = ARGV[4]
 
 local function final(state)
   redis.call('ZREM', KEYS[2], ARGV[1])
-  r[ST] = state
+  rec_state(KEYS[1], ARGV[1], r, state, ARGV[8])
+  ix_trim(KEYS[1], ARGV[1], state, ARGV[8], ARGV[7])
   r[OWNER] = ''
   t[RSV], t[FLAG], t[NEXT] = 0, 0, 0
   run_set(r, t)
@@ -43,7 +44,7 @@ end
 
 local function paused()
   redis.call('ZREM', KEYS[2], ARGV[1])
-  r[ST] = 'paused'
+  rec_state(KEYS[1], ARGV[1], r, 'paused', ARGV[8])
   r[OWNER] = ''
   r[ATT] = '0'
   t[RSV], t[FLAG], t[NEXT] = 0, 0, 0
@@ -53,8 +54,8 @@ local function paused()
 end
 
 local function wait_for(fire, state)
-  r[ST] = state
   r[FIRE] = string.format('%d', fire)
+  rec_state(KEYS[1], ARGV[1], r, state, r[FIRE])
   redis.call('ZREM', KEYS[2], ARGV[1])
   local horizon = ARGV[6] == '1' and ARGV[9] or '-1'
   rec_place(r, ARGV[1], KEYS[3], KEYS[2], horizon, ARGV[2])

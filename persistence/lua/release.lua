@@ -23,10 +23,10 @@ for _, id in ipairs(ids) do
     r[LAST] = ARGV[3]
     if t[FLAG] == 0 then
       redis.call('ZADD', KEYS[2], ARGV[2], id)
-      r[ST] = 'retrying'
       r[FIRE] = ARGV[2]
+      rec_state(tk, id, r, 'retrying', ARGV[2])
     else
-      r[ST] = t[FLAG] == 1 and 'paused' or 'cancelled'
+      rec_state(tk, id, r, t[FLAG] == 1 and 'paused' or 'cancelled', ARGV[2])
       r[ATT] = '0'
       t[FLAG], t[RSV], t[NEXT] = 0, 0, 0
       run_set(r, t)

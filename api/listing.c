@@ -1,0 +1,274 @@
+/* listing.c - GET /timers?state=&queue=&limit=&cursor=: a namespace's timers
+ * in one state, page by page.
+ *
+ * Each partition keeps one index per namespace and state (list.lua has the
+ * layout). A page asks every partition, in one pipelined round, for up to
+ * `limit` entries after the cursor, and merges the answers: a k-way merge
+ * pagination. A partition that stopped before its end (it had more, or hit
+ * its scan budget) bounds the page at the last entry it examined, so
+ * nothing past that is returned before the entries of that partition that
+ * come first; the cursor is the position of the last entry returned (or of
+ * that bound), a (score, id) pair, which stays valid while entries come and
+ * go. A page therefore costs partitions x limit entries, never a scan of
+ * everything, and each entry is returned once as long as it stays in its
+ * state.
+ *
+ * Handler on a libmicrohttpd thread; replies on the store's writer thread;
+ * whichever side drops the last reference merges and answers. */
+#include "api.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "keys.h"
+#include "log.h"
+#include "xalloc.h"
+
+#define LIST_DEFAULT_LIMIT 100
+#define LIST_MAX_LIMIT 1000
+#define LIST_QUEUE_BUDGET 10 /* with a queue filter, examine up to limit x this per partition */
+#define KEY_ID_MAX 200
+
+static const struct {
+    const char *state;
+    int asc; /* 1: soonest due first; 0: newest first */
+} list_states[] = {
+    {"scheduled", 1}, {"retrying", 1}, {"firing", 0},    {"paused", 0},
+    {"delivered", 0}, {"failed", 0},   {"cancelled", 0},
+};
+
+typedef struct pos {
+    long long score;
+    char id[KEY_ID_MAX]; /* key id */
+} pos;
+
+typedef struct item {
+    pos at;
+    char *raw; /* the stored record */
+    size_t raw_len;
+} item;
+
+typedef struct list_ctx {
+    http_req *r;
+    int asc;
+    uint32_t limit;
+    atomic_int refs;   /* one per partition command, one for the submitter */
+    atomic_int failed; /* a partition got no reply, or a command was not queued */
+    item *items;
+    size_t n, cap;
+    int bounded;       /* bound holds the earliest stop of a partition */
+    pos bound;
+} list_ctx;
+
+/* Order of the listing: <0 when a comes first. */
+static int pos_cmp(int asc, const pos *a, const pos *b)
+{
+    int c = a->score < b->score ? -1 : a->score > b->score;
+    if (!c)
+        c = strcmp(a->id, b->id);
+    return asc ? c : -c;
+}
+
+static int pos_set(pos *p, const char *score, const char *id)
+{
+    char *end;
+    if (!score || !id || !*score || strlen(id) >= sizeof p->id)
+        return -EINVAL;
+    p->score = strtoll(score, &end, 10);
+    if (*end && *end != '.')
+        return -EINVAL;
+    snprintf(p->id, sizeof p->id, "%s", id);
+    return 0;
+}
+
+static void take_reply(list_ctx *c, const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3) {
+        if (r && r->type == REDIS_REPLY_ERROR)
+            LOG(LOG_ERROR, "listing failed", "\"error\":\"%.200s\"", r->str);
+        atomic_store(&c->failed, 1);
+        return;
+    }
+    pos last;
+    if (store_reply_int(r, 0, 0) == 1 &&
+        pos_set(&last, store_reply_str(r, 1, NULL), store_reply_str(r, 2, NULL)) == 0 &&
+        (!c->bounded || pos_cmp(c->asc, &last, &c->bound) < 0)) {
+        c->bound = last;
+        c->bounded = 1;
+    }
+    for (size_t i = 3; i + 2 < r->elements; i += 3) {
+        size_t raw_len = 0;
+        const char *raw = store_reply_str(r, (int)i + 2, &raw_len);
+        item it;
+        if (!raw || pos_set(&it.at, store_reply_str(r, (int)i + 1, NULL), store_reply_str(r, (int)i, NULL)) < 0)
+            continue;
+        it.raw = xmalloc(raw_len + 1);
+        memcpy(it.raw, raw, raw_len);
+        it.raw[raw_len] = '\0';
+        it.raw_len = raw_len;
+        if (c->n == c->cap) {
+            c->cap = c->cap ? 2 * c->cap : 64;
+            c->items = xrealloc(c->items, c->cap * sizeof *c->items);
+        }
+        c->items[c->n++] = it;
+    }
+}
+
+static int item_cmp(const void *a, const void *b, void *asc)
+{
+    return pos_cmp(*(const int *)asc, &((const item *)a)->at, &((const item *)b)->at);
+}
+
+/* "<score>~<public id>": the position after which the next page starts. */
+static void cursor_text(const pos *p, char *buf, size_t size)
+{
+    snprintf(buf, size, "%lld~%s", p->score, api_public_id(p->id));
+}
+
+static void answer(list_ctx *c)
+{
+    qsort_r(c->items, c->n, sizeof *c->items, item_cmp, &c->asc);
+    size_t keep = 0;
+    while (keep < c->n && keep < c->limit && (!c->bounded || pos_cmp(c->asc, &c->items[keep].at, &c->bound) <= 0))
+        keep++;
+    size_t cap = 64, len = 0;
+    char *out = xmalloc(cap);
+    len += (size_t)snprintf(out, cap, "{\"items\":[");
+    for (size_t i = 0; i < keep; i++) {
+        size_t tlen = 0;
+        char *t = api_timer_from_record(c->items[i].at.id, c->items[i].raw, c->items[i].raw_len, &tlen);
+        if (!t)
+            continue;
+        if (len + tlen + 2 > cap) {
+            while (len + tlen + 2 > cap)
+                cap *= 2;
+            out = xrealloc(out, cap);
+        }
+        if (out[len - 1] != '[')
+            out[len++] = ',';
+        memcpy(out + len, t, tlen);
+        len += tlen;
+        free(t);
+    }
+    char cur[KEY_ID_MAX + 32] = "";
+    if (keep == c->limit && keep > 0)
+        cursor_text(&c->items[keep - 1].at, cur, sizeof cur);
+    else if (c->bounded)
+        cursor_text(&c->bound, cur, sizeof cur);
+    out = xrealloc(out, len + sizeof cur + 40);
+    if (cur[0])
+        len += (size_t)sprintf(out + len, "],\"next_cursor\":\"%s\"}", cur);
+    else
+        len += (size_t)sprintf(out + len, "],\"next_cursor\":null}");
+    http_respond_json_text_take(c->r, 200, out, len, NULL);
+}
+
+static void ctx_unref(list_ctx *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    if (atomic_load(&c->failed))
+        http_respond_problem(c->r, 503, "Redis is unreachable. Retry later.", NULL, NULL, 1);
+    else
+        answer(c);
+    for (size_t i = 0; i < c->n; i++)
+        free(c->items[i].raw);
+    free(c->items);
+    free(c);
+}
+
+static void list_cb(void *arg, const redisReply *r)
+{
+    list_ctx *c = arg;
+    take_reply(c, r);
+    ctx_unref(c);
+}
+
+/* Reads limit, state, queue and cursor; answers 400 and returns -EINVAL on
+ * a bad one. */
+static int parse_query(http_req *r, int *asc, const char **state, uint32_t *limit, pos *cur, int *has_cur)
+{
+    const char *s = http_req_query(r, "state"), *l = http_req_query(r, "limit"), *q = http_req_query(r, "queue");
+    const char *cs = http_req_query(r, "cursor");
+    size_t i, n = sizeof list_states / sizeof *list_states;
+    for (i = 0; s && i < n && strcmp(s, list_states[i].state) != 0; i++)
+        ;
+    if (!s || i == n) {
+        http_respond_problem(r, 400, "state is required: scheduled, retrying, firing, paused, delivered, failed or cancelled",
+                             "state", NULL, 0);
+        return -EINVAL;
+    }
+    *state = list_states[i].state;
+    *asc = list_states[i].asc;
+    char *end = NULL;
+    unsigned long v = l ? strtoul(l, &end, 10) : LIST_DEFAULT_LIMIT;
+    if (l && (!*l || *end || v < 1 || v > LIST_MAX_LIMIT)) {
+        http_respond_problem(r, 400, "limit must be an integer from 1 to 1000", "limit", NULL, 0);
+        return -EINVAL;
+    }
+    *limit = (uint32_t)v;
+    if (q && (!*q || strlen(q) > 64 || strspn(q, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(q))) {
+        http_respond_problem(r, 400, "queue must match [A-Za-z0-9._-]{1,64}", "queue", NULL, 0);
+        return -EINVAL;
+    }
+    *has_cur = 0;
+    if (cs) {
+        const char *tilde = strchr(cs, '~');
+        char score[24];
+        if (!tilde || tilde == cs || (size_t)(tilde - cs) >= sizeof score || !spec_id_valid(tilde + 1) ||
+            strspn(cs, "0123456789") != (size_t)(tilde - cs)) {
+            http_respond_problem(r, 400, "cursor is not one this API gave", "cursor", NULL, 0);
+            return -EINVAL;
+        }
+        snprintf(score, sizeof score, "%.*s", (int)(tilde - cs), cs);
+        const char *ns = http_req_namespace(r);
+        char kid[KEY_ID_MAX];
+        snprintf(kid, sizeof kid, "%s%s%s", ns, ns[0] ? "/" : "", tilde + 1);
+        pos_set(cur, score, kid);
+        *has_cur = 1;
+    }
+    return 0;
+}
+
+void api_timer_list(http_req *r, const char *const *params, void *app)
+{
+    (void)params;
+    api *a = app;
+    int asc, has_cur;
+    const char *state;
+    uint32_t limit;
+    pos cur;
+    if (parse_query(r, &asc, &state, &limit, &cur, &has_cur) < 0)
+        return;
+    const char *queue = http_req_query(r, "queue");
+    uint32_t parts = (uint32_t)a->cfg->partitions;
+    list_ctx *c = xcalloc(1, sizeof *c);
+    c->r = r;
+    c->asc = asc;
+    c->limit = limit;
+    atomic_init(&c->refs, (int)parts + 1);
+    atomic_init(&c->failed, 0);
+    char ik[KEYS_MAX], tp[KEYS_MAX], score[24] = "", lim[16], budget[16];
+    snprintf(lim, sizeof lim, "%" PRIu32, limit);
+    snprintf(budget, sizeof budget, "%" PRIu32, queue ? limit * LIST_QUEUE_BUDGET : limit);
+    if (has_cur)
+        snprintf(score, sizeof score, "%lld", cur.score);
+    int rc = 0;
+    for (uint32_t p = 0; p < parts; p++) {
+        keys_index(ik, p, http_req_namespace(r), state);
+        keys_timer_prefix(tp, p);
+        const char *argv[] = {ik, tp, asc ? "asc" : "desc", score, has_cur ? cur.id : "", lim, queue ? queue : "",
+                              budget};
+        rc = store_eval(a->st, SCRIPT_LIST, 1, 8, argv, NULL, list_cb, c);
+        if (rc < 0) { /* the writer still answers those already queued */
+            atomic_fetch_sub(&c->refs, (int)(parts - p));
+            atomic_store(&c->failed, 1);
+            break;
+        }
+    }
+    ctx_unref(c);
+}

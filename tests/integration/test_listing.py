@@ -1,0 +1,124 @@
+"""GET /timers: cursor pagination over a namespace's timers in one state,
+with a real redis-server and the real binary."""
+import threading
+import time
+from urllib.parse import quote
+
+from conftest import assert_created, create_many, scaled
+
+
+def page(api, state, limit=100, cursor=None, queue=None, headers=None):
+    q = f"/timers?state={state}&limit={limit}"
+    if cursor:
+        q += f"&cursor={quote(cursor)}"
+    if queue:
+        q += f"&queue={queue}"
+    status, _, body = api.request("GET", q, headers=headers)
+    assert status == 200, body
+    assert set(body) == {"items", "next_cursor"}, body
+    return body
+
+
+def walk(api, state, limit=100, queue=None, headers=None):
+    """Every item of a listing, following next_cursor to the end."""
+    items, cursor, pages = [], None, 0
+    while True:
+        body = page(api, state, limit, cursor, queue, headers)
+        assert len(body["items"]) <= limit
+        items += body["items"]
+        pages += 1
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return items, pages
+        assert pages < 10000, "the listing does not end"
+
+
+def test_ten_thousand_timers_are_listed_once_each_in_due_order_while_others_come_and_go(hookwheel, receiver):
+    base = int(time.time() * 1000) + 3_600_000
+    specs = [{"id": f"far-{i:05d}", "url": receiver.url("/far"), "fire_at_ms": base + (i * 7919) % 10000 * 10}
+             for i in range(10000)]
+    fire_at, errors = create_many(hookwheel.api, specs)
+    assert not errors, errors[:3]
+    stop = threading.Event()
+    churn = {"created": 0}
+
+    def make_churn():  # timers created and delivered while the listing runs
+        with hookwheel.api.session() as s:
+            n = 0
+            while not stop.is_set():
+                status, _, _ = s.create({"id": f"churn-{n}", "url": receiver.url("/churn"), "delay_ms": n % 300})
+                assert status == 201
+                n += 1
+        churn["created"] = n
+
+    t = threading.Thread(target=make_churn)
+    t.start()
+    try:
+        items, pages = walk(hookwheel.api, "scheduled", limit=100)
+    finally:
+        stop.set()
+        t.join()
+    far = [it for it in items if it["id"].startswith("far-")]
+    ids = [it["id"] for it in far]
+    assert len(ids) == len(set(ids)), "a timer was listed twice"
+    assert set(ids) == set(fire_at), f"{len(set(fire_at) - set(ids))} timers were never listed"
+    dues = [(it["fire_at_ms"], it["id"]) for it in far]
+    assert dues == sorted(dues), "the listing is not in due order"
+    assert all(it["state"] == "scheduled" for it in far)
+    assert pages >= 100
+    assert churn["created"] > 0
+    assert len(receiver.requests("/churn")) > 0, "nothing was delivered meanwhile"
+
+
+def test_finished_timers_are_listed_newest_first_and_filtered_by_queue(hookwheel, receiver):
+    receiver.default("/gone", 404)
+    made = []
+    for i in range(25):
+        queue = "blue" if i % 2 else "green"
+        assert_created(*hookwheel.create({"id": f"dl-{i:02d}", "url": receiver.url("/gone"), "delay_ms": 0,
+                                          "queue": queue}))
+        made.append((f"dl-{i:02d}", queue))
+        time.sleep(0.01)
+    for tid, _ in made:
+        hookwheel.wait_state(tid, "failed", timeout=scaled(5))
+    items, pages = walk(hookwheel.api, "failed", limit=4)
+    got = [it["id"] for it in items]
+    assert sorted(got) == sorted(t for t, _ in made)
+    assert pages == 7
+    finished = [it["last_attempt"]["at"] for it in items]
+    assert finished == sorted(finished, reverse=True), "not newest first"
+    blue, _ = walk(hookwheel.api, "failed", limit=5, queue="blue")
+    assert sorted(it["id"] for it in blue) == sorted(t for t, q in made if q == "blue")
+    assert all(it["queue"] == "blue" for it in blue)
+    # a cancelled timer moves from one listing to the other
+    assert_created(*hookwheel.create({"id": "to-cancel", "url": receiver.url("/x"), "delay_ms": 600000}))
+    assert "to-cancel" in [it["id"] for it in walk(hookwheel.api, "scheduled")[0]]
+    status, _, _ = hookwheel.cancel("to-cancel")
+    assert status == 200
+    assert "to-cancel" not in [it["id"] for it in walk(hookwheel.api, "scheduled")[0]]
+    assert [it["id"] for it in walk(hookwheel.api, "cancelled")[0]] == ["to-cancel"]
+
+
+def test_bad_listing_queries_get_400_naming_the_parameter(hookwheel):
+    for query, field in [("", "state"), ("?state=lost", "state"), ("?state=failed&limit=0", "limit"),
+                         ("?state=failed&limit=1001", "limit"), ("?state=failed&limit=x", "limit"),
+                         ("?state=failed&queue=a%20b", "queue"), ("?state=failed&cursor=abc", "cursor"),
+                         ("?state=failed&cursor=12~a%2Fb", "cursor")]:
+        status, _, body = hookwheel.request("GET", f"/timers{query}")
+        assert status == 400 and body["field"] == field, (query, body)
+
+
+def test_a_rare_queue_is_listed_completely_and_in_order_with_short_pages(hookwheel, receiver):
+    # limit 2 with a queue filter examines at most 20 entries per partition
+    # per page: most partitions stop early, and the page must end where the
+    # first of them stopped, or entries of that partition would be skipped.
+    base = int(time.time() * 1000) + 3_600_000
+    # 1,200 common timers, then 200 rare ones right after them
+    specs = [{"id": f"c-{i:04d}", "url": receiver.url("/c"), "fire_at_ms": base + i * 10,
+              "queue": "rare" if i >= 1200 else "common"} for i in range(1400)]
+    fire_at, errors = create_many(hookwheel.api, specs)
+    assert not errors, errors[:3]
+    rare = sorted((fire_at[s["id"]], s["id"]) for s in specs if s["queue"] == "rare")
+    items, pages = walk(hookwheel.api, "scheduled", limit=2, queue="rare")
+    assert [(it["fire_at_ms"], it["id"]) for it in items] == rare
+    assert pages > len(rare) // 2, "pages were not bounded by the scan budget"
