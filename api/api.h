@@ -35,6 +35,9 @@ void api_timer_fire(http_req *r, const char *const *params, void *app);
 void api_timer_reschedule(http_req *r, const char *const *params, void *app);
 void api_timer_pause(http_req *r, const char *const *params, void *app);
 void api_timer_resume(http_req *r, const char *const *params, void *app);
+void api_timer_retry(http_req *r, const char *const *params, void *app);
+void api_dead_letters_replay(http_req *r, const char *const *params, void *app); /* deadletters.c */
+void api_dead_letters_purge(http_req *r, const char *const *params, void *app);
 void api_healthz(http_req *r, const char *const *params, void *app);
 void api_readyz(http_req *r, const char *const *params, void *app);
 

@@ -12,6 +12,9 @@ const http_route api_routes[] = {
     {"POST", "/timers/{id}/reschedule", api_timer_reschedule, 1, 0},
     {"POST", "/timers/{id}/pause", api_timer_pause, 0, 0},
     {"POST", "/timers/{id}/resume", api_timer_resume, 0, 0},
+    {"POST", "/timers/{id}/retry", api_timer_retry, 0, 0},
+    {"POST", "/dead-letters/replay", api_dead_letters_replay, 0, 0},
+    {"POST", "/dead-letters/purge", api_dead_letters_purge, 0, 0},
     {"GET", "/healthz", api_healthz, 0, 1}, /* open: probes carry no token, and */
     {"GET", "/readyz", api_readyz, 0, 1},   /* neither tells more than up or down */
 };

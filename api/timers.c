@@ -383,6 +383,7 @@ static const char *const control_refusals[][2] = {
     {"reschedule", "The timer has finished, or is a one-shot timer in its attempt; it cannot be rescheduled."},
     {"pause", "The timer has finished, or is a one-shot timer in its attempt; it cannot be paused."},
     {"resume", "The timer has finished; it cannot be resumed."},
+    {"retry", "Only a failed timer (a dead letter) can be retried."},
 };
 
 static const char *control_refusal(const char *op)
@@ -506,6 +507,12 @@ void api_timer_resume(http_req *r, const char *const *params, void *app)
 {
     if (empty_body(r))
         control(r, params[0], app, "resume", 0);
+}
+
+void api_timer_retry(http_req *r, const char *const *params, void *app)
+{
+    if (empty_body(r))
+        control(r, params[0], app, "retry", 0);
 }
 
 void api_timer_reschedule(http_req *r, const char *const *params, void *app)

@@ -63,6 +63,7 @@ static const char *const script_src[SCRIPT_COUNT] = {
     [SCRIPT_FINISH] = lua_finish, [SCRIPT_CANCEL] = lua_cancel, [SCRIPT_RELEASE] = lua_release,
     [SCRIPT_CONTROL] = lua_control,
     [SCRIPT_LIST] = lua_list,
+    [SCRIPT_DEADLETTERS] = lua_deadletters,
     [SCRIPT_RENEW] = lua_renew,   [SCRIPT_UNLOCK] = lua_unlock,
 };
 static char script_sha[SCRIPT_COUNT][41];

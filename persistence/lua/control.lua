@@ -7,6 +7,9 @@
 --   pause       the waiting run is dropped; during a run, no run follows it
 --   resume      a paused timer waits again: a recurring one every_ms from
 --               now, a one-shot at its due time (now if that passed)
+--   retry       a failed timer (a dead letter) runs again now: a new series
+--               of attempts under the same id, its last attempt kept until
+--               the next one, no longer expiring
 -- Each bumps the version, so a run some instance holds under an older
 -- version never starts (begin checks it). A one-shot timer in its attempt
 -- cannot take fire, reschedule or pause (it runs once); finished timers
@@ -42,6 +45,12 @@ local function wait_at(fire)
   return done(rec_place(r, ARGV[1], KEYS[2], KEYS[3], ARGV[6], ARGV[7]))
 end
 
+if op == 'retry' then
+  if st ~= 'failed' then return {0, raw} end
+  redis.call('ZREM', string.match(KEYS[1], '^(hw:{[^}]*}:)') .. 'failed', ARGV[1])
+  redis.call('PERSIST', KEYS[1])
+  return wait_at(now)
+end
 if st == 'delivered' or st == 'failed' or st == 'cancelled' then return {0, raw} end
 local rep = cjson.decode(r[SPEC])['repeat']
 if st == 'firing' then

@@ -1,0 +1,145 @@
+/* deadletters.c - POST /dead-letters/replay and /dead-letters/purge: the
+ * caller's failed timers, all or one queue's, replayed (a new series of
+ * attempts under the same id, due now) or deleted.
+ *
+ * Each partition runs deadletters.lua once per call on at most
+ * DL_BATCH of its failed timers, so one call never holds Redis long; the
+ * answer counts what was done and says whether more may be left, and the
+ * client repeats the call until `more` is false. Handler on a
+ * libmicrohttpd thread; partition replies on the store's writer thread;
+ * whichever side drops the last reference answers. */
+#include "api.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "keys.h"
+#include "log.h"
+#include "xalloc.h"
+
+#define DL_BATCH 1000 /* failed timers examined per partition per call */
+
+typedef struct dl_ctx {
+    http_req *r;
+    const char *op;      /* "replay" or "purge" */
+    atomic_int refs;     /* one per partition command, one for the submitter */
+    atomic_int failed;   /* a partition got no reply, or a command was not queued */
+    atomic_llong done;
+    atomic_int more;
+} dl_ctx;
+
+static void dl_unref(dl_ctx *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    if (atomic_load(&c->failed)) {
+        http_respond_problem(c->r, 503, "Redis is unreachable; some dead letters may have been handled. "
+                             "Retry later.", NULL, NULL, 1);
+    } else {
+        json_t *doc = json_pack("{s:I,s:b}", strcmp(c->op, "replay") == 0 ? "replayed" : "purged",
+                                (json_int_t)atomic_load(&c->done), "more", atomic_load(&c->more));
+        LOG(LOG_INFO, "dead letters handled", "\"op\":\"%s\",\"count\":%lld", c->op,
+            (long long)atomic_load(&c->done));
+        http_respond_json(c->r, 200, doc, NULL);
+    }
+    free(c);
+}
+
+static void dl_cb(void *arg, const redisReply *r)
+{
+    dl_ctx *c = arg;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+        if (r && r->type == REDIS_REPLY_ERROR)
+            LOG(LOG_ERROR, "dead letters failed", "\"error\":\"%.200s\"", r->str);
+        atomic_store(&c->failed, 1);
+    } else {
+        atomic_fetch_add(&c->done, store_reply_int(r, 0, 0));
+        if (store_reply_int(r, 1, 0) == 1)
+            atomic_store(&c->more, 1);
+    }
+    dl_unref(c);
+}
+
+/* The optional body {"queue": "<name>"}: 0 and *queue (NULL: every queue),
+ * or -1 after answering 400. */
+static int parse_body(http_req *r, char *queue, size_t size)
+{
+    size_t len;
+    const char *body = http_req_body(r, &len);
+    queue[0] = '\0';
+    if (len == 0 || strspn(body, " \t\r\n") == len)
+        return 0;
+    json_error_t err;
+    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &err);
+    const char *key;
+    json_t *v;
+    int rc = 0;
+    if (!json_is_object(j)) {
+        http_respond_problem(r, 400, "the body must be empty or a JSON object", "", NULL, 0);
+        rc = -1;
+    }
+    json_object_foreach(json_is_object(j) ? j : NULL, key, v) {
+        const char *q = json_string_value(v);
+        if (strcmp(key, "queue") != 0) {
+            http_respond_problem(r, 400, "unknown field", key, NULL, 0);
+            rc = -1;
+            break;
+        }
+        if (!q || !*q || strlen(q) >= size ||
+            strspn(q, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(q)) {
+            http_respond_problem(r, 400, "queue must match [A-Za-z0-9._-]{1,64}", "queue", NULL, 0);
+            rc = -1;
+            break;
+        }
+        snprintf(queue, size, "%s", q);
+    }
+    json_decref(j);
+    return rc;
+}
+
+static void dead_letters(http_req *r, api *a, const char *op)
+{
+    char queue[65];
+    if (parse_body(r, queue, sizeof queue) < 0)
+        return;
+    uint32_t parts = (uint32_t)a->cfg->partitions;
+    dl_ctx *c = xcalloc(1, sizeof *c);
+    c->r = r;
+    c->op = op;
+    atomic_init(&c->refs, (int)parts + 1);
+    atomic_init(&c->failed, 0);
+    atomic_init(&c->done, 0);
+    atomic_init(&c->more, 0);
+    char ik[KEYS_MAX], dk[KEYS_MAX], fk[KEYS_MAX], tp[KEYS_MAX], now[24], batch[16];
+    snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
+    snprintf(batch, sizeof batch, "%d", DL_BATCH);
+    for (uint32_t p = 0; p < parts; p++) {
+        keys_index(ik, p, http_req_namespace(r), "failed");
+        keys_due(dk, p);
+        keys_failed(fk, p);
+        keys_timer_prefix(tp, p);
+        const char *argv[] = {ik, dk, fk, tp, op, queue, now, batch};
+        if (store_eval(a->st, SCRIPT_DEADLETTERS, 3, 8, argv, NULL, dl_cb, c) < 0) {
+            atomic_fetch_sub(&c->refs, (int)(parts - p));
+            atomic_store(&c->failed, 1);
+            break;
+        }
+    }
+    dl_unref(c);
+}
+
+void api_dead_letters_replay(http_req *r, const char *const *params, void *app)
+{
+    (void)params;
+    dead_letters(r, app, "replay");
+}
+
+void api_dead_letters_purge(http_req *r, const char *const *params, void *app)
+{
+    (void)params;
+    dead_letters(r, app, "purge");
+}

@@ -1,0 +1,63 @@
+"""Dead letters: failed timers replayed one by one or in bulk by queue, or
+purged, with the counts in the answers."""
+from conftest import assert_created, scaled
+
+
+def fail(hookwheel, receiver, tid, path, queue="default"):
+    assert_created(*hookwheel.create({"id": tid, "url": receiver.url(path), "delay_ms": 0, "queue": queue}))
+
+
+def listed(hookwheel, state, queue=None):
+    q = f"/timers?state={state}&limit=1000" + (f"&queue={queue}" if queue else "")
+    status, _, body = hookwheel.request("GET", q)
+    assert status == 200 and body["next_cursor"] is None, body
+    return sorted(it["id"] for it in body["items"])
+
+
+def test_a_failed_timer_is_replayed_from_the_dead_letters_and_delivered(hookwheel, receiver):
+    receiver.plan("/once-broken", [404])  # then the default, 204
+    fail(hookwheel, receiver, "dl-one", "/once-broken")
+    failed = hookwheel.wait_state("dl-one", "failed", timeout=scaled(5))
+    assert failed["state"] == "failed" and failed["last_attempt"]["status"] == 404, failed
+    assert listed(hookwheel, "failed") == ["dl-one"]
+    status, _, body = hookwheel.request("POST", "/timers/dl-one/retry")
+    assert status == 200 and body["state"] in ("scheduled", "firing", "delivered"), body
+    done = hookwheel.wait_state("dl-one", "delivered", timeout=scaled(5))
+    assert done["attempts"] == 1 and done["runs"] == 2 and done["version"] == 1, done
+    assert done["last_attempt"]["status"] == 204, done
+    assert listed(hookwheel, "failed") == []
+    assert [r.path for r in receiver.requests(timer_id="dl-one")] == ["/once-broken"] * 2
+    status, _, body = hookwheel.request("POST", "/timers/dl-one/retry")
+    assert status == 409 and body["state"] == "delivered", body
+    status, _, body = hookwheel.request("POST", "/timers/no-such/retry")
+    assert status == 404, body
+
+
+def test_bulk_replay_and_purge_by_queue_answer_with_their_counts(hookwheel, receiver):
+    receiver.plan("/bulk", [404] * 50)  # every first attempt fails, replays succeed
+    for i in range(30):
+        fail(hookwheel, receiver, f"q1-{i:02d}", "/bulk", "q1")
+    for i in range(20):
+        fail(hookwheel, receiver, f"q2-{i:02d}", "/bulk", "q2")
+    for i in range(30):
+        hookwheel.wait_state(f"q1-{i:02d}", "failed", timeout=scaled(5))
+    for i in range(20):
+        hookwheel.wait_state(f"q2-{i:02d}", "failed", timeout=scaled(5))
+    assert len(listed(hookwheel, "failed")) == 50
+    status, _, body = hookwheel.request("POST", "/dead-letters/replay", json_body={"queue": "q1"})
+    assert status == 200 and body == {"replayed": 30, "more": False}, body
+    for i in range(30):
+        done = hookwheel.wait_state(f"q1-{i:02d}", "delivered", timeout=scaled(10))
+        assert done["state"] == "delivered", done
+    assert listed(hookwheel, "failed") == [f"q2-{i:02d}" for i in range(20)]
+    status, _, body = hookwheel.request("POST", "/dead-letters/purge", json_body={"queue": "q2"})
+    assert status == 200 and body == {"purged": 20, "more": False}, body
+    assert listed(hookwheel, "failed") == []
+    status, _, _ = hookwheel.get("q2-00")
+    assert status == 404
+    status, _, body = hookwheel.request("POST", "/dead-letters/replay")
+    assert status == 200 and body == {"replayed": 0, "more": False}, body
+    status, _, body = hookwheel.request("POST", "/dead-letters/purge", json_body={"queue": "a b"})
+    assert status == 400 and body["field"] == "queue", body
+    status, _, body = hookwheel.request("POST", "/dead-letters/purge", json_body={"everything": True})
+    assert status == 400 and body["field"] == "everything", body
