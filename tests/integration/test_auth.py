@@ -64,6 +64,14 @@ def test_a_namespace_never_sees_another_namespaces_timers(tmp_path, redis, recei
         assert status == 404, (method, path, status, problem)
     status, _, got = hw.request("GET", "/timers/only-b", headers=bearer(TOKEN_B))
     assert status == 200 and got["state"] == "scheduled", got  # untouched by A's attempts
+    # listings are per namespace too
+    status, _, listing = hw.request("GET", "/timers?state=scheduled", headers=bearer(TOKEN_A))
+    assert status == 200 and [t["id"] for t in listing["items"]] == ["shared-id"], listing
+    status, _, listing = hw.request("GET", "/timers?state=scheduled", headers=bearer(TOKEN_B))
+    got_ids = {t["id"] for t in listing["items"]}  # B's shared-id may have fired by now
+    assert "only-b" in got_ids and got_ids <= {"only-b", "shared-id"}, listing
+    status, _, listing = hw.request("GET", "/timers?state=scheduled")
+    assert status == 401, listing
     # B's shared-id fires; A's does not; the receiver sees the id its owner chose
     (req,) = receiver.wait_for(1, path="/ns", timeout=scaled(5))
     assert req.headers["Hookwheel-Timer-Id"] == "shared-id"
