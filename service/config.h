@@ -22,6 +22,7 @@ typedef struct config {
     char *log_level;
     char *api_tokens_file;    /* NULL: the API is open, without namespaces */
     char *signing_secret;     /* NULL: requests are not signed */
+    char *namespace_secrets_file; /* NULL: every namespace uses signing_secret */
     char *destination_allowlist; /* NULL: only public addresses may be called */
     uint64_t tick_ms;
     uint64_t wheel_slots;

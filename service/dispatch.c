@@ -252,8 +252,8 @@ static struct curl_slist *build_headers(const dispatch *d, const job *j)
     hdr_printf(&b, "webhook-timestamp: %" PRIu64, ts);
     if (d->sign) { /* signs exactly what is sent: webhook-id, webhook-timestamp, body */
         char sig[SIGN_HEADER_MAX];
-        signer_sign(d->sign, id, ts, s->body, s->body ? s->body_len : 0, sig);
-        hdr_printf(&b, "webhook-signature: %s", sig);
+        if (signer_sign(signer_for(d->sign, j->id), id, ts, s->body, s->body ? s->body_len : 0, sig))
+            hdr_printf(&b, "webhook-signature: %s", sig);
     }
     hdr_printf(&b, "Hookwheel-Timer-Id: %s", id);
     hdr_printf(&b, "Hookwheel-Attempt: %u", j->attempts);

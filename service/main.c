@@ -110,6 +110,17 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (a.cfg.namespace_secrets_file) {
+        char err[600];
+        if (!a.sign)
+            a.sign = signer_create_empty();
+        if (signer_load_namespaces(a.sign, a.cfg.namespace_secrets_file, err, sizeof err) < 0) {
+            fprintf(stderr, "hookwheel: invalid HOOKWHEEL_NAMESPACE_SECRETS_FILE: %s\n", err);
+            signer_free(a.sign);
+            config_free(&a.cfg);
+            return 2;
+        }
+    }
     char perr[160];
     a.policy = netpolicy_create(a.cfg.destination_allowlist, perr, sizeof perr);
     if (!a.policy) {

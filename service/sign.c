@@ -13,11 +13,18 @@
 
 #define KEY_MAX 128
 
+typedef struct ns_signer {
+    char ns[65];
+    signer *s;
+} ns_signer;
+
 struct signer {
     EVP_MAC *hmac; /* fetched once; contexts are made per request */
     unsigned n;
     unsigned char key[SIGN_MAX_SECRETS][KEY_MAX];
     int key_len[SIGN_MAX_SECRETS];
+    ns_signer *nss; /* namespaces with secrets of their own */
+    size_t nns;
 };
 
 /* Decodes one "whsec_<base64>" secret into s->key[s->n]. */
@@ -85,10 +92,79 @@ signer *signer_create(const char *secrets, char *err, size_t errlen)
     return s;
 }
 
+signer *signer_create_empty(void)
+{
+    signer *s = xcalloc(1, sizeof *s);
+    s->hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    if (!s->hmac)
+        abort(); /* OpenSSL 3 always has HMAC */
+    return s;
+}
+
+static int ns_line(signer *s, char *line, char *err, size_t errlen)
+{
+    char *save = NULL, *ns = strtok_r(line, " \t\r\n", &save);
+    if (!ns || ns[0] == '#')
+        return 0;
+    char *secrets = strtok_r(NULL, " \t\r\n", &save);
+    if (!secrets || strlen(ns) >= sizeof s->nss->ns) {
+        snprintf(err, errlen, "expected <namespace> whsec_...[,whsec_...]");
+        return -1;
+    }
+    for (size_t i = 0; i < s->nns; i++)
+        if (strcmp(s->nss[i].ns, ns) == 0) {
+            snprintf(err, errlen, "namespace %s is given twice", ns);
+            return -1;
+        }
+    signer *sub = signer_create(secrets, err, errlen);
+    OPENSSL_cleanse(secrets, strlen(secrets));
+    if (!sub)
+        return -1;
+    s->nss = xrealloc(s->nss, (s->nns + 1) * sizeof *s->nss);
+    snprintf(s->nss[s->nns].ns, sizeof s->nss->ns, "%s", ns);
+    s->nss[s->nns++].s = sub;
+    return 0;
+}
+
+int signer_load_namespaces(signer *s, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot be read", path);
+        return -1;
+    }
+    char line[2048], why[160];
+    int rc = 0;
+    for (unsigned no = 1; rc == 0 && fgets(line, sizeof line, f); no++) {
+        if (ns_line(s, line, why, sizeof why) < 0) {
+            snprintf(err, errlen, "%s line %u: %s", path, no, why);
+            rc = -1;
+        }
+    }
+    OPENSSL_cleanse(line, sizeof line);
+    fclose(f);
+    return rc;
+}
+
+const signer *signer_for(const signer *s, const char *key_id)
+{
+    const char *slash = strchr(key_id, '/');
+    if (!slash || !s->nns)
+        return s;
+    size_t len = (size_t)(slash - key_id);
+    for (size_t i = 0; i < s->nns; i++)
+        if (strlen(s->nss[i].ns) == len && memcmp(s->nss[i].ns, key_id, len) == 0)
+            return s->nss[i].s;
+    return s;
+}
+
 void signer_free(signer *s)
 {
     if (!s)
         return;
+    for (size_t i = 0; i < s->nns; i++)
+        signer_free(s->nss[i].s);
+    free(s->nss);
     EVP_MAC_free(s->hmac);
     OPENSSL_cleanse(s, sizeof *s);
     free(s);

@@ -51,3 +51,25 @@ def test_without_a_secret_requests_are_unsigned(hookwheel, receiver):
     assert status == 201, body
     (r,) = receiver.wait_for(1, timeout=scaled(5), path="/u")
     assert "webhook-signature" not in r.headers
+
+
+def test_a_namespace_with_a_secret_of_its_own_signs_with_it(tmp_path, redis, receiver, hookwheel_factory):
+    own = "whsec_" + base64.b64encode(b"team-a-own-secret-key-000").decode()
+    tokens = tmp_path / "tokens"
+    tokens.write_text("team-a token-of-team-a-000000\nteam-b token-of-team-b-000000\n")
+    secrets = tmp_path / "namespace-secrets"
+    secrets.write_text(f"# namespace secrets\nteam-a {own}\n")
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens),
+                                       "HOOKWHEEL_NAMESPACE_SECRETS_FILE": str(secrets),
+                                       "HOOKWHEEL_SIGNING_SECRET": OLD})
+    for team in ("a", "b"):
+        status, _, body = hw.create({"id": f"ns-{team}", "url": receiver.url(f"/ns-{team}"), "delay_ms": 50},
+                                    headers={"Authorization": f"Bearer token-of-team-{team}-000000"})
+        assert status == 201, body
+    (a,) = receiver.wait_for(1, timeout=scaled(5), path="/ns-a")
+    (b,) = receiver.wait_for(1, timeout=scaled(5), path="/ns-b")
+    assert verify(own, a.headers, a.body) and not verify(OLD, a.headers, a.body)
+    assert verify(OLD, b.headers, b.body) and not verify(own, b.headers, b.body)
+    assert hw.stop() == 0
+    log = hw.log.read_text(errors="replace")
+    assert own not in log and own[6:] not in log

@@ -2,7 +2,10 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -51,6 +54,34 @@ static void test_a_changed_body_changes_the_signature(void **state)
     signer_free(s);
 }
 
+static void test_a_namespace_secret_signs_that_namespace_only(void **state)
+{
+    (void)state;
+    char err[256], out[SIGN_HEADER_MAX], path[] = "/tmp/hw-test-ns-secrets-XXXXXX";
+    int fd = mkstemp(path);
+    const char *text = "# ns secrets\nteam-a " SECRET "\n";
+    assert_true(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+    signer *s = signer_create_empty();
+    assert_int_equal(signer_load_namespaces(s, path, err, sizeof err), 0);
+    assert_int_equal(signer_sign(signer_for(s, "team-a/x"), MSG_ID, TS, BODY, strlen(BODY), out), strlen(SIG));
+    assert_string_equal(out, SIG);
+    assert_int_equal(signer_sign(signer_for(s, "team-b/x"), MSG_ID, TS, BODY, strlen(BODY), out), 0);
+    assert_int_equal(signer_sign(signer_for(s, "x"), MSG_ID, TS, BODY, strlen(BODY), out), 0);
+    assert_ptr_equal(signer_for(s, "team-ab/x"), s);
+    signer_free(s);
+    fd = open(path, O_WRONLY | O_TRUNC);
+    text = "team-a whsec_bad\n";
+    assert_true(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+    s = signer_create_empty();
+    assert_int_equal(signer_load_namespaces(s, path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "line 1"));
+    assert_null(strstr(err, "whsec_bad"));
+    signer_free(s);
+    unlink(path);
+}
+
 static void test_malformed_secrets_are_refused_without_quoting_them(void **state)
 {
     (void)state;
@@ -72,6 +103,7 @@ int main(void)
         cmocka_unit_test(test_two_secrets_give_two_signatures_old_and_new),
         cmocka_unit_test(test_a_changed_body_changes_the_signature),
         cmocka_unit_test(test_malformed_secrets_are_refused_without_quoting_them),
+        cmocka_unit_test(test_a_namespace_secret_signs_that_namespace_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
