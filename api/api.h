@@ -56,7 +56,8 @@ const char *api_public_id(const char *key_id);
 /* Builds the Timer resource (openapi.yaml) as JSON text from a timer's
  * stored fields: the canonical spec (a JSON object, see spec.h) with the
  * state fields appended, so nothing is parsed or re-encoded. last is the
- * stored last_attempt object or NULL. Returns malloc'd text (*len set), or
+ * stored attempts line (record.h: attempt objects, newest first, separated
+ * by tabs) or NULL. Returns malloc'd text (*len set), or
  * NULL when spec is not a JSON object's text. Any thread. */
 char *api_timer_text(const char *id, const char *spec, size_t spec_len, const char *state,
                      long long fire_ms, long long created_ms, long long attempts, long long version,

@@ -70,15 +70,15 @@ char *api_timer_text(const char *id, const char *spec, size_t spec_len, const ch
 {
     if (!spec || spec_len < 2 || spec[0] != '{' || spec[spec_len - 1] != '}')
         return NULL;
-    if (!last || last_len < 2 || last[0] != '{') {
-        last = "null";
-        last_len = 4;
-    }
+    if (!last || last_len < 2 || last[0] != '{')
+        last_len = 0; /* no attempt yet */
+    const char *tab = last_len ? memchr(last, '\t', last_len) : NULL;
+    size_t first_len = tab ? (size_t)(tab - last) : last_len;
     char fire[32], created[32];
     id = api_public_id(id);
     clock_format_rfc3339((uint64_t)fire_ms, fire, sizeof fire);
     clock_format_rfc3339((uint64_t)created_ms, created, sizeof created);
-    size_t cap = spec_len + strlen(id) + last_len + 256;
+    size_t cap = spec_len + strlen(id) + 2 * last_len + 300;
     char *t = xmalloc(cap);
     memcpy(t, spec, spec_len - 1);
     size_t n = spec_len - 1;
@@ -88,8 +88,18 @@ char *api_timer_text(const char *id, const char *spec, size_t spec_len, const ch
                           "\"last_attempt\":",
                           spec_len > 2 ? "," : "", id, state ? state : "unknown", fire, fire_ms, created,
                           attempts, version, runs);
-    memcpy(t + n, last, last_len);
-    n += last_len;
+    if (first_len) {
+        memcpy(t + n, last, first_len);
+        n += first_len;
+    } else {
+        memcpy(t + n, "null", 4);
+        n += 4;
+    }
+    memcpy(t + n, ",\"attempt_history\":[", 20);
+    n += 20;
+    for (size_t i = 0; i < last_len; i++) /* the tab-separated attempts, newest first */
+        t[n++] = last[i] == '\t' ? ',' : last[i];
+    t[n++] = ']';
     t[n++] = '}';
     t[n] = '\0';
     *len = n;

@@ -1,7 +1,8 @@
 /* record.h - a timer as stored in Redis: one string of nine lines
  *   state, fire_ms, attempts, created_ms, owner, when, last, run, spec
- * (persistence/lua/_record.lua writes it; last and spec are compact JSON and
- * hold no raw newline). Any thread; pure. */
+ * (persistence/lua/_record.lua writes it; spec is compact JSON, last the
+ * latest attempts as compact JSON objects, newest first, separated by tabs;
+ * neither holds a raw newline). Any thread; pure. */
 #ifndef HW_RECORD_H
 #define HW_RECORD_H
 

@@ -69,6 +69,8 @@ static const setting settings[] = {
     U("default-min-backoff-ms", default_min_backoff_ms, "1000", 0, 86400000, "retry.min_backoff_ms default"),
     U("default-max-backoff-ms", default_max_backoff_ms, "300000", 0, 86400000, "retry.max_backoff_ms default"),
     U("max-backoff-ms", max_backoff_ms, "86400000", 0, 604800000, "largest retry.max_backoff_ms a timer may ask for"),
+    U("attempt-history", attempt_history, "10", 1, 100,
+      "attempts kept per timer and shown by GET /timers/{id} (attempt_history), newest first"),
     U("response-snippet-bytes", response_snippet_bytes, "256", 0, 65536,
       "bytes of a target's response body kept in last_attempt"),
     U("retention-s", retention_s, "604800", 1, 315360000,

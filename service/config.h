@@ -44,6 +44,7 @@ typedef struct config {
     uint64_t default_max_backoff_ms;
     uint64_t max_backoff_ms;
     uint64_t response_snippet_bytes;
+    uint64_t attempt_history;      /* attempts kept per timer */
     uint64_t retention_s;
     uint64_t shutdown_grace_ms;
     uint64_t api_threads;

@@ -256,7 +256,7 @@ static void send_finish(engine *e, job *j)
     static const char *const names[] = {"delivered", "retry", "failed", "next", "stop"};
     const timer_spec *s = j->spec;
     char tk[KEYS_MAX], ck[KEYS_MAX], dk[KEYS_MAX], fk[KEYS_MAX], next[24], ret[24], now[24],
-        horizon[24], every[24], times[24], over[24];
+        horizon[24], every[24], times[24], over[24], hist[24];
     uint64_t now_ms = clock_now_ms();
     keys_timer(tk, j->partition, j->id);
     keys_claimed(ck, j->partition, e->cfg->instance_id);
@@ -269,11 +269,12 @@ static void send_finish(engine *e, job *j)
     snprintf(every, sizeof every, "%" PRIu64, s->every_ms);
     snprintf(times, sizeof times, "%" PRIu32, s->times);
     snprintf(over, sizeof over, "%" PRId64, j->next_delay_ms);
+    snprintf(hist, sizeof hist, "%" PRIu64, e->cfg->attempt_history);
     const char *argv[] = {tk, ck, dk, fk, j->id, e->cfg->instance_id, names[j->outcome], j->last_json, next,
                           j->keep ? "1" : "0", ret, now, horizon, every, s->fixed_rate ? "rate" : "delay",
-                          times, over};
+                          times, over, hist};
     j->phase = JOB_FINISH;
-    if (store_eval(e->st, SCRIPT_FINISH, 4, 17, argv, NULL, finish_cb, j) < 0) {
+    if (store_eval(e->st, SCRIPT_FINISH, 4, 18, argv, NULL, finish_cb, j) < 0) {
         park(e, j);
         return;
     }
@@ -281,14 +282,15 @@ static void send_finish(engine *e, job *j)
 }
 
 /* The last_attempt record exactly as the API shows it:
- * {"at","duration_ms","status","error","response_snippet"}. Written by hand:
- * it is built once per attempt on the engine thread. */
-static char *last_attempt_json(const attempt_result *res)
+ * {"at","duration_ms","status","error","response_snippet","instance"}.
+ * Written by hand: it is built once per attempt on the engine thread.
+ * instance is this instance's id (config: printable, no quotes). */
+static char *last_attempt_json(const attempt_result *res, const char *instance)
 {
     char at[32];
     clock_format_rfc3339(res->started_ms, at, sizeof at);
     size_t elen = strlen(res->error);
-    char *t = xmalloc(160 + 6 * (elen + res->snippet_len));
+    char *t = xmalloc(176 + 6 * (elen + res->snippet_len + strlen(instance)));
     size_t n = (size_t)sprintf(t, "{\"at\":\"%s\",\"duration_ms\":%u,\"status\":", at, res->duration_ms);
     n += res->status ? (size_t)sprintf(t + n, "%ld", res->status) : (size_t)sprintf(t + n, "null");
     if (elen) {
@@ -300,6 +302,9 @@ static char *last_attempt_json(const attempt_result *res)
     }
     n += (size_t)sprintf(t + n, ",\"response_snippet\":\"");
     n += json_escape(t + n, res->snippet ? res->snippet : "", res->snippet_len);
+    t[n++] = '"';
+    n += (size_t)sprintf(t + n, ",\"instance\":\"");
+    n += json_escape(t + n, instance, strlen(instance));
     t[n++] = '"';
     t[n++] = '}';
     t[n] = '\0';
@@ -351,7 +356,7 @@ static void attempt_done_cb(void *arg, job *j, const attempt_result *res)
     limiter_done(e->lim, &j->lj);
     decide(e, j, res, clock_now_ms());
     free(j->last_json);
-    j->last_json = last_attempt_json(res);
+    j->last_json = last_attempt_json(res, e->cfg->instance_id);
     int level = j->outcome == OUT_FAILED ? LOG_INFO : LOG_DEBUG;
     if (level >= log_min_level) {
         char err[400];

@@ -29,6 +29,34 @@ local function rec_save(key, r)
   redis.call('SET', key, table.concat(r, '\n'), 'KEEPTTL')
 end
 
+-- The last line holds the latest attempts, newest first, as compact JSON
+-- objects separated by tabs (compact JSON never holds a raw tab).
+local function rec_last(r)
+  local t = string.find(r[LAST], '\t', 1, true)
+  return t and string.sub(r[LAST], 1, t - 1) or r[LAST]
+end
+
+-- Puts attempt a first, keeping at most `keep` attempts.
+local function rec_attempt(r, a, keep)
+  local h, n, pos = r[LAST], 1, 0
+  keep = tonumber(keep)
+  if h == '' or keep <= 1 then
+    r[LAST] = a
+    return
+  end
+  while true do
+    local t = string.find(h, '\t', pos + 1, true)
+    if not t then break end
+    n = n + 1
+    if n >= keep then
+      h = string.sub(h, 1, t - 1)
+      break
+    end
+    pos = t
+  end
+  r[LAST] = a .. '\t' .. h
+end
+
 -- The run line is the Circulation Trigger's state word, as numbers
 -- "version runs reserved flag planned_ms next_ms" (trailing zeros left out,
 -- so a fresh timer's line is empty):

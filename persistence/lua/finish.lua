@@ -9,7 +9,8 @@
 --       due by the horizon stays claimed in this instance's wheel),
 --       7 retention_ms, 8 now_ms, 9 horizon_ms, 10 repeat.every_ms,
 --       11 "rate" (fixed_rate) or "delay" (fixed_delay), 12 repeat.times
---       (0: no limit), 13 the callback's Hookwheel-Next-Delay-Ms (-1: none)
+--       (0: no limit), 13 the callback's Hookwheel-Next-Delay-Ms (-1: none),
+--       14 attempts kept in the history
 -- Returns {1, fire_ms, version, kept, attempts}: kept is 1 when the timer
 -- waits in this instance's claims for its next attempt at fire_ms; or {0}
 -- when the timer is no longer this instance's firing timer. Repeating it is
@@ -23,11 +24,11 @@ local function answer()
   return {1, tonumber(r[FIRE]), run_get(r)[V], kept, tonumber(r[ATT])}
 end
 if r[ST] ~= 'firing' or r[OWNER] ~= ARGV[2] then
-  if r[LAST] == ARGV[4] then return answer() end
+  if rec_last(r) == ARGV[4] then return answer() end
   return {0}
 end
 local now, t = tonumber(ARGV[8]), run_get(r)
-r[LAST] = ARGV[4]
+rec_attempt(r, ARGV[4], ARGV[14])
 
 local function final(state)
   redis.call('ZREM', KEYS[2], ARGV[1])

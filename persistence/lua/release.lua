@@ -5,7 +5,7 @@
 -- KEYS: 1 the instance's claimed zset, 2 due zset, 3 the instance's last
 --       claimed batch (deleted: nothing is left to replay)
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 now_ms, 3 last-attempt JSON for
---       interrupted attempts, 4 retention_ms
+--       interrupted attempts, 4 retention_ms, 5 attempts kept in the history
 -- Returns the number of timers handed back.
 local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 local n = 0
@@ -20,7 +20,7 @@ for _, id in ipairs(ids) do
   elseif r and r[ST] == 'firing' then
     local t = run_get(r)
     r[OWNER] = ''
-    r[LAST] = ARGV[3]
+    rec_attempt(r, ARGV[3], ARGV[5])
     if t[FLAG] == 0 then
       redis.call('ZADD', KEYS[2], ARGV[2], id)
       r[FIRE] = ARGV[2]

@@ -538,3 +538,19 @@ def test_with_redis_down_create_answers_503_with_retry_after_and_writes_nothing(
     got = receiver.wait_for(1, path="/down", timeout=scaled(5))
     assert len(got) == 1 and got[0].timer_id == "while-down", got
     assert_not_early(got[0], timer["fire_at_ms"])
+
+
+def test_the_attempt_history_keeps_the_latest_attempts_newest_first(redis, receiver, hookwheel_factory):
+    hw = hookwheel_factory(redis, args=["--attempt-history", "2"])
+    receiver.plan("/hist", [500, 503, 204])
+    timer = assert_created(*hw.create({"url": receiver.url("/hist"), "delay_ms": 0,
+                                       "retry": {"max_attempts": 3, "min_backoff_ms": 10, "max_backoff_ms": 20}}))
+    done = hw.wait_state(timer["id"], "delivered", timeout=scaled(5))
+    assert done["attempts"] == 3, done
+    history = done["attempt_history"]
+    assert [a["status"] for a in history] == [204, 503], history  # the two latest, newest first
+    assert history[0] == done["last_attempt"]
+    assert all(a["instance"] == hw.instance_id for a in history), history
+    assert history[0]["at"] >= history[1]["at"]
+    status, _, fresh = hw.create({"url": receiver.url("/later"), "delay_ms": 60000})
+    assert status == 201 and fresh["attempt_history"] == [] and fresh["last_attempt"] is None, fresh
