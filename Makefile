@@ -15,6 +15,13 @@ PKGS      := libmicrohttpd libcurl jansson hiredis openssl
 DEB_PKGS  := build-essential pkg-config libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev \
              libhiredis-dev libssl-dev libcmocka-dev redis-server redis-tools nginx-light \
              python3 python3-pytest curl clang libclang-rt-14-dev
+# The deploy files and the API contract: docker-compose (config check only),
+# jsonschema (contract tests), Node.js for the OpenAPI linter. npm comes with
+# NodeSource's nodejs; with Debian's nodejs it is a package of its own.
+DEB_PKGS  += docker-compose python3-jsonschema python3-yaml nodejs \
+             $(if $(shell command -v npm 2>/dev/null),,npm)
+# GET /metrics is checked with a maintained Prometheus text parser.
+DEB_PKGS  += python3-prometheus-client
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -82,7 +89,7 @@ test-sanitize:
 # The fuzz target: every kept input once (regressions), then 60 s of fuzzing.
 test-fuzz: fuzz-regress fuzz-ci
 
-test: unit test-fuzz integration test-sanitize
+test: lint-openapi unit test-fuzz integration test-sanitize
 
 check-deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -94,6 +101,23 @@ deps:
 	if [ -z "$$missing" ]; then echo "all dependencies present"; \
 	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing; \
 	else echo "missing:$$missing"; echo "sudo apt-get install -y$$missing"; exit 1; fi
+
+# openapi.yaml linted with a pinned @redocly/cli from the npm registry (rules:
+# redocly.yaml). It is installed once into build/npm; the stamp names the
+# version, so changing REDOCLY_VERSION reinstalls it.
+REDOCLY_VERSION := 2.77.0
+REDOCLY_STAMP   := build/npm/.redocly-$(REDOCLY_VERSION)
+REDOCLY_ENV     := REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true NO_UPDATE_NOTIFIER=1
+
+$(REDOCLY_STAMP):
+	@mkdir -p build/npm
+	$(REDOCLY_ENV) npm install --prefix build/npm --save-exact --no-audit --no-fund \
+	  --loglevel=error @redocly/cli@$(REDOCLY_VERSION)
+	@touch $@
+
+.PHONY: lint-openapi
+lint-openapi: $(REDOCLY_STAMP)
+	$(REDOCLY_ENV) build/npm/node_modules/.bin/redocly lint --config redocly.yaml openapi.yaml
 
 clean:
 	rm -rf build hookwheel
