@@ -11,6 +11,7 @@
 #include "config.h"
 #include "engine.h"
 #include "http.h"
+#include "metrics.h"
 #include "netpolicy.h"
 #include "spec.h"
 #include "store.h"
@@ -20,6 +21,7 @@ typedef struct api {
     store *st;
     engine *eng;
     spec_limits lim;
+    metrics *m; /* set by the caller after api_init; NULL: /metrics answers 503 */
 } api;
 
 /* The route table (api/routes.c): every endpoint of the API. */
@@ -38,8 +40,16 @@ void api_timer_resume(http_req *r, const char *const *params, void *app);
 void api_timer_retry(http_req *r, const char *const *params, void *app);
 void api_dead_letters_replay(http_req *r, const char *const *params, void *app); /* deadletters.c */
 void api_dead_letters_purge(http_req *r, const char *const *params, void *app);
+void api_queue_list(http_req *r, const char *const *params, void *app); /* queues.c */
+void api_queue_get(http_req *r, const char *const *params, void *app);
+void api_queue_put(http_req *r, const char *const *params, void *app);
+void api_lease_acquire(http_req *r, const char *const *params, void *app); /* leases.c */
+void api_lease_heartbeat(http_req *r, const char *const *params, void *app);
+void api_lease_get(http_req *r, const char *const *params, void *app);
+void api_lease_release(http_req *r, const char *const *params, void *app);
 void api_healthz(http_req *r, const char *const *params, void *app);
 void api_readyz(http_req *r, const char *const *params, void *app);
+void api_metrics(http_req *r, const char *const *params, void *app); /* metrics_api.c */
 
 /* Fills a for the handlers (http_start's app pointer); cfg, st, eng and
  * policy (the destination policy checked on every new timer's URL; NULL:

@@ -1030,6 +1030,19 @@ void http_respond_json_text_take(http_req *r, unsigned status, char *text, size_
     answer_publish(r, status, resp);
 }
 
+void http_respond_text_take(http_req *r, unsigned status, const char *ctype, char *text, size_t len)
+{
+    if (!answer_claim(r)) {
+        free(text);
+        answer_dropped(status);
+        return;
+    }
+    struct MHD_Response *resp =
+        response_check(MHD_create_response_from_buffer_with_free_callback(len, text, free));
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    answer_publish(r, status, resp);
+}
+
 void http_respond_problem(http_req *r, unsigned status, const char *detail, const char *field,
                           json_t *extra, unsigned retry_after_s)
 {

@@ -81,6 +81,11 @@ void http_respond_json(http_req *r, unsigned status, json_t *body, const char *l
 void http_respond_json_text_take(http_req *r, unsigned status, char *text, size_t len,
                                  const char *location);
 
+/* Answers with a body of any other type: text (len bytes, allocated with
+ * malloc) is taken and freed by the server; ctype becomes the Content-Type.
+ * Any thread; once. */
+void http_respond_text_take(http_req *r, unsigned status, const char *ctype, char *text, size_t len);
+
 /* Answers with an application/problem+json body per RFC 9457:
  * {"type":"about:blank","title":<reason phrase of status>,"status":status,
  *  "detail":detail[,"field":field]} plus the members of extra (stolen, may be

@@ -131,7 +131,8 @@ static void cursor_text(const pos *p, char *buf, size_t size)
 
 static void answer(list_ctx *c)
 {
-    qsort_r(c->items, c->n, sizeof *c->items, item_cmp, &c->asc);
+    if (c->n > 1) /* qsort_r must not get NULL, which it would with no item */
+        qsort_r(c->items, c->n, sizeof *c->items, item_cmp, &c->asc);
     size_t keep = 0;
     while (keep < c->n && keep < c->limit && (!c->bounded || pos_cmp(c->asc, &c->items[keep].at, &c->bound) <= 0))
         keep++;

@@ -15,7 +15,15 @@ const http_route api_routes[] = {
     {"POST", "/timers/{id}/retry", api_timer_retry, 0, 0},
     {"POST", "/dead-letters/replay", api_dead_letters_replay, 0, 0},
     {"POST", "/dead-letters/purge", api_dead_letters_purge, 0, 0},
+    {"GET", "/queues", api_queue_list, 0, 0},
+    {"GET", "/queues/{name}", api_queue_get, 0, 0},
+    {"PUT", "/queues/{name}", api_queue_put, 1, 0},
+    {"POST", "/leases", api_lease_acquire, 1, 0},
+    {"POST", "/leases/{key}/heartbeat", api_lease_heartbeat, 1, 0},
+    {"GET", "/leases/{key}", api_lease_get, 0, 0},
+    {"DELETE", "/leases/{key}", api_lease_release, 0, 0},
     {"GET", "/healthz", api_healthz, 0, 1}, /* open: probes carry no token, and */
     {"GET", "/readyz", api_readyz, 0, 1},   /* neither tells more than up or down */
+    {"GET", "/metrics", api_metrics, 0, 0}, /* not open: it tells a lot (nginx hides it too) */
 };
 const size_t api_route_count = sizeof api_routes / sizeof api_routes[0];

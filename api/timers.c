@@ -194,6 +194,7 @@ static void create_cb(void *arg, const redisReply *reply)
     create_ctx *c = arg;
     long long code = store_reply_int(reply, 0, -1);
     if (code == 1) {
+        metrics_count(c->a->m, c->spec->queue, MT_CREATED); /* before the 201: a scrape after it sees it */
         size_t len = 0;
         char *t = api_timer_text(c->id, c->spec->canonical, strlen(c->spec->canonical), "scheduled",
                                  c->spec->fire_at_ms, (long long)c->now_ms, 0, 0, 0, NULL, 0, &len);
@@ -289,6 +290,7 @@ void api_timer_create(http_req *r, const char *const *params, void *app)
 
 typedef struct id_ctx {
     http_req *r;
+    metrics *m; /* cancel only: counts the cancel */
     char id[KEY_ID_MAX]; /* the key id (namespace/id) */
 } id_ctx;
 
@@ -335,6 +337,19 @@ void api_timer_get(http_req *r, const char *const *params, void *app)
     }
 }
 
+/* Counts a cancel on the queue named in the record's stored spec (absent:
+ * "default"). Parsed only for a cancel this call made, never on a hot path. */
+static void count_cancelled(metrics *m, const char *raw, size_t raw_len)
+{
+    record rec;
+    if (!m || !raw || record_parse(raw, raw_len, &rec) < 0)
+        return;
+    json_t *spec = json_loadb(rec.f[REC_SPEC], rec.len[REC_SPEC], 0, NULL);
+    const char *queue = json_string_value(json_object_get(spec, "queue"));
+    metrics_count(m, queue ? queue : "default", MT_CANCELLED);
+    json_decref(spec);
+}
+
 static void cancel_cb(void *arg, const redisReply *reply)
 {
     id_ctx *c = arg;
@@ -342,6 +357,8 @@ static void cancel_cb(void *arg, const redisReply *reply)
     size_t raw_len = 0;
     const char *raw = store_reply_str(reply, 1, &raw_len);
     if (code == 1 || code == 2) { /* 2: a recurring timer, cancelled once its run ends */
+        if (code == 1 && store_reply_int(reply, 2, 0) == 1) /* 1: cancelled now, not before */
+            count_cancelled(c->m, raw, raw_len);
         size_t len = 0;
         char *t = api_timer_from_record(c->id, raw, raw_len, &len);
         respond_timer(c->r, code == 1 ? 200 : 202, t, len, c->id);
@@ -364,6 +381,7 @@ void api_timer_cancel(http_req *r, const char *const *params, void *app)
     id_ctx *c = id_ctx_new(r, params[0]);
     if (!c)
         return;
+    c->m = a->m;
     uint32_t p = keys_partition(c->id, (uint32_t)a->cfg->partitions);
     char tk[KEYS_MAX], dk[KEYS_MAX], cp[KEYS_MAX], ret[24], now[24];
     keys_timer(tk, p, c->id);

@@ -18,7 +18,7 @@ typedef struct record {
 
 /* The run line (persistence/lua/_record.lua): a recurring timer's state
  * word, numbers separated by spaces, missing ones zero. */
-enum { RUN_VERSION, RUN_RUNS, RUN_RESERVED, RUN_FLAG, RUN_PLANNED, RUN_NEXT, RUN_FIELDS };
+enum { RUN_VERSION, RUN_RUNS, RUN_RESERVED, RUN_FLAG, RUN_PLANNED, RUN_NEXT, RUN_TOKEN, RUN_FIELDS };
 enum { RUN_FLAG_PAUSE = 1, RUN_FLAG_CANCEL = 2 }; /* what arrived during a run */
 
 /* Splits text[0..len) into r. Returns 0, or -EINVAL when it has fewer than

@@ -65,6 +65,7 @@ static const char *const script_src[SCRIPT_COUNT] = {
     [SCRIPT_LIST] = lua_list,
     [SCRIPT_DEADLETTERS] = lua_deadletters,
     [SCRIPT_RENEW] = lua_renew,   [SCRIPT_UNLOCK] = lua_unlock,
+    [SCRIPT_LEASE] = lua_lease,
 };
 static char script_sha[SCRIPT_COUNT][41];
 static pthread_once_t sha_once = PTHREAD_ONCE_INIT;
@@ -360,6 +361,14 @@ void store_free(store *s)
 }
 
 int store_ready(const store *s) { return s->ready; }
+
+uint32_t store_queued(store *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint32_t n = s->queued;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
 
 /* ---- submit ---- */
 

@@ -36,6 +36,7 @@ enum store_script {
     SCRIPT_DEADLETTERS,
     SCRIPT_RENEW,
     SCRIPT_UNLOCK,
+    SCRIPT_LEASE, /* every watchdog lease operation (lease.lua; service/leases.h) */
     SCRIPT_COUNT
 };
 
@@ -58,6 +59,10 @@ void store_free(store *s);
 
 /* 1 when the last contact with Redis succeeded and the scripts are loaded. */
 int store_ready(const store *s);
+
+/* Commands waiting for the writer (what max_queued bounds). Any thread; holds
+ * the submit lock only to read one number. */
+uint32_t store_queued(store *s);
 
 /* Queues EVALSHA of script with nkeys keys followed by the other arguments
  * (argv[0..argc) holds keys then args; lens may be NULL for C strings).

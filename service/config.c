@@ -87,6 +87,13 @@ static const setting settings[] = {
       "Redis commands waiting to be sent; beyond it the API answers 429 with Retry-After"),
     U("lease-ttl-ms", lease_ttl_ms, "10000", 300, 600000,
       "instance lease TTL: renewed every ttl/3; another instance takes the claims over after it lapses"),
+    S("lease-prefix", lease_prefix, "lease:",
+      "watchdog leases (/leases): a lease's Redis key is this prefix + its key; the same on every instance; "
+      "must not start with hw:"),
+    U("lease-max-ttl-ms", lease_max_ttl_ms, "3600000", 300, 86400000,
+      "watchdog leases: largest ttl_ms a lease may ask for (the smallest is 300)"),
+    U("lease-tick-ms", lease_tick_ms, "50", 5, 1000,
+      "watchdog leases: each instance looks for due renewals at least this often (and whenever one falls due)"),
 };
 #define NSETTINGS (sizeof settings / sizeof settings[0])
 
@@ -159,6 +166,21 @@ static int parse_args(config *cfg, int argc, char **argv)
     return 0;
 }
 
+/* At most 64 visible ASCII characters, not starting with hookwheel's own
+ * "hw:". (A prefix such as "h" could still spell hw: with a key; the API
+ * refuses such keys one by one.) */
+static int lease_prefix_check(const char *p)
+{
+    size_t n = strlen(p);
+    int ok = n <= 64 && strncmp(p, "hw:", 3) != 0;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (unsigned char)p[i] > 0x20 && (unsigned char)p[i] < 0x7F;
+    if (!ok)
+        fprintf(stderr, "hookwheel: invalid HOOKWHEEL_LEASE_PREFIX '%s': expected at most 64 visible ASCII "
+                        "characters, not starting with hw:\n", p);
+    return ok ? 0 : -EINVAL;
+}
+
 static int check(config *cfg)
 {
     if (cfg->wheel_slots & (cfg->wheel_slots - 1)) {
@@ -184,6 +206,8 @@ static int check(config *cfg)
                         "HOOKWHEEL_DEFAULT_MAX_ATTEMPTS must not exceed their maximums\n");
         return -EINVAL;
     }
+    if (lease_prefix_check(cfg->lease_prefix) < 0)
+        return -EINVAL;
     if (cfg->instance_id[0] && !spec_id_valid(cfg->instance_id)) {
         fprintf(stderr, "hookwheel: invalid HOOKWHEEL_INSTANCE_ID '%s': expected 1 to 128 characters of "
                         "A-Z, a-z, 0-9, '.', '_', ':' or '-'\n", cfg->instance_id);

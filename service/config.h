@@ -54,6 +54,9 @@ typedef struct config {
     uint64_t lease_ttl_ms;
     uint64_t max_resident;
     uint64_t max_queued_writes;
+    char *lease_prefix;       /* watchdog leases: Redis key = lease_prefix + lease id */
+    uint64_t lease_max_ttl_ms;
+    uint64_t lease_tick_ms;   /* the lease worker looks at the schedule at least this often */
 } config;
 
 /* Fills cfg from defaults, then the environment, then argv. Returns 0; 1

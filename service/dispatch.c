@@ -142,20 +142,6 @@ static size_t header_cb(char *line, size_t size, size_t n, void *userp)
     return len;
 }
 
-/* 1 when the URL's host is allowlisted by name: the operator trusts the
- * name whatever it resolves to. Parsed only for a refused address. */
-static int url_host_allowlisted(const job *j)
-{
-    CURLU *u = curl_url();
-    char *host = NULL;
-    int ok = u && curl_url_set(u, CURLUPART_URL, j->spec->url, 0) == CURLUE_OK &&
-             curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
-             netpolicy_host_allowlisted(j->policy, host);
-    curl_free(host);
-    curl_url_cleanup(u);
-    return ok;
-}
-
 /* curl's open-socket callback: the address here is the one curl is about
  * to connect to. A refused address is noted in the job (complete() turns
  * it into the attempt's error) and gets no socket, so curl tries the next
@@ -164,13 +150,8 @@ static curl_socket_t opensocket_cb(void *clientp, curlsocktype purpose, struct c
 {
     job *j = clientp;
     (void)purpose;
-    if (j->policy && !netpolicy_addr_allowed(j->policy, &a->addr) && !url_host_allowlisted(j)) {
-        const void *bin = a->family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)(void *)&a->addr)->sin6_addr
-                                                : (const void *)&((struct sockaddr_in *)(void *)&a->addr)->sin_addr;
-        if (!inet_ntop(a->family, bin, j->refused, sizeof j->refused))
-            snprintf(j->refused, sizeof j->refused, "(family %d)", a->family);
+    if (j->policy && !netpolicy_connect_allowed(j->policy, j->spec->url, &a->addr, j->refused, sizeof j->refused))
         return CURL_SOCKET_BAD;
-    }
     return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
@@ -396,6 +377,7 @@ static void complete(dispatch *d, job *j, CURLcode rc)
     uint64_t now_us = clock_now_us();
     res.started_ms = j->started_us / 1000u;
     res.duration_ms = (uint32_t)((now_us - j->started_us) / 1000u);
+    res.duration_us = now_us - j->started_us;
     res.curl_code = rc;
     res.retry_after_ms = j->retry_after_ms;
     res.next_delay_ms = j->next_delay_hdr_ms;

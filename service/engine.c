@@ -39,6 +39,8 @@
 #include "keys.h"
 #include "limiter.h"
 #include "log.h"
+#include "queuecfg.h"
+#include "metrics.h"
 #include "reaper.h"
 #include "watchdog.h"
 #include "wheel.h"
@@ -59,12 +61,15 @@ struct engine {
     pthread_t thread;
     int started;
 
-    pthread_mutex_t mu; /* guards the inbox */
+    pthread_mutex_t mu; /* guards the inbox and queues_pending */
     job *inbox, **inbox_tail;
+    struct queue_settings *queues_pending; /* read from Redis, not yet applied */
+    atomic_int queues_polling;             /* the hash read is in flight */
     atomic_int stop;
     atomic_int accepting;
     atomic_int pending_ops; /* sweeps and releases in flight */
     atomic_long resident;   /* jobs held: bounded by max_resident */
+    atomic_ullong next_token; /* job tokens: random start, below 2^52 (exact in Lua) */
 
     /* engine thread only */
     wheel *w;
@@ -72,6 +77,8 @@ struct engine {
     dispatch *d;
     struct list_node all; /* every job held */
     uint32_t store_jobs;  /* jobs whose begin or finish script is in flight */
+    uint64_t limiter_next_us; /* a rate-limited queue's next token (UINT64_MAX: none) */
+    uint64_t next_queues_ms;  /* next read of the queue settings */
     uint64_t next_sweep_ms;
     int sweep_more;       /* a partition returned a full batch: sweep again at once */
     uint64_t rng;
@@ -81,6 +88,11 @@ struct engine {
     reaper *rp;
     uint64_t next_reap_ms;
     int lease_lost_logged;
+
+    metrics *m;                   /* may be NULL; set before the thread starts */
+    atomic_long in_wheel;         /* wheel_count, published by the engine thread before it sleeps */
+    _Atomic(wlease *) lease_pub;  /* e->lease, for readers on other threads */
+    atomic_uint_fast64_t started_ms;
 };
 
 /* ---- inbox ---- */
@@ -136,6 +148,7 @@ static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uin
     j->partition = keys_partition(id, (uint32_t)e->cfg->partitions);
     j->attempts = attempts;
     j->version = version;
+    j->token = atomic_fetch_add(&e->next_token, 1);
     j->wt.due_ms = fire_ms;
     pthread_mutex_lock(&e->mu);
     list_insert_tail(&e->all, &j->all_node);
@@ -147,7 +160,8 @@ static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uin
 static void job_free(engine *e, job *j)
 {
     wheel_cancel(e->w, &j->wt);
-    limiter_remove(e->lim, &j->lj);
+    if (limiter_remove(e->lim, &j->lj))
+        metrics_gauge_add(e->m, j->spec->queue, MG_READY, -1);
     pthread_mutex_lock(&e->mu);
     list_remove(&j->all_node);
     pthread_mutex_unlock(&e->mu);
@@ -202,14 +216,16 @@ static void park(engine *e, job *j)
 
 static void send_begin(engine *e, job *j)
 {
-    char tk[KEYS_MAX], ck[KEYS_MAX], now[24], ver[24];
+    char tk[KEYS_MAX], ck[KEYS_MAX], now[24], ver[24], tok[24];
     keys_timer(tk, j->partition, j->id);
     keys_claimed(ck, j->partition, e->cfg->instance_id);
     snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
     snprintf(ver, sizeof ver, "%" PRIu64, j->version);
-    const char *argv[] = {tk, ck, j->id, e->cfg->instance_id, now, ver, j->spec->every_ms ? "1" : "0"};
+    snprintf(tok, sizeof tok, "%" PRIu64, j->token);
+    metrics_gauge_add(e->m, j->spec->queue, MG_READY, -1); /* pump popped it from the limiter */
+    const char *argv[] = {tk, ck, j->id, e->cfg->instance_id, now, ver, j->spec->every_ms ? "1" : "0", tok};
     j->phase = JOB_BEGIN;
-    if (store_eval(e->st, SCRIPT_BEGIN, 2, 7, argv, NULL, begin_cb, j) < 0) {
+    if (store_eval(e->st, SCRIPT_BEGIN, 2, 8, argv, NULL, begin_cb, j) < 0) {
         limiter_done(e->lim, &j->lj);
         park(e, j);
         return;
@@ -223,6 +239,7 @@ static void pump(engine *e)
     if (atomic_load(&e->stop))
         return;
     ljob *lj;
+    e->limiter_next_us = limiter_tick(e->lim, clock_now_us());
     while ((lj = limiter_pop_ready(e->lim)))
         send_begin(e, container_of(lj, job, lj));
 }
@@ -231,7 +248,10 @@ static void make_ready(engine *e, job *j)
 {
     j->phase = JOB_READY;
     j->due_ms = j->wt.due_ms;
-    limiter_push(e->lim, limiter_queue(e->lim, j->spec->queue), &j->lj);
+    char qn[QUEUECFG_FIELD_MAX];
+    queuecfg_field_of(qn, sizeof qn, j->id, j->spec->queue); /* queues are per namespace */
+    limiter_push(e->lim, limiter_queue(e->lim, qn), &j->lj);
+    metrics_gauge_add(e->m, j->spec->queue, MG_READY, 1);
 }
 
 /* ---- outcome ---- */
@@ -354,6 +374,9 @@ static void attempt_done_cb(void *arg, job *j, const attempt_result *res)
     engine *e = arg;
     static const char *const names[] = {"delivered", "retry", "failed", "next run", "stopped by 410"};
     limiter_done(e->lim, &j->lj);
+    metrics_gauge_add(e->m, j->spec->queue, MG_IN_FLIGHT, -1);
+    metrics_attempt(e->m, j->spec->queue, metrics_attempt_class_of(res->status, res->curl_code, res->refused_by_policy));
+    metrics_observe_us(e->m, MH_DURATION, res->duration_us);
     decide(e, j, res, clock_now_ms());
     free(j->last_json);
     j->last_json = last_attempt_json(res, e->cfg->instance_id);
@@ -374,6 +397,9 @@ static void attempt_done_cb(void *arg, job *j, const attempt_result *res)
 
 static void start_attempt(engine *e, job *j)
 {
+    uint64_t now_us = clock_now_us(), due_us = j->due_ms * 1000u;
+    metrics_observe_us(e->m, MH_LATENESS, now_us > due_us ? now_us - due_us : 0);
+    metrics_gauge_add(e->m, j->spec->queue, MG_IN_FLIGHT, 1); /* attempt_done_cb takes it off */
     j->phase = JOB_RUNNING;
     LOG(LOG_DEBUG, "attempt started", "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":%u,\"lateness_ms\":%" PRId64,
         j->id, j->spec->queue, j->attempts, (int64_t)(clock_now_ms() - j->due_ms));
@@ -403,6 +429,18 @@ static void on_begun(engine *e, job *j)
     start_attempt(e, j);
 }
 
+/* Counts an outcome Redis has just confirmed recording (finish answered 1;
+ * a finish resent after a lost reply answers 1 only if the lost one had not
+ * run, or answers as it did, so each outcome is counted once). */
+static void count_outcome(engine *e, const job *j)
+{
+    static const enum metrics_timer_event events[] = {
+        [OUT_DELIVERED] = MT_DELIVERED, [OUT_RETRY] = MT_RETRIED, [OUT_FAILED] = MT_FAILED,
+        [OUT_NEXT] = MT_DELIVERED,      [OUT_STOP] = MT_STOPPED,
+    };
+    metrics_count(e->m, j->spec->queue, events[j->outcome]);
+}
+
 static void on_finished(engine *e, job *j)
 {
     e->store_jobs--;
@@ -410,6 +448,8 @@ static void on_finished(engine *e, job *j)
         park(e, j);
         return;
     }
+    if (j->reply_code == 1)
+        count_outcome(e, j);
     if (j->reply_code == 1 && j->keep && !atomic_load(&e->stop)) { /* its next attempt is ours */
         free(j->last_json);
         j->last_json = NULL;
@@ -577,6 +617,8 @@ static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
     if (until > now_ms + 60000)
         until = now_ms + 60000;
     uint64_t wake = until * 1000u, cd = dispatch_deadline_us(e->d);
+    if (e->limiter_next_us < wake) /* a rate-limited queue's next token */
+        wake = e->limiter_next_us;
     return cd && cd < wake ? cd : wake;
 }
 
@@ -615,6 +657,7 @@ static void poll_once(engine *e, uint64_t wake_us)
 }
 
 static uint64_t housekeeping(engine *e, uint64_t now);
+static void apply_queue_settings(engine *e);
 
 static void run(engine *e)
 {
@@ -625,9 +668,76 @@ static void run(engine *e)
             sweep(e, now);
             e->next_sweep_ms = now + e->cfg->window_ms / 2;
         }
+        apply_queue_settings(e);
         expire(e, now);
+        atomic_store_explicit(&e->in_wheel, (long)wheel_count(e->w), memory_order_relaxed);
         poll_once(e, next_wake_us(e, clock_now_ms(), chores));
     }
+}
+
+/* ---- queue controls (queuecfg.h) ---- */
+
+typedef struct queue_settings {
+    size_t n;
+    struct {
+        char field[QUEUECFG_FIELD_MAX];
+        queuecfg cfg;
+    } q[];
+} queue_settings;
+
+/* Store thread: the hash read; hands the parsed settings to the engine. */
+static void queues_cb(void *arg, const redisReply *r)
+{
+    engine *e = arg;
+    if (r && r->type == REDIS_REPLY_ARRAY) {
+        queue_settings *qs = xmalloc(sizeof *qs + (r->elements / 2) * sizeof qs->q[0]);
+        qs->n = 0;
+        for (size_t i = 0; i + 1 < r->elements; i += 2) {
+            size_t flen;
+            const char *f = store_reply_str(r, (int)i, &flen), *v = store_reply_str(r, (int)i + 1, NULL);
+            if (!f || !v || flen >= QUEUECFG_FIELD_MAX || queuecfg_parse(v, &qs->q[qs->n].cfg) < 0)
+                continue;
+            memcpy(qs->q[qs->n].field, f, flen + 1);
+            qs->n++;
+        }
+        pthread_mutex_lock(&e->mu);
+        free(e->queues_pending);
+        e->queues_pending = qs;
+        pthread_mutex_unlock(&e->mu);
+        wake(e);
+    }
+    atomic_store(&e->queues_polling, 0);
+}
+
+static void poll_queue_settings(engine *e, uint64_t now)
+{
+    if (now < e->next_queues_ms || atomic_exchange(&e->queues_polling, 1))
+        return;
+    e->next_queues_ms = now + QUEUES_POLL_MS;
+    const char *argv[] = {"HGETALL", QUEUES_KEY};
+    if (store_command(e->st, 2, argv, NULL, queues_cb, e) < 0)
+        atomic_store(&e->queues_polling, 0);
+}
+
+/* Applies the latest settings read, if any, to the limiter's queues; a
+ * queue no longer in the hash keeps what it had (PUT is the only writer). */
+static void apply_queue_settings(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    queue_settings *qs = e->queues_pending;
+    e->queues_pending = NULL;
+    pthread_mutex_unlock(&e->mu);
+    if (!qs)
+        return;
+    uint64_t now_us = clock_now_us();
+    for (size_t i = 0; i < qs->n; i++) {
+        lqueue *q = limiter_queue(e->lim, qs->q[i].field);
+        limiter_set_queue_cap(e->lim, q, qs->q[i].cfg.parallelism);
+        limiter_set_queue_paused(e->lim, q, qs->q[i].cfg.paused);
+        limiter_set_queue_rate(e->lim, q, qs->q[i].cfg.rate, now_us);
+    }
+    free(qs);
+    pump(e);
 }
 
 static void op_done_cb(void *arg, const redisReply *r)
@@ -653,6 +763,7 @@ static void register_instance(engine *e)
     char lk[KEYS_MAX];
     reaper_lease_key(lk, e->cfg->instance_id);
     e->lease = watchdog_add(e->wd, lk, e->cfg->instance_id, e->cfg->lease_ttl_ms, 1);
+    atomic_store(&e->lease_pub, e->lease);
     watchdog_run(e->wd, clock_now_ms());
     const char *argv[] = {"SADD", REAPER_REGISTRY, e->cfg->instance_id};
     command(e, 3, argv);
@@ -674,6 +785,9 @@ static void unregister_instance(engine *e)
 static uint64_t housekeeping(engine *e, uint64_t now)
 {
     uint64_t next = watchdog_run(e->wd, now);
+    poll_queue_settings(e, now);
+    if (e->next_queues_ms < next)
+        next = e->next_queues_ms;
     if (now >= e->next_reap_ms) {
         reaper_run(e->rp);
         e->next_reap_ms = now + e->cfg->lease_ttl_ms / 2;
@@ -688,6 +802,7 @@ static uint64_t housekeeping(engine *e, uint64_t now)
 
 static void abandon_cb(job *j, void *arg)
 {
+    metrics_gauge_add(((engine *)arg)->m, j->spec->queue, MG_IN_FLIGHT, -1);
     job_free(arg, j); /* still firing in Redis: the release marks it interrupted */
 }
 
@@ -741,9 +856,12 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     atomic_init(&e->stop, 0);
     atomic_init(&e->accepting, 1);
     atomic_init(&e->pending_ops, 0);
+    atomic_init(&e->queues_polling, 0);
+    e->limiter_next_us = UINT64_MAX;
     atomic_init(&e->resident, 0);
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng)
         e->rng = clock_now_us();
+    atomic_init(&e->next_token, (splitmix64_next(&e->rng) & ((1ULL << 50) - 1)) + 1);
     e->sweeps = xcalloc(cfg->partitions, sizeof *e->sweeps);
     for (uint32_t p = 0; p < cfg->partitions; p++) {
         e->sweeps[p].e = e;
@@ -772,8 +890,20 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     return e;
 }
 
+void engine_set_metrics(engine *e, metrics *m) { e->m = m; }
+
+void engine_read_gauges(const engine *e, engine_gauges *g)
+{
+    wlease *l = atomic_load(&e->lease_pub);
+    g->claimed = (uint64_t)atomic_load_explicit(&e->resident, memory_order_relaxed);
+    g->in_wheel = (uint64_t)atomic_load_explicit(&e->in_wheel, memory_order_relaxed);
+    g->lease_renewed_ms = l ? watchdog_renewed_ms(l) : 0;
+    g->started_ms = atomic_load_explicit(&e->started_ms, memory_order_relaxed);
+}
+
 int engine_start(engine *e)
 {
+    atomic_store(&e->started_ms, clock_now_ms());
     int rc = pthread_create(&e->thread, NULL, engine_main, e);
     if (rc)
         return -rc;
@@ -808,6 +938,7 @@ void engine_free(engine *e)
         close(e->epfd);
     if (e->evfd >= 0)
         close(e->evfd);
+    free(e->queues_pending);
     pthread_mutex_destroy(&e->mu);
     free(e->sweeps);
     free(e);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "metrics.h"
 #include "netpolicy.h"
 #include "sign.h"
 #include "spec.h"
@@ -44,6 +45,22 @@ int engine_accepting(const engine *e);
 
 /* Any thread: 0 once the engine is stopping. */
 int engine_running(const engine *e);
+
+/* Counts timer events, attempts and lateness into m (NULL: nowhere); m
+ * must outlive the engine. Call before engine_start. */
+void engine_set_metrics(engine *e, metrics *m);
+
+/* What the engine holds, for GET /metrics. */
+typedef struct engine_gauges {
+    uint64_t claimed;          /* timers held in memory, claimed in Redis, in any phase */
+    uint64_t in_wheel;         /* of those, in the wheel (as of the engine's last sleep) */
+    uint64_t lease_renewed_ms; /* wall clock of the last confirmed lease renewal; 0: none yet */
+    uint64_t started_ms;       /* wall clock of engine_start; 0: not started */
+} engine_gauges;
+
+/* Any thread: fills g. Reads only atomics, so it never waits for the engine
+ * thread nor holds it up. */
+void engine_read_gauges(const engine *e, engine_gauges *g);
 
 /* Graceful stop (SIGTERM): stop claiming, drop unstarted timers from memory,
  * let attempts in flight finish up to the configured grace period, hand every

@@ -35,6 +35,7 @@ typedef struct attempt_result {
     char error[160];        /* empty, or why no usable response came */
     uint64_t started_ms;    /* wall clock at the start */
     uint32_t duration_ms;
+    uint64_t duration_us;   /* the same in microseconds (metrics) */
     int64_t retry_after_ms; /* from a Retry-After header, or -1 */
     int64_t next_delay_ms;  /* from a Hookwheel-Next-Delay-Ms header, or -1 */
     const char *snippet;    /* first bytes of the response body (not NUL-terminated) */
@@ -59,6 +60,7 @@ typedef struct job {
     size_t raw_len;
     uint32_t attempts;         /* attempts recorded in Redis (of the current run) */
     uint64_t version;          /* the run line's version it was claimed under */
+    uint64_t token;            /* unique among this instance's jobs (begin.lua) */
     enum job_phase phase;
     uint64_t due_ms;           /* due time of the current attempt (for lateness) */
 

@@ -15,6 +15,14 @@
  * stops new starts but never stops running jobs); the ring holds exactly
  * the eligible queues.
  *
+ * Queue controls (Cloud Tasks' max_concurrent_dispatches and
+ * max_dispatches_per_second): a paused queue is never eligible, so its jobs
+ * wait in order; a rate-limited queue spends a token per start from a bucket
+ * holding at most one token, refilled at `rate` per second, so starts are
+ * paced evenly (no burst). Refilling needs a clock, which this module does
+ * not read: limiter_tick(now) refills the rate-limited queues (kept on their
+ * own list) and says when the next token is due.
+ *
  * Queues are found by name in a chained hash table (FNV-1a, power-of-two
  * buckets, doubled when the load passes 1). Names are short and queues few
  * (hundreds at most), and each queue is one allocation with its name inline.
@@ -30,10 +38,15 @@ struct lqueue {
     struct list_node fifo; /* waiting ljobs, oldest first */
     struct list_node ring; /* link in limiter.eligible; self-linked when not eligible */
     struct lqueue *hnext;  /* hash chain */
+    struct list_node limited; /* link in limiter.limited while rate > 0 */
     uint32_t hash;
     uint32_t cap;
     uint32_t inflight;
     uint32_t waiting;
+    int paused;
+    double rate;     /* starts per second; 0: no limit */
+    double tokens;   /* 0..1 */
+    uint64_t refilled_us;
     char name[]; /* owned copy */
 };
 
@@ -42,6 +55,7 @@ struct limiter {
     uint32_t nbuckets; /* power of two */
     uint32_t nqueues;
     struct list_node eligible; /* ring of eligible queues, next to serve first */
+    struct list_node limited;  /* queues with a rate limit */
     uint32_t global_cap;
     uint32_t default_cap;
     uint32_t inflight;
@@ -62,7 +76,7 @@ static uint32_t name_hash(const char *s)
  * has stopped being so; a queue that stays eligible keeps its turn. */
 static void queue_update(limiter *l, lqueue *q)
 {
-    int eligible = q->waiting > 0 && q->inflight < q->cap;
+    int eligible = q->waiting > 0 && q->inflight < q->cap && !q->paused && (q->rate <= 0 || q->tokens >= 1.0);
     if (eligible && !list_linked(&q->ring))
         list_insert_tail(&l->eligible, &q->ring);
     else if (!eligible && list_linked(&q->ring))
@@ -79,6 +93,7 @@ limiter *limiter_create(uint32_t global_cap, uint32_t default_queue_cap)
     l->global_cap = global_cap;
     l->default_cap = default_queue_cap;
     list_init(&l->eligible);
+    list_init(&l->limited);
     return l;
 }
 
@@ -122,6 +137,7 @@ static lqueue *queue_new(limiter *l, const char *name, uint32_t hash)
     memcpy(q->name, name, len + 1);
     list_init(&q->fifo);
     list_init(&q->ring);
+    list_init(&q->limited);
     q->hash = hash;
     q->cap = l->default_cap;
     return q;
@@ -147,6 +163,49 @@ void limiter_set_queue_cap(limiter *l, lqueue *q, uint32_t cap)
     q->cap = cap < 1 ? 1 : cap;
     queue_update(l, q);
 }
+
+void limiter_set_queue_paused(limiter *l, lqueue *q, int paused)
+{
+    q->paused = paused != 0;
+    queue_update(l, q);
+}
+
+void limiter_set_queue_rate(limiter *l, lqueue *q, double per_s, uint64_t now_us)
+{
+    if (per_s == q->rate)
+        return;
+    q->rate = per_s > 0 ? per_s : 0;
+    q->tokens = 1.0;
+    q->refilled_us = now_us;
+    if (q->rate > 0 && !list_linked(&q->limited))
+        list_insert_tail(&l->limited, &q->limited);
+    else if (q->rate <= 0 && list_linked(&q->limited))
+        list_remove(&q->limited);
+    queue_update(l, q);
+}
+
+uint64_t limiter_tick(limiter *l, uint64_t now_us)
+{
+    uint64_t next = UINT64_MAX;
+    for (struct list_node *n = l->limited.next; n != &l->limited; n = n->next) {
+        lqueue *q = container_of(n, lqueue, limited);
+        if (now_us > q->refilled_us) {
+            q->tokens += (double)(now_us - q->refilled_us) * q->rate / 1e6;
+            if (q->tokens > 1.0)
+                q->tokens = 1.0;
+            q->refilled_us = now_us;
+        }
+        queue_update(l, q);
+        if (q->tokens < 1.0 && q->waiting > 0 && !q->paused) {
+            uint64_t due = now_us + (uint64_t)((1.0 - q->tokens) * 1e6 / q->rate) + 1;
+            if (due < next)
+                next = due;
+        }
+    }
+    return next;
+}
+
+int limiter_queue_paused(const lqueue *q) { return q->paused; }
 
 void ljob_init(ljob *j)
 {
@@ -176,6 +235,8 @@ ljob *limiter_pop_ready(limiter *l)
     l->waiting--;
     q->inflight++;
     l->inflight++;
+    if (q->rate > 0)
+        q->tokens -= 1.0;
     /* Served: give up the turn, rejoining at the tail if still eligible. */
     list_remove(&q->ring);
     queue_update(l, q);

@@ -36,6 +36,21 @@ lqueue *limiter_queue(limiter *l, const char *name);
 /* Changes a queue's parallelism (>= 1). Lowering it never stops running jobs. */
 void limiter_set_queue_cap(limiter *l, lqueue *q, uint32_t cap);
 
+/* Pauses (1) or resumes (0) a queue: a paused queue starts nothing; its
+ * jobs wait in order. */
+void limiter_set_queue_paused(limiter *l, lqueue *q, int paused);
+
+/* Limits a queue to per_s starts per second (0: no limit), paced evenly:
+ * the bucket holds one token. now_us is the caller's clock. */
+void limiter_set_queue_rate(limiter *l, lqueue *q, double per_s, uint64_t now_us);
+
+/* Refills the rate-limited queues' buckets up to now_us. Call before
+ * limiter_pop_ready. Returns when a waiting rate-limited queue gets its next
+ * token (same clock), or UINT64_MAX when none waits for one. */
+uint64_t limiter_tick(limiter *l, uint64_t now_us);
+
+int limiter_queue_paused(const lqueue *q);
+
 /* Initialises j so that limiter_remove on it is a safe no-op. */
 void ljob_init(ljob *j);
 

@@ -16,7 +16,9 @@
 #include "config.h"
 #include "engine.h"
 #include "http.h"
+#include "leases.h"
 #include "log.h"
+#include "metrics.h"
 #include "netpolicy.h"
 #include "redis_child.h"
 #include "sign.h"
@@ -30,6 +32,9 @@ typedef struct app {
     redis_child *redis;
     store *st;
     engine *eng;
+    leases *leases;
+    char redis_url[512];  /* the store's; the lease worker opens its own connection to it */
+    metrics *metrics;
     http_server *http;
     api api;
 } app;
@@ -45,18 +50,26 @@ static int start_store(app *a)
         snprintf(url, sizeof url, "unix://%s", redis_child_socket(a->redis));
         u = url;
     }
+    snprintf(a->redis_url, sizeof a->redis_url, "%s", u);
     a->st = store_create(u, (uint32_t)a->cfg.redis_timeout_ms, (uint32_t)a->cfg.max_queued_writes);
     return a->st && store_start(a->st) == 0 ? 0 : -1;
 }
 
 static int start_all(app *a)
 {
+    a->metrics = metrics_create(); /* before anything records: the store's callbacks count creates */
     if (start_store(a) < 0)
         return -1;
     a->eng = engine_create(&a->cfg, a->st, a->sign, a->policy);
+    if (a->eng)
+        engine_set_metrics(a->eng, a->metrics);
     if (!a->eng || engine_start(a->eng) < 0)
         return -1;
+    a->leases = leases_create(&a->cfg, a->redis_url, a->eng, a->policy);
+    if (!a->leases || leases_start(a->leases) < 0)
+        return -1;
     api_init(&a->api, &a->cfg, a->st, a->eng, a->policy);
+    a->api.m = a->metrics;
     http_config hc = {a->cfg.listen, a->cfg.max_body_bytes, (unsigned)a->cfg.api_threads,
                       (unsigned)a->cfg.max_connections, (unsigned)a->cfg.connection_timeout_s, a->auth};
     a->http = http_start(&hc, api_routes, api_route_count, &a->api);
@@ -64,8 +77,11 @@ static int start_all(app *a)
 }
 
 /* Stops in dependency order: no new requests, the engine hands its claims
- * back, the API answers what is left, the store sends what is queued, and
- * only then the embedded Redis goes (it flushes its AOF on SIGTERM). */
+ * back, the API answers what is left, the lease worker stops renewing (other
+ * instances, if any, renew from now on; its store's last callbacks may still
+ * hand the engine an on_expire timer, so it goes before the engine), the
+ * store sends what is queued, and only then the embedded Redis goes (it
+ * flushes its AOF on SIGTERM). */
 static void stop_all(app *a)
 {
     if (a->http)
@@ -73,8 +89,10 @@ static void stop_all(app *a)
     if (a->eng)
         engine_stop(a->eng);
     http_stop(a->http);
+    leases_free(a->leases); /* renew as late as possible; other instances go on */
     store_free(a->st);
     engine_free(a->eng);
+    metrics_free(a->metrics); /* every thread that records has stopped */
     redis_child_stop(a->redis);
     signer_free(a->sign);
     netpolicy_free(a->policy);

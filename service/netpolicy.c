@@ -22,6 +22,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <curl/curl.h>
+
 #include "xalloc.h"
 
 #define HOST_MAX 253
@@ -334,4 +336,27 @@ const char *netpolicy_host_refusal(const netpolicy *p, const char *host)
 int netpolicy_literal_forbidden(const netpolicy *p, const char *host)
 {
     return netpolicy_host_refusal(p, host) != NULL;
+}
+
+static int url_host_allowlisted(const netpolicy *p, const char *url)
+{
+    CURLU *u = curl_url();
+    char *host = NULL;
+    int ok = u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+             curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK && netpolicy_host_allowlisted(p, host);
+    curl_free(host);
+    curl_url_cleanup(u);
+    return ok;
+}
+
+int netpolicy_connect_allowed(const netpolicy *p, const char *url, const struct sockaddr *sa, char *refused,
+                              size_t size)
+{
+    if (netpolicy_addr_allowed(p, sa) || url_host_allowlisted(p, url))
+        return 1;
+    const void *bin = sa->sa_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr
+                                                : (const void *)&((const struct sockaddr_in *)(const void *)sa)->sin_addr;
+    if (!inet_ntop(sa->sa_family, bin, refused, (socklen_t)size))
+        snprintf(refused, size, "(family %d)", sa->sa_family);
+    return 0;
 }

@@ -42,6 +42,14 @@ int netpolicy_addr_allowed(const netpolicy *p, const struct sockaddr *sa);
  * allowlisted by name, else 0. */
 int netpolicy_host_allowlisted(const netpolicy *p, const char *host);
 
+/* The check at connect time (curl's open-socket callback, for timers and
+ * lease probes): 1 when a request to url may connect to sa, because the
+ * address is allowed or url's host is allowlisted by name (the operator
+ * trusts the name whatever it resolves to; parsed only for a refused
+ * address). Else 0, with the address as text in refused[size]. */
+int netpolicy_connect_allowed(const netpolicy *p, const char *url, const struct sockaddr *sa, char *refused,
+                              size_t size);
+
 /* Why a URL host is refused at creation time, or NULL when it is not: the
  * host is an IP literal (dotted, decimal, octal, hex, short forms, bracketed
  * IPv6 with an optional zone) in a forbidden range and not allowlisted, or

@@ -248,7 +248,7 @@ static int has_authority(const char *url)
  * forbidden IP literal or localhost is refused here, so the client hears of
  * it now rather than from a failed attempt later. Host names are checked
  * again, by address, when the dispatcher connects. */
-static int check_host(spec_error *err, CURLU *u, const struct netpolicy *policy)
+static int check_host(spec_error *err, const char *field, CURLU *u, const struct netpolicy *policy)
 {
     char *host = NULL;
     int rc = 0;
@@ -256,14 +256,14 @@ static int check_host(spec_error *err, CURLU *u, const struct netpolicy *policy)
     if (curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
         const char *why = netpolicy_host_refusal(policy, host);
         if (why)
-            rc = fail(err, "url", "destination %.100s is not allowed (%s); see HOOKWHEEL_DESTINATION_ALLOWLIST",
+            rc = fail(err, field, "destination %.100s is not allowed (%s); see HOOKWHEEL_DESTINATION_ALLOWLIST",
                       host, why);
     }
     curl_free(host);
     return rc;
 }
 
-static int check_url(spec_error *err, const char *url, const struct netpolicy *policy)
+int spec_check_url(spec_error *err, const char *field, const char *url, const struct netpolicy *policy)
 {
     CURLU *u = need(curl_url());
     char *scheme = NULL;
@@ -271,18 +271,18 @@ static int check_url(spec_error *err, const char *url, const struct netpolicy *p
     CURLUcode uc = curl_url_set(u, CURLUPART_URL, url, 0);
 
     if (uc == CURLUE_UNSUPPORTED_SCHEME || uc == CURLUE_BAD_SCHEME)
-        fail(err, "url", "only http and https URLs are allowed");
+        fail(err, field, "only http and https URLs are allowed");
     else if (uc != CURLUE_OK)
-        fail(err, "url", "url is not a valid URL (%s)", curl_url_strerror(uc));
+        fail(err, field, "%s is not a valid URL (%s)", field, curl_url_strerror(uc));
     else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
              (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
-        fail(err, "url", "only http and https URLs are allowed");
+        fail(err, field, "only http and https URLs are allowed");
     else if (!has_part(u, CURLUPART_HOST) || !has_authority(url))
-        fail(err, "url", "url must have a host");
+        fail(err, field, "%s must have a host", field);
     else if (has_part(u, CURLUPART_USER) || has_part(u, CURLUPART_PASSWORD))
-        fail(err, "url", "user-info in URLs is not allowed");
+        fail(err, field, "user-info in URLs is not allowed");
     else
-        rc = policy ? check_host(err, u, policy) : 0;
+        rc = policy ? check_host(err, field, u, policy) : 0;
     curl_free(scheme);
     curl_url_cleanup(u);
     return rc;
@@ -296,7 +296,7 @@ static int parse_url(parse_ctx *c, const char *name, json_t *v)
         return fail(c->err, name, "url must be a string");
     if (json_string_length(v) > c->lim->max_url_len)
         return fail(c->err, name, "url is longer than %zu bytes", c->lim->max_url_len);
-    if (check_url(c->err, json_string_value(v), c->lim->policy) < 0)
+    if (spec_check_url(c->err, "url", json_string_value(v), c->lim->policy) < 0)
         return -EINVAL;
     c->s->url = xstrdup(json_string_value(v));
     canon_set(c->canon, name, json_incref(v));

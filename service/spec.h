@@ -99,6 +99,12 @@ int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t no
 int spec_parse_when(const char *json, size_t len, const spec_limits *lim, uint64_t now_ms,
                     int64_t *fire_ms, spec_error *err) __attribute__((warn_unused_result));
 
+/* The rules for a URL hookwheel will call (a timer's url, a lease's
+ * probe_url): http or https, a host, no user-info, and, with policy, a host
+ * the destination policy allows. Returns 0, or -EINVAL with *err naming
+ * field. */
+int spec_check_url(spec_error *err, const char *field, const char *url, const struct netpolicy *policy);
+
 /* Frees s. NULL is a no-op. */
 void spec_free(timer_spec *s);
 

@@ -58,7 +58,7 @@ local function rec_attempt(r, a, keep)
 end
 
 -- The run line is the Circulation Trigger's state word, as numbers
--- "version runs reserved flag planned_ms next_ms" (trailing zeros left out,
+-- "version runs reserved flag planned_ms next_ms token" (trailing zeros left out,
 -- so a fresh timer's line is empty):
 --   version   bumped by fire, reschedule, pause and resume; a run claimed
 --             under an older version may not start (begin checks it)
@@ -67,10 +67,12 @@ end
 --   flag      what arrived during a run for after it: 1 pause, 2 cancel
 --   planned   when the current run was due (fixed_rate counts from it)
 --   next      a reschedule during a run: when the next run is due
-local V, RUNS, RSV, FLAG, PLAN, NEXT = 1, 2, 3, 4, 5, 6
+--   token     the job (of the owner instance) whose attempt began: only it
+--             may begin again (a begin whose reply was lost is re-sent)
+local V, RUNS, RSV, FLAG, PLAN, NEXT, TOK = 1, 2, 3, 4, 5, 6, 7
 
 local function run_get(r)
-  local t, i = {0, 0, 0, 0, 0, 0}, 1
+  local t, i = {0, 0, 0, 0, 0, 0, 0}, 1
   for n in string.gmatch(r[RUN], '%d+') do
     t[i] = tonumber(n)
     i = i + 1
@@ -79,7 +81,7 @@ local function run_get(r)
 end
 
 local function run_set(r, t)
-  local n, parts = 6, {}
+  local n, parts = 7, {}
   while n > 0 and t[n] == 0 do n = n - 1 end
   for i = 1, n do parts[i] = string.format('%d', t[i]) end
   r[RUN] = table.concat(parts, ' ')

@@ -5,14 +5,18 @@
 -- what makes cancel exact) and a fire is kept for after the run.
 -- KEYS: 1 timer key, 2 this instance's claimed zset
 -- ARGV: 1 id, 2 instance id, 3 now_ms, 4 version the run was claimed under,
---       5 recurring ("1": remember when this run was due, for fixed_rate)
+--       5 recurring ("1": remember when this run was due, for fixed_rate),
+--       6 the job's token (unique per job of the instance)
 -- Returns {1, attempt number} or {0, reason}. Repeating it is safe: a timer
--- this instance already marked firing answers {1, its attempt} again, so a
--- begin whose reply was lost (Redis slower than the client's timeout) is
--- sent again and the attempt still happens.
+-- this instance already marked firing for the same job (token) answers
+-- {1, its attempt} again, so a begin whose reply was lost (Redis slower than
+-- the client's timeout) is sent again and the attempt still happens; another
+-- job of the same timer (held twice after a lost create reply) is refused.
 local r = rec_load(KEYS[1])
 if not r then return {0, 'gone'} end
-if r[ST] == 'firing' and r[OWNER] == ARGV[2] then return {1, tonumber(r[ATT])} end
+if r[ST] == 'firing' and r[OWNER] == ARGV[2] and run_get(r)[TOK] == tonumber(ARGV[6]) then
+  return {1, tonumber(r[ATT])}
+end
 if r[ST] ~= 'scheduled' and r[ST] ~= 'retrying' then return {0, r[ST]} end
 if r[OWNER] ~= ARGV[2] or not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   return {0, 'not claimed'}
@@ -23,8 +27,9 @@ local n = tonumber(r[ATT]) + 1
 if n == 1 then
   t[RUNS] = t[RUNS] + 1
   if ARGV[5] == '1' then t[PLAN] = tonumber(r[FIRE]) end
-  run_set(r, t)
 end
+t[TOK] = tonumber(ARGV[6])
+run_set(r, t)
 r[ATT] = tostring(n)
 rec_state(KEYS[1], ARGV[1], r, 'firing', ARGV[3])
 rec_save(KEYS[1], r)

@@ -6,6 +6,7 @@
 -- ARGV: 1 id, 2 claimed key prefix "hw:{P}:claimed:" (same slot), 3 retention_ms, 4 now_ms
 -- Returns {1, record} cancelled (now or before), {2, record} cancelled once
 -- its current run ends, {0, record} too late, {-1} unknown.
+-- A cancel made by this call (not before) carries a third element, 1.
 local r, raw = rec_load(KEYS[1])
 if not raw then return {-1} end
 if not r then return {0, raw} end
@@ -25,4 +26,4 @@ ix_trim(KEYS[1], ARGV[1], 'cancelled', ARGV[4], ARGV[3])
 r[OWNER] = ''
 rec_save(KEYS[1], r)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {1, table.concat(r, '\n')}
+return {1, table.concat(r, '\n'), 1} -- 1: cancelled by this call (counted once in metrics)

@@ -324,6 +324,59 @@ static void test_limiter_never_exceeds_either_cap_under_a_random_workload(void *
     free(jobs);
 }
 
+static void test_a_paused_queue_starts_nothing_and_resumes_in_order(void **state)
+{
+    (void)state;
+    limiter *l = limiter_create(10, 10);
+    lqueue *a = limiter_queue(l, "a"), *b = limiter_queue(l, "b");
+    tjob t[4];
+    limiter_set_queue_paused(l, a, 1);
+    push(l, a, &t[0], 0);
+    push(l, a, &t[1], 1);
+    push(l, b, &t[2], 2);
+    assert_int_equal(pop(l)->id, 2); /* the other queue goes on */
+    assert_null(pop(l));
+    assert_true(limiter_queue_paused(a));
+    limiter_set_queue_paused(l, a, 0);
+    assert_int_equal(pop(l)->id, 0);
+    assert_int_equal(pop(l)->id, 1);
+    assert_null(pop(l));
+    limiter_free(l);
+}
+
+static void test_a_rate_limited_queue_starts_evenly_without_a_burst(void **state)
+{
+    (void)state;
+    limiter *l = limiter_create(100, 100);
+    lqueue *q = limiter_queue(l, "slow");
+    tjob t[10];
+    uint64_t now = 1000000;
+    limiter_set_queue_rate(l, q, 20.0, now); /* one start per 50 ms */
+    for (int i = 0; i < 10; i++)
+        push(l, q, &t[i], i);
+    assert_int_equal(limiter_tick(l, now), UINT64_MAX); /* a full bucket: nothing to wait for */
+    tjob *first = pop(l);
+    assert_non_null(first);
+    assert_null(pop(l)); /* the bucket holds one token */
+    uint64_t next = limiter_tick(l, now);
+    assert_true(next > now + 49000 && next <= now + 50001);
+    assert_null(pop(l));
+    limiter_tick(l, now + 25000);
+    assert_null(pop(l)); /* half a token */
+    limiter_tick(l, now + 50000);
+    assert_int_equal(pop(l)->id, 1);
+    limiter_tick(l, now + 10000000); /* a long pause gives one token, not 200 */
+    assert_int_equal(pop(l)->id, 2);
+    assert_null(pop(l));
+    limiter_set_queue_rate(l, q, 0, now); /* no limit */
+    int started = 0;
+    while (pop(l))
+        started++;
+    assert_int_equal(started, 7);
+    assert_int_equal(limiter_tick(l, now), UINT64_MAX);
+    limiter_free(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -336,6 +389,8 @@ int main(void)
         cmocka_unit_test(test_limiter_remove_takes_out_a_waiting_job_only),
         cmocka_unit_test(test_limiter_applies_a_raised_or_lowered_queue_cap),
         cmocka_unit_test(test_limiter_never_exceeds_either_cap_under_a_random_workload),
+        cmocka_unit_test(test_a_paused_queue_starts_nothing_and_resumes_in_order),
+        cmocka_unit_test(test_a_rate_limited_queue_starts_evenly_without_a_burst),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
