@@ -37,7 +37,7 @@ static const struct {
     const char *state;
     int asc; /* 1: soonest due first; 0: newest first */
 } list_states[] = {
-    {"scheduled", 1}, {"retrying", 1}, {"firing", 0},    {"paused", 0},
+    {"scheduled", 1}, {"retrying", 1}, {"paused", 0},
     {"delivered", 0}, {"failed", 0},   {"cancelled", 0},
 };
 
@@ -199,7 +199,7 @@ static int parse_query(http_req *r, int *asc, const char **state, uint32_t *limi
     for (i = 0; s && i < n && strcmp(s, list_states[i].state) != 0; i++)
         ;
     if (!s || i == n) {
-        http_respond_problem(r, 400, "state is required: scheduled, retrying, firing, paused, delivered, failed or cancelled",
+        http_respond_problem(r, 400, "state is required: scheduled, retrying, paused, delivered, failed or cancelled",
                              "state", NULL, 0);
         return -EINVAL;
     }

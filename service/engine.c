@@ -69,7 +69,7 @@ struct engine {
     atomic_int accepting;
     atomic_int pending_ops; /* sweeps and releases in flight */
     atomic_long resident;   /* jobs held: bounded by max_resident */
-    atomic_ullong next_token; /* job tokens: random start, below 2^52 (exact in Lua) */
+    atomic_ullong next_token; /* job tokens: random start below 2^40, so below 10^13: Lua prints them exactly */
 
     /* engine thread only */
     wheel *w;
@@ -861,7 +861,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     atomic_init(&e->resident, 0);
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng)
         e->rng = clock_now_us();
-    atomic_init(&e->next_token, (splitmix64_next(&e->rng) & ((1ULL << 50) - 1)) + 1);
+    atomic_init(&e->next_token, (splitmix64_next(&e->rng) & ((1ULL << 40) - 1)) + 1);
     e->sweeps = xcalloc(cfg->partitions, sizeof *e->sweeps);
     for (uint32_t p = 0; p < cfg->partitions; p++) {
         e->sweeps[p].e = e;

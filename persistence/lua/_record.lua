@@ -71,20 +71,25 @@ end
 --             may begin again (a begin whose reply was lost is re-sent)
 local V, RUNS, RSV, FLAG, PLAN, NEXT, TOK = 1, 2, 3, 4, 5, 6, 7
 
+-- Both run on every attempt, so they are kept cheap: a fresh timer's empty
+-- line is not scanned, and numbers are joined as they are (every number here
+-- stays below 10^14, which Lua prints exactly).
 local function run_get(r)
-  local t, i = {0, 0, 0, 0, 0, 0, 0}, 1
-  for n in string.gmatch(r[RUN], '%d+') do
-    t[i] = tonumber(n)
-    i = i + 1
+  local t = {0, 0, 0, 0, 0, 0, 0}
+  if r[RUN] == '' then return t end
+  local i, pos, len = 1, 1, #r[RUN]
+  while pos <= len and i <= 7 do
+    local sp = string.find(r[RUN], ' ', pos, true) or len + 1
+    t[i] = tonumber(string.sub(r[RUN], pos, sp - 1)) or 0
+    i, pos = i + 1, sp + 1
   end
   return t
 end
 
 local function run_set(r, t)
-  local n, parts = 7, {}
+  local n = 7
   while n > 0 and t[n] == 0 do n = n - 1 end
-  for i = 1, n do parts[i] = string.format('%d', t[i]) end
-  r[RUN] = table.concat(parts, ' ')
+  r[RUN] = table.concat(t, ' ', 1, n)
 end
 
 -- Puts a waiting timer where the next attempt is found: in this instance's
@@ -107,19 +112,28 @@ end
 -- time for scheduled and retrying (listed soonest first), the time it got
 -- there for the others (finished states are listed newest first). Every
 -- state change goes through rec_state, so a timer is in exactly the index
--- of its state; finished entries older than the retention go with it.
+-- of its state, with one exception that saves two commands per attempt: a
+-- timer in its attempt ('firing', set by begin without rec_state) stays in
+-- the index it waited in, scheduled for a first attempt, retrying for a
+-- later one. Finished entries older than the retention are trimmed now and
+-- then (ix_trim).
 local function ix_key(tkey, id, state)
   local ns = string.match(id, '^(.*)/') or ''
   return string.match(tkey, '^(hw:{[^}]*}:)') .. 'ix:' .. ns .. ':' .. state
 end
 
 local function rec_state(tkey, id, r, to, score)
-  if r[ST] and r[ST] ~= '' then redis.call('ZREM', ix_key(tkey, id, r[ST]), id) end
+  local from = r[ST]
+  if from == 'firing' then from = tonumber(r[ATT]) <= 1 and 'scheduled' or 'retrying' end
+  if from and from ~= '' then redis.call('ZREM', ix_key(tkey, id, from), id) end
   r[ST] = to
   redis.call('ZADD', ix_key(tkey, id, to), score, id)
 end
 
--- Drops index entries of finished timers whose records have expired.
+-- Drops index entries of finished timers whose records have expired: on
+-- one finish in 64 (by the clock), which is often enough for an index that
+-- only a listing reads (it skips and drops expired entries itself).
 local function ix_trim(tkey, id, state, now, retention)
+  if tonumber(now) % 64 ~= 0 then return end
   redis.call('ZREMRANGEBYSCORE', ix_key(tkey, id, state), '-inf', tonumber(now) - tonumber(retention))
 end

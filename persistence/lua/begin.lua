@@ -31,6 +31,6 @@ end
 t[TOK] = tonumber(ARGV[6])
 run_set(r, t)
 r[ATT] = tostring(n)
-rec_state(KEYS[1], ARGV[1], r, 'firing', ARGV[3])
+r[ST] = 'firing' -- stays in its waiting index (see rec_state)
 rec_save(KEYS[1], r)
 return {1, n}

@@ -18,10 +18,10 @@
 -- whose reply was lost, sent again) it answers as the first time did.
 local r = rec_load(KEYS[1])
 if not r then return {0} end
-local function answer()
+local function answer(version)
   local kept = 0
   if r[OWNER] == ARGV[2] and (r[ST] == 'scheduled' or r[ST] == 'retrying') then kept = 1 end
-  return {1, tonumber(r[FIRE]), run_get(r)[V], kept, tonumber(r[ATT])}
+  return {1, tonumber(r[FIRE]), version or run_get(r)[V], kept, tonumber(r[ATT])}
 end
 if r[ST] ~= 'firing' or r[OWNER] ~= ARGV[2] then
   if rec_last(r) == ARGV[4] then return answer() end
@@ -35,12 +35,14 @@ local function final(state)
   rec_state(KEYS[1], ARGV[1], r, state, ARGV[8])
   ix_trim(KEYS[1], ARGV[1], state, ARGV[8], ARGV[7])
   r[OWNER] = ''
-  t[RSV], t[FLAG], t[NEXT] = 0, 0, 0
-  run_set(r, t)
+  if t[RSV] ~= 0 or t[FLAG] ~= 0 or t[NEXT] ~= 0 then
+    t[RSV], t[FLAG], t[NEXT] = 0, 0, 0
+    run_set(r, t)
+  end
   if state == 'failed' then redis.call('ZADD', KEYS[4], ARGV[8], ARGV[1]) end
   rec_save(KEYS[1], r)
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
-  return answer()
+  return answer(t[V])
 end
 
 local function paused()
@@ -51,7 +53,7 @@ local function paused()
   t[RSV], t[FLAG], t[NEXT] = 0, 0, 0
   run_set(r, t)
   rec_save(KEYS[1], r)
-  return answer()
+  return answer(t[V])
 end
 
 local function wait_for(fire, state)
@@ -62,7 +64,7 @@ local function wait_for(fire, state)
   rec_place(r, ARGV[1], KEYS[3], KEYS[2], horizon, ARGV[2])
   run_set(r, t)
   rec_save(KEYS[1], r)
-  return answer()
+  return answer(t[V])
 end
 
 local outcome = ARGV[3]
