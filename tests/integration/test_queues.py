@@ -16,12 +16,15 @@ def put(hookwheel, name, settings):
 def test_a_paused_queue_holds_its_due_timers_and_resume_delivers_them_in_due_order(hookwheel, receiver):
     put(hookwheel, "held", {"paused": True, "parallelism": 1})
     time.sleep(APPLY_S)
-    now = int(time.time() * 1000)
-    specs = [{"id": f"held-{i:02d}", "url": receiver.url("/held"), "fire_at_ms": now + 10 * ((i * 17) % 50),
+    # due a second from now, 10 ms apart, so that every timer is in the wheel
+    # before it falls due and they come due (and wait) in due order
+    base = int(time.time() * 1000) + 1000
+    specs = [{"id": f"held-{i:02d}", "url": receiver.url("/held"), "fire_at_ms": base + 10 * ((i * 17) % 50),
               "queue": "held"} for i in range(50)]
     fire_at, errors = create_many(hookwheel.api, specs)
     assert not errors, errors[:3]
-    time.sleep(1.5)
+    assert time.time() * 1000 < base, "creating 50 timers took more than a second"
+    time.sleep(max(0.0, (base + 500 - time.time() * 1000) / 1000) + 1.0)
     assert receiver.requests("/held") == [], "a paused queue delivered"
     status, _, got = hookwheel.get("held-00")
     assert got["state"] == "scheduled", got
