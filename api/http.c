@@ -70,7 +70,7 @@
 #define CONN_MEMORY_LIMIT (16 * 1024)   /* per connection: request line + headers + read buffer */
 #define BODY_MIN_CAP      1024          /* first body allocation when the length is unknown */
 #define DISCARD_MIN       (1024 * 1024) /* bytes dropped past the cap before we close instead */
-#define STOP_DRAIN_MS     2000          /* http_stop waits this long for answered requests */
+#define STOP_DRAIN_MS     5000          /* http_stop waits this long for answered requests */
 
 enum answer_state { ANSWER_PENDING, ANSWER_SUSPENDED, ANSWER_READY };
 enum phase { PHASE_BODY, PHASE_HANDLER, PHASE_DONE };
@@ -482,7 +482,7 @@ static struct MHD_Response *problem_response(unsigned status, const char *detail
 
 static struct MHD_Response *shutdown_response(void)
 {
-    struct MHD_Response *resp = problem_response(503, "shutting down", NULL, NULL, 0);
+    struct MHD_Response *resp = problem_response(503, "shutting down", NULL, NULL, 1);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     return resp;
 }
@@ -1003,7 +1003,9 @@ void http_respond_json(http_req *r, unsigned status, json_t *body, const char *l
         answer_dropped(status);
         return;
     }
-    struct MHD_Response *resp = json_response_take(body, "application/json");
+    /* Only a 204 goes without a body; a NULL body otherwise means the
+     * caller's jansson call failed (a json_pack format error, say). */
+    struct MHD_Response *resp = body || status == 204 ? json_response_take(body, "application/json") : NULL;
     if (!resp) {
         LOG(LOG_ERROR, "response body cannot be encoded", "\"status\":%u", status);
         status = 500;

@@ -206,6 +206,14 @@ static void h_problem(http_req *r, const char *const *params, void *app)
                          json_pack("{s:s,s:s}", "state", "firing", "title", "ignored"), 0);
 }
 
+/* A body jansson failed to build (NULL) where the status needs one. */
+static void h_no_body(http_req *r, const char *const *params, void *app)
+{
+    (void)params;
+    (void)app;
+    http_respond_json(r, 200, json_pack("{s:I,s:b}", "count", (json_int_t)1, 0), NULL);
+}
+
 static void h_busy(http_req *r, const char *const *params, void *app)
 {
     (void)params;
@@ -238,6 +246,7 @@ static const http_route routes[] = {
     {"GET", "/async", h_async, 0, 0},
     {"GET", "/async-now", h_async_now, 0, 0},
     {"GET", "/problem", h_problem, 0, 0},
+    {"GET", "/no-body", h_no_body, 0, 0},
     {"GET", "/busy", h_busy, 0, 0},
     {"POST", "/created", h_created, 0, 0},
     {"GET", "/never", h_never, 0, 0},
@@ -696,6 +705,15 @@ static void test_retry_after_is_sent_and_empty_field_omitted(void **state)
     assert_null(reply_header(&rp, "Retry-After", v, sizeof v));
 }
 
+static void test_a_missing_body_is_a_500_not_an_empty_200(void **state)
+{
+    reply rp;
+    (void)state;
+    get("/no-body", &rp);
+    json_t *doc = assert_problem(&rp, 500, "Internal Server Error");
+    json_decref(doc);
+}
+
 static void test_created_answer_carries_location(void **state)
 {
     reply rp;
@@ -953,6 +971,7 @@ int main(void)
         cmocka_unit_test(test_chunked_body_under_the_limit_is_read_whole),
         cmocka_unit_test(test_endless_oversized_upload_is_cut_off),
         cmocka_unit_test(test_problem_has_the_rfc9457_members_and_extras),
+        cmocka_unit_test(test_a_missing_body_is_a_500_not_an_empty_200),
         cmocka_unit_test(test_retry_after_is_sent_and_empty_field_omitted),
         cmocka_unit_test(test_created_answer_carries_location),
         cmocka_unit_test(test_path_params_are_percent_decoded),
