@@ -60,6 +60,13 @@ void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy
  * malloc'd JSON text (*len set); NULL when the record is unreadable. */
 char *api_timer_from_record(const char *id, const char *raw, size_t raw_len, size_t *len);
 
+/* The answers every resource gives alike (timers.c): 503 + Retry-After when
+ * Redis did not answer (nothing known written), and the answer to a store
+ * submit that failed at once (-EAGAIN: 429, the write queue is full; else
+ * 503, stopping). */
+void api_respond_unavailable(http_req *r);
+void api_respond_submit_error(http_req *r, int rc);
+
 /* The id a client knows from a key id ("namespace/id" or "id"). */
 const char *api_public_id(const char *key_id);
 

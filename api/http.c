@@ -1016,23 +1016,9 @@ void http_respond_json(http_req *r, unsigned status, json_t *body, const char *l
     answer_publish(r, status, resp);
 }
 
-void http_respond_json_text_take(http_req *r, unsigned status, char *text, size_t len,
-                                 const char *location)
-{
-    if (!answer_claim(r)) {
-        free(text);
-        answer_dropped(status);
-        return;
-    }
-    struct MHD_Response *resp =
-        response_check(MHD_create_response_from_buffer_with_free_callback(len, text, free));
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (location)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
-    answer_publish(r, status, resp);
-}
-
-void http_respond_text_take(http_req *r, unsigned status, const char *ctype, char *text, size_t len)
+/* Answers with text (taken) as the body, of type ctype. */
+static void respond_text_take(http_req *r, unsigned status, const char *ctype, char *text, size_t len,
+                              const char *location)
 {
     if (!answer_claim(r)) {
         free(text);
@@ -1042,7 +1028,20 @@ void http_respond_text_take(http_req *r, unsigned status, const char *ctype, cha
     struct MHD_Response *resp =
         response_check(MHD_create_response_from_buffer_with_free_callback(len, text, free));
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (location)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
     answer_publish(r, status, resp);
+}
+
+void http_respond_json_text_take(http_req *r, unsigned status, char *text, size_t len,
+                                 const char *location)
+{
+    respond_text_take(r, status, "application/json", text, len, location);
+}
+
+void http_respond_text_take(http_req *r, unsigned status, const char *ctype, char *text, size_t len)
+{
+    respond_text_take(r, status, ctype, text, len, NULL);
 }
 
 void http_respond_problem(http_req *r, unsigned status, const char *detail, const char *field,

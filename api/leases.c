@@ -28,7 +28,6 @@
 #include "log.h"
 #include "xalloc.h"
 
-#define RETRY_AFTER_S 1
 
 /* The lease description lease.lua returns after its code (describe()). */
 enum { D_HOLDER = 1, D_PTTL, D_TOKEN, D_TTL, D_ACQUIRED, D_HB, D_PROBE_OK, D_RENEWED, D_ALIVE, D_PROBE,
@@ -43,21 +42,6 @@ typedef struct lease_ctx {
 } lease_ctx;
 
 /* ---- answers ---- */
-
-static void respond_unavailable(http_req *r)
-{
-    http_respond_problem(r, 503, "Redis is unreachable; nothing was written. Retry later.", NULL, NULL,
-                         RETRY_AFTER_S);
-}
-
-static void respond_submit_error(http_req *r, int rc)
-{
-    if (rc == -EAGAIN)
-        http_respond_problem(r, 429, "Too many writes are waiting for Redis. Retry later.", NULL, NULL,
-                             RETRY_AFTER_S);
-    else
-        http_respond_problem(r, 503, "The service is shutting down.", NULL, NULL, RETRY_AFTER_S);
-}
 
 static void respond_not_held(http_req *r)
 {
@@ -187,7 +171,7 @@ static void submit(lease_ctx *c, int nkeys, int argc, const char **argv, const s
 {
     int rc = store_eval(c->a->st, SCRIPT_LEASE, nkeys, argc, argv, lens, cb, c);
     if (rc < 0) {
-        respond_submit_error(c->r, rc);
+        api_respond_submit_error(c->r, rc);
         free(c);
     }
 }
@@ -215,7 +199,7 @@ static void acquire_cb(void *arg, const redisReply *reply)
     } else {
         if (reply && reply->type == REDIS_REPLY_ERROR)
             LOG(LOG_ERROR, "lease acquire failed", "\"error\":\"%.200s\"", reply->str);
-        respond_unavailable(c->r);
+        api_respond_unavailable(c->r);
     }
     free(c);
 }
@@ -270,7 +254,7 @@ static void heartbeat_cb(void *arg, const redisReply *reply)
     else if (code == -1)
         respond_not_held(c->r);
     else
-        respond_unavailable(c->r);
+        api_respond_unavailable(c->r);
     free(c);
 }
 
@@ -311,7 +295,7 @@ static void get_cb(void *arg, const redisReply *reply)
     else if (code == -1)
         respond_not_held(c->r);
     else
-        respond_unavailable(c->r);
+        api_respond_unavailable(c->r);
     free(c);
 }
 
@@ -344,7 +328,7 @@ static void release_cb(void *arg, const redisReply *reply)
     } else if (code == -1) {
         respond_not_held(c->r);
     } else {
-        respond_unavailable(c->r);
+        api_respond_unavailable(c->r);
     }
     free(c);
 }

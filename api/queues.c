@@ -53,18 +53,13 @@ static queue_ctx *ctx_new(http_req *r, api *a, const char *name)
     return c;
 }
 
-static void unavailable(http_req *r)
-{
-    http_respond_problem(r, 503, "Redis is unreachable. Retry later.", NULL, NULL, 1);
-}
-
 /* ---- GET /queues ---- */
 
 static void list_cb(void *arg, const redisReply *reply)
 {
     queue_ctx *c = arg;
     if (!reply || reply->type != REDIS_REPLY_ARRAY) {
-        unavailable(c->r);
+        api_respond_unavailable(c->r);
         free(c);
         return;
     }
@@ -95,7 +90,7 @@ void api_queue_list(http_req *r, const char *const *params, void *app)
     const char *argv[] = {"HGETALL", QUEUES_KEY};
     int rc = store_command(a->st, 2, argv, NULL, list_cb, c);
     if (rc < 0) {
-        unavailable(r);
+        api_respond_submit_error(r, rc);
         free(c);
     }
 }
@@ -108,7 +103,7 @@ static void get_cb(void *arg, const redisReply *reply)
     queuecfg q = {.parallelism = (uint32_t)c->a->cfg->queue_parallelism};
     int configured = 0;
     if (!reply || (reply->type != REDIS_REPLY_STRING && reply->type != REDIS_REPLY_NIL)) {
-        unavailable(c->r);
+        api_respond_unavailable(c->r);
         free(c);
         return;
     }
@@ -128,7 +123,7 @@ void api_queue_get(http_req *r, const char *const *params, void *app)
     const char *argv[] = {"HGET", QUEUES_KEY, c->field};
     int rc = store_command(a->st, 3, argv, NULL, get_cb, c);
     if (rc < 0) {
-        unavailable(r);
+        api_respond_submit_error(r, rc);
         free(c);
     }
 }
@@ -189,7 +184,7 @@ static void put_cb(void *arg, const redisReply *reply)
 {
     queue_ctx *c = arg;
     if (!reply || reply->type != REDIS_REPLY_INTEGER) {
-        unavailable(c->r);
+        api_respond_unavailable(c->r);
     } else {
         const char *slash = strrchr(c->field, '/');
         LOG(LOG_INFO, "queue settings changed", "\"queue\":\"%s\",\"parallelism\":%u,\"paused\":%s,\"rate\":%g",
@@ -214,7 +209,7 @@ void api_queue_put(http_req *r, const char *const *params, void *app)
     const char *argv[] = {"HSET", QUEUES_KEY, c->field, value};
     int rc = store_command(a->st, 4, argv, NULL, put_cb, c);
     if (rc < 0) {
-        unavailable(r);
+        api_respond_submit_error(r, rc);
         free(c);
     }
 }

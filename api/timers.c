@@ -137,7 +137,7 @@ static void record_state(const char *raw, size_t raw_len, char *buf, size_t size
     snprintf(buf, size, "%.*s", (int)rec.len[REC_STATE], rec.len[REC_STATE] ? rec.f[REC_STATE] : "");
 }
 
-static void respond_unavailable(http_req *r)
+void api_respond_unavailable(http_req *r)
 {
     http_respond_problem(r, 503, "Redis is unreachable; nothing was written. Retry later.", NULL, NULL,
                          RETRY_AFTER_S);
@@ -161,8 +161,7 @@ static void respond_conflict(http_req *r, const char *detail, const char *state)
     http_respond_problem(r, 409, detail, NULL, extra, 0);
 }
 
-/* A submit that failed synchronously: the queue is full or we are stopping. */
-static void respond_submit_error(http_req *r, int rc)
+void api_respond_submit_error(http_req *r, int rc)
 {
     if (rc == -EAGAIN)
         http_respond_problem(r, 429, "Too many writes are waiting for Redis. Retry later.", NULL, NULL,
@@ -217,7 +216,7 @@ static void create_cb(void *arg, const redisReply *reply)
     } else {
         if (reply && reply->type == REDIS_REPLY_ERROR)
             LOG(LOG_ERROR, "create failed", "\"error\":\"%.200s\"", reply->str);
-        respond_unavailable(c->r);
+        api_respond_unavailable(c->r);
         if (!reply && c->claim) {
             /* The reply was lost, but the create may have run and claimed the
              * timer for this instance: hold it anyway. If it was not written,
@@ -258,7 +257,7 @@ static void submit_create(api *a, create_ctx *c)
         lens[i] = i == 4 ? c->spec->stored_len : strlen(argv[i]);
     int rc = store_eval(a->st, SCRIPT_CREATE, 3, 10, argv, lens, create_cb, c);
     if (rc < 0) {
-        respond_submit_error(c->r, rc);
+        api_respond_submit_error(c->r, rc);
         create_ctx_free(c);
     }
 }
@@ -310,7 +309,7 @@ static void get_cb(void *arg, const redisReply *reply)
 {
     id_ctx *c = arg;
     if (!reply || (reply->type != REDIS_REPLY_STRING && reply->type != REDIS_REPLY_NIL))
-        respond_unavailable(c->r);
+        api_respond_unavailable(c->r);
     else if (reply->type == REDIS_REPLY_NIL)
         http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
     else {
@@ -332,7 +331,7 @@ void api_timer_get(http_req *r, const char *const *params, void *app)
     const char *argv[] = {"GET", tk};
     int rc = store_command(a->st, 2, argv, NULL, get_cb, c);
     if (rc < 0) {
-        respond_submit_error(r, rc);
+        api_respond_submit_error(r, rc);
         free(c);
     }
 }
@@ -371,7 +370,7 @@ static void cancel_cb(void *arg, const redisReply *reply)
     else if (code == -1)
         http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
     else
-        respond_unavailable(c->r);
+        api_respond_unavailable(c->r);
     free(c);
 }
 
@@ -392,7 +391,7 @@ void api_timer_cancel(http_req *r, const char *const *params, void *app)
     const char *argv[] = {tk, dk, c->id, cp, ret, now};
     int rc = store_eval(a->st, SCRIPT_CANCEL, 2, 6, argv, NULL, cancel_cb, c);
     if (rc < 0) {
-        respond_submit_error(r, rc);
+        api_respond_submit_error(r, rc);
         free(c);
     }
 }
@@ -460,7 +459,7 @@ static void control_cb(void *arg, const redisReply *reply)
     } else {
         if (reply && reply->type == REDIS_REPLY_ERROR)
             LOG(LOG_ERROR, "timer control failed", "\"op\":\"%s\",\"error\":\"%.200s\"", c->op, reply->str);
-        respond_unavailable(c->r);
+        api_respond_unavailable(c->r);
     }
     free(c);
 }
@@ -514,7 +513,7 @@ static void control(http_req *r, const char *id, api *a, const char *op, int64_t
     const char *argv[] = {tk, dk, ck, c->id, op, now, fire, cp, horizon, a->cfg->instance_id};
     int rc = store_eval(a->st, SCRIPT_CONTROL, 3, 10, argv, NULL, control_cb, c);
     if (rc < 0) {
-        respond_submit_error(r, rc);
+        api_respond_submit_error(r, rc);
         free(c);
     }
 }
