@@ -448,8 +448,12 @@ static void on_finished(engine *e, job *j)
         park(e, j);
         return;
     }
-    if (j->reply_code == 1)
+    if (j->reply_code == 1) {
         count_outcome(e, j);
+        /* Until this point a crash leaves the attempt to be made again. */
+        LOG(LOG_DEBUG, "outcome recorded", "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":%u",
+            j->id, j->spec->queue, j->attempts);
+    }
     if (j->reply_code == 1 && j->keep && !atomic_load(&e->stop)) { /* its next attempt is ours */
         free(j->last_json);
         j->last_json = NULL;

@@ -13,8 +13,10 @@ LEASE = ["--lease-ttl-ms", "1500"]
 
 
 def attempts_in_flight_at_kill(log_path):
-    """Timer ids whose attempt had started but not finished in a debug log:
-    the only timers that may legitimately arrive twice after a kill -9."""
+    """Timer ids whose attempt had started but whose outcome Redis had not
+    yet recorded, by a debug log: the only timers that may legitimately
+    arrive twice after a kill -9 (an attempt that ended but was not yet
+    written is made again by the survivor)."""
     started, finished = Counter(), Counter()
     with open(log_path, errors="replace") as f:
         for line in f:
@@ -26,7 +28,7 @@ def attempts_in_flight_at_kill(log_path):
                 continue
             if rec.get("msg") == "attempt started":
                 started[rec["timer"]] += 1
-            elif rec.get("msg") == "attempt finished":
+            elif rec.get("msg") == "outcome recorded":
                 finished[rec["timer"]] += 1
     return {t for t in started if started[t] > finished[t]}
 
