@@ -43,6 +43,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -52,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -94,6 +96,8 @@ struct http_server {
     struct list_node pending;   /* requests handed to a handler, not yet completed */
     bool stopping;
     struct sockaddr_storage addr;
+    uint32_t rid_prefix;        /* random per server: made request ids differ across runs */
+    atomic_uint_fast64_t rid_seq;
 };
 
 struct http_req {
@@ -121,6 +125,7 @@ struct http_req {
     atomic_int state;           /* enum answer_state */
     struct MHD_Response *answer;/* written before state becomes READY */
     unsigned status;
+    char rid[HTTP_REQUEST_ID_MAX + 1]; /* the request id (http_req_id) */
     struct kv kvs[];            /* headers, then query, then all the strings */
 };
 
@@ -360,6 +365,8 @@ static enum MHD_Result kv_copy_cb(void *cls, enum MHD_ValueKind kind, const char
     return MHD_YES;
 }
 
+static void request_id_set(http_req *r);
+
 /* The query arrives with '+' already turned into ' ' by libmicrohttpd but
  * otherwise raw (unescape_none_cb), and is decoded here. */
 static http_req *req_create(http_server *s, struct MHD_Connection *conn, const char *url,
@@ -396,6 +403,7 @@ static http_req *req_create(http_server *s, struct MHD_Connection *conn, const c
     r->query = r->kvs + hs.n;
     r->nquery = qf.n;
     r->bad_query = qf.bad;
+    request_id_set(r);
     return r;
 }
 
@@ -407,32 +415,54 @@ static const char *kv_find(const struct kv *kv, size_t n, const char *name, bool
     return NULL;
 }
 
+/* A client's X-Request-Id is kept when it is a sane token (the same rule as
+ * docker/nginx.conf's map: 1..128 of [A-Za-z0-9._:/+=@-]); otherwise the
+ * server makes one, 16 hex digits: a random prefix drawn at start and a
+ * counter. */
+static bool request_id_sane(const char *id)
+{
+    size_t n = 0;
+    for (; id[n]; n++) {
+        char c = id[n];
+        if (n == HTTP_REQUEST_ID_MAX || !(isalnum((unsigned char)c) || strchr("._:/+=@-", c)))
+            return false;
+    }
+    return n > 0;
+}
+
+static void request_id_set(http_req *r)
+{
+    const char *given = kv_find(r->headers, r->nheaders, "X-Request-Id", true);
+    if (given && request_id_sane(given)) {
+        strcpy(r->rid, given);
+        return;
+    }
+    uint64_t seq = atomic_fetch_add(&r->srv->rid_seq, 1);
+    snprintf(r->rid, sizeof r->rid, "%08" PRIx32 "%08" PRIx32, r->srv->rid_prefix, (uint32_t)seq);
+}
+
 /* One line per finished request. Requests that failed (a 4xx or 5xx, or a
  * connection that died before the answer went out) are logged at info, so an
- * operator finds a client's X-Request-Id (set by nginx, docker/nginx.conf) at
- * the default level; successes stay at debug. 429 and 503 are the exception:
+ * operator finds the request id (the client's X-Request-Id, which nginx sets,
+ * docker/nginx.conf, or one made here; http_req_id) at the default level; successes stay at debug. 429 and 503 are the exception:
  * they shed load, a line each would add work exactly when there is too much
  * of it, and their cause (a full write queue, Redis down) is logged where it
  * is decided; nginx's access log has them all with their request ids. Costs
  * one comparison when the level is off; no allocation either way. */
 static void log_request(const http_req *r, enum MHD_RequestTerminationCode toe)
 {
-    char method[32], path[512], rid[160], idfield[180] = "";
+    char method[32], path[512];
     bool completed = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
     bool failed = !completed || (r->status >= 400 && r->status != 429 && r->status != 503);
     int level = failed ? LOG_INFO : LOG_DEBUG;
     if (level < log_min_level)
         return;
-    const char *id = kv_find(r->headers, r->nheaders, "X-Request-Id", true);
-    if (id)
-        snprintf(idfield, sizeof idfield, ",\"request_id\":\"%s\"",
-                 log_json_escape(id, rid, sizeof rid));
     LOG(level, "http request",
         "\"method\":\"%s\",\"path\":\"%s\",\"status\":%u,\"duration_us\":%llu,"
-        "\"completed\":%s%s",
+        "\"completed\":%s,\"request_id\":\"%s\"",
         log_json_escape(r->method, method, sizeof method),
         log_json_escape(r->path, path, sizeof path), r->status,
-        (unsigned long long)(mono_us() - r->start_us), completed ? "true" : "false", idfield);
+        (unsigned long long)(mono_us() - r->start_us), completed ? "true" : "false", r->rid);
 }
 
 /* ---- responses ----------------------------------------------------------- */
@@ -825,6 +855,7 @@ static http_server *server_create(const http_config *cfg, const http_route *rout
     s->auth = cfg->auth;
     s->listen_fd = -1;
     atomic_init(&s->quiesced, false);
+    atomic_init(&s->rid_seq, 0);
     list_init(&s->pending);
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_t ca;
@@ -844,6 +875,8 @@ http_server *http_start(const http_config *cfg, const http_route *routes, size_t
         return NULL;
     }
     http_server *s = server_create(cfg, routes, n, app);
+    if (getrandom(&s->rid_prefix, sizeof s->rid_prefix, 0) != sizeof s->rid_prefix)
+        s->rid_prefix = (uint32_t)mono_us(); /* cannot happen on Linux >= 3.17 for 4 bytes */
     if (listen_parse(cfg->listen, &s->addr, &v6) != 0) {
         LOG(LOG_ERROR, "invalid listen address", "\"listen\":\"%s\"",
             log_json_escape(cfg->listen ? cfg->listen : "", esc, sizeof esc));
@@ -984,6 +1017,11 @@ const char *http_req_query(const http_req *r, const char *name)
 const char *http_req_method(const http_req *r)
 {
     return r->method;
+}
+
+const char *http_req_id(const http_req *r)
+{
+    return r->rid;
 }
 
 const char *http_req_namespace(const http_req *r)

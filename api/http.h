@@ -22,6 +22,7 @@ typedef struct http_server http_server; /* opaque */
 typedef struct http_req http_req;       /* opaque: one request */
 
 #define HTTP_MAX_PARAMS 4
+#define HTTP_REQUEST_ID_MAX 128 /* bytes of a request id (http_req_id) */
 
 /* A handler. params[i] is the i-th {name} path segment of the route's
  * pattern, URL-decoded; valid until the request completes. app is the
@@ -70,6 +71,11 @@ const char *http_req_path(const http_req *r);
 /* The caller's namespace: the one its bearer token maps to, or "" when the
  * API runs without tokens. Valid while the server runs. */
 const char *http_req_namespace(const http_req *r);
+/* The request's id: the client's X-Request-Id when it is a sane token (1..128
+ * of [A-Za-z0-9._:/+=@-], as nginx passes it on), else one the server made
+ * (16 hex digits). It is logged with the request and stored with a timer the
+ * request creates, so every log line about that timer names it. */
+const char *http_req_id(const http_req *r);
 
 /* Answers with a JSON body (body is stolen: the server decrefs it).
  * location, if not NULL, becomes the Location header. Any thread; once. */

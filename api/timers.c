@@ -179,6 +179,7 @@ typedef struct create_ctx {
     char *id;
     uint64_t now_ms;
     int claim;
+    char rid[HTTP_REQUEST_ID_MAX + 1]; /* the creating request's id, kept with the timer */
 } create_ctx;
 
 static void create_ctx_free(create_ctx *c)
@@ -197,11 +198,12 @@ static void create_cb(void *arg, const redisReply *reply)
         size_t len = 0;
         char *t = api_timer_text(c->id, c->spec->canonical, strlen(c->spec->canonical), "scheduled",
                                  c->spec->fire_at_ms, (long long)c->now_ms, 0, 0, 0, NULL, 0, &len);
-        LOG(LOG_DEBUG, "timer created", "\"timer\":\"%s\",\"queue\":\"%s\",\"fire_at_ms\":%" PRId64, c->id,
-            c->spec->queue, c->spec->fire_at_ms);
+        LOG(LOG_DEBUG, "timer created",
+            "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":0,\"request_id\":\"%s\",\"fire_at_ms\":%" PRId64,
+            c->id, c->spec->queue, c->rid, c->spec->fire_at_ms);
         respond_timer(c->r, 201, t, len, c->id);
         if (c->claim) {
-            engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0);
+            engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0, c->rid);
             c->id = NULL;
             c->spec = NULL;
         }
@@ -221,7 +223,7 @@ static void create_cb(void *arg, const redisReply *reply)
             /* The reply was lost, but the create may have run and claimed the
              * timer for this instance: hold it anyway. If it was not written,
              * its begin step finds nothing and drops it. */
-            engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0);
+            engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0, c->rid);
             c->id = NULL;
             c->spec = NULL;
         }
@@ -251,11 +253,11 @@ static void submit_create(api *a, create_ctx *c)
     snprintf(now, sizeof now, "%" PRIu64, c->now_ms);
     c->claim = engine_accepting(a->eng) && (uint64_t)c->spec->fire_at_ms <= c->now_ms + a->cfg->window_ms;
     const char *argv[] = {tk, dk, ck, c->id, c->spec->stored, fire, now, c->claim ? "1" : "0",
-                          a->cfg->instance_id, c->spec->when};
-    size_t lens[10];
-    for (int i = 0; i < 10; i++)
+                          a->cfg->instance_id, c->spec->when, c->rid};
+    size_t lens[11];
+    for (int i = 0; i < 11; i++)
         lens[i] = i == 4 ? c->spec->stored_len : strlen(argv[i]);
-    int rc = store_eval(a->st, SCRIPT_CREATE, 3, 10, argv, lens, create_cb, c);
+    int rc = store_eval(a->st, SCRIPT_CREATE, 3, 11, argv, lens, create_cb, c);
     if (rc < 0) {
         api_respond_submit_error(c->r, rc);
         create_ctx_free(c);
@@ -272,6 +274,7 @@ void api_timer_create(http_req *r, const char *const *params, void *app)
     c->r = r;
     c->a = a;
     c->now_ms = clock_now_ms();
+    snprintf(c->rid, sizeof c->rid, "%s", http_req_id(r));
     spec_error err;
     if (spec_parse(body, len, &a->lim, c->now_ms, &c->spec, &err) < 0) {
         http_respond_problem(r, (unsigned)err.status, err.detail, err.field, NULL, 0);
@@ -433,8 +436,31 @@ static void control_hold(control_ctx *c, const char *raw, size_t raw_len)
         spec_parse(rec.f[REC_SPEC], rec.len[REC_SPEC], NULL, 0, &spec, &err) < 0)
         return; /* unreadable: the release at stop or a reaper hands it back */
     record_run(&rec, run);
+    size_t rid_len;
+    const char *rid = record_request_id(&rec, &rid_len);
+    char rid_z[HTTP_REQUEST_ID_MAX + 1];
+    snprintf(rid_z, sizeof rid_z, "%.*s", (int)rid_len, rid);
     engine_add_take(c->a->eng, xstrdup(c->id), spec, (uint64_t)record_int(&rec, REC_FIRE),
-                    (uint32_t)record_int(&rec, REC_ATTEMPTS), (uint64_t)run[RUN_VERSION]);
+                    (uint32_t)record_int(&rec, REC_ATTEMPTS), (uint64_t)run[RUN_VERSION], rid_z);
+}
+
+/* The debug line of a control that took effect: the timer's id, queue,
+ * attempt and creating request, with the op and the request that made it. */
+static void log_controlled(const control_ctx *c, const char *raw, size_t raw_len)
+{
+    record rec;
+    timer_spec *spec = NULL;
+    spec_error err;
+    if (LOG_DEBUG < log_min_level || record_parse(raw, raw_len, &rec) < 0 ||
+        spec_parse(rec.f[REC_SPEC], rec.len[REC_SPEC], NULL, 0, &spec, &err) < 0)
+        return;
+    size_t rid_len;
+    const char *rid = record_request_id(&rec, &rid_len);
+    LOG(LOG_DEBUG, "timer controlled",
+        "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":%lld,\"request_id\":\"%.*s\",\"op\":\"%s\","
+        "\"by_request_id\":\"%s\"",
+        c->id, spec->queue, record_int(&rec, REC_ATTEMPTS), (int)rid_len, rid, c->op, http_req_id(c->r));
+    spec_free(spec);
 }
 
 static void control_cb(void *arg, const redisReply *reply)
@@ -448,7 +474,7 @@ static void control_cb(void *arg, const redisReply *reply)
         char *t = api_timer_from_record(c->id, raw, raw_len, &len);
         if (store_reply_int(reply, 2, 0) == 1)
             control_hold(c, raw, raw_len);
-        LOG(LOG_DEBUG, "timer controlled", "\"timer\":\"%s\",\"op\":\"%s\"", c->id, c->op);
+        log_controlled(c, raw, raw_len);
         respond_timer(c->r, 200, t, len, c->id);
     } else if (code == 0) {
         char state[16];

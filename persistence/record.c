@@ -22,13 +22,24 @@ int record_parse(const char *text, size_t len, record *r)
 long long record_int(const record *r, int field)
 {
     long long v = 0;
-    for (size_t i = 0; i < r->len[field]; i++) {
+    for (size_t i = 0; i < r->len[field] && r->f[field][i] != ' '; i++) {
         char c = r->f[field][i];
         if (c < '0' || c > '9')
             return 0;
         v = v * 10 + (c - '0');
     }
     return v;
+}
+
+const char *record_request_id(const record *r, size_t *len)
+{
+    const char *sp = memchr(r->f[REC_CREATED], ' ', r->len[REC_CREATED]);
+    if (!sp) {
+        *len = 0;
+        return "";
+    }
+    *len = r->len[REC_CREATED] - (size_t)(sp + 1 - r->f[REC_CREATED]);
+    return sp + 1;
 }
 
 void record_run(const record *r, long long out[RUN_FIELDS])

@@ -1,5 +1,6 @@
 /* record.h - a timer as stored in Redis: one string of nine lines
- *   state, fire_ms, attempts, created_ms, owner, when, last, run, spec
+ *   state, fire_ms, attempts, created, owner, when, last, run, spec
+ * (created: "created_ms request_id", or created_ms alone)
  * (persistence/lua/_record.lua writes it; spec is compact JSON, last the
  * latest attempts as compact JSON objects, newest first, separated by tabs;
  * neither holds a raw newline). Any thread; pure. */
@@ -25,8 +26,12 @@ enum { RUN_FLAG_PAUSE = 1, RUN_FLAG_CANCEL = 2 }; /* what arrived during a run *
  * nine lines. */
 int record_parse(const char *text, size_t len, record *r);
 
-/* The field as a number (0 when empty or not a number). */
+/* The field's leading number, up to a space (0 when empty or not a number). */
 long long record_int(const record *r, int field);
+
+/* The id of the request that created the timer (the created line after its
+ * first space) and its length; "" when there is none. */
+const char *record_request_id(const record *r, size_t *len);
 
 /* The run line's numbers into out[RUN_FIELDS]. */
 void record_run(const record *r, long long out[RUN_FIELDS]);

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,9 +137,11 @@ static job *take_inbox(engine *e)
 /* ---- jobs ---- */
 
 static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
-                    uint64_t version)
+                    uint64_t version, const char *rid, size_t rid_len)
 {
     job *j = xcalloc(1, sizeof *j);
+    if (rid && rid_len)
+        j->rid = xstrndup(rid, rid_len);
     wtimer_init(&j->wt);
     ljob_init(&j->lj);
     list_init(&j->run_node);
@@ -169,14 +172,34 @@ static void job_free(engine *e, job *j)
     spec_free(j->spec);
     free(j->raw_spec);
     free(j->id);
+    free(j->rid);
     free(j->last_json);
     free(j);
 }
 
-void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
-                     uint64_t version)
+/* Logs a line about j's timer: its id, queue, attempt and the id of the
+ * request that created it, then the fields of fmt (NULL: none). */
+__attribute__((format(printf, 4, 5))) static void job_log(int level, const char *msg, const job *j,
+                                                          const char *fmt, ...)
 {
-    post(e, job_new(e, id, spec, fire_ms, attempts, version), MSG_CLAIMED);
+    if (level < log_min_level)
+        return;
+    char extra[640] = "";
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        extra[0] = ',';
+        vsnprintf(extra + 1, sizeof extra - 1, fmt, ap);
+        va_end(ap);
+    }
+    log_write(level, msg, "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":%u,\"request_id\":\"%s\"%s", j->id,
+              j->spec ? j->spec->queue : "", j->attempts, j->rid ? j->rid : "", extra);
+}
+
+void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
+                     uint64_t version, const char *rid)
+{
+    post(e, job_new(e, id, spec, fire_ms, attempts, version, rid, rid ? strlen(rid) : 0), MSG_CLAIMED);
 }
 
 /* Room for more timers in memory (the claim may overshoot by one batch). */
@@ -384,10 +407,8 @@ static void attempt_done_cb(void *arg, job *j, const attempt_result *res)
     if (level >= log_min_level) {
         char err[400];
         log_json_escape(res->error, err, sizeof err);
-        log_write(level, "attempt finished",
-                  "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":%u,\"status\":%ld,"
-                  "\"duration_ms\":%u,\"outcome\":\"%s\",\"error\":\"%s\"",
-                  j->id, j->spec->queue, j->attempts, res->status, res->duration_ms, names[j->outcome], err);
+        job_log(level, "attempt finished", j, "\"status\":%ld,\"duration_ms\":%u,\"outcome\":\"%s\",\"error\":\"%s\"",
+                res->status, res->duration_ms, names[j->outcome], err);
     }
     send_finish(e, j);
     pump(e);
@@ -401,8 +422,7 @@ static void start_attempt(engine *e, job *j)
     metrics_observe_us(e->m, MH_LATENESS, now_us > due_us ? now_us - due_us : 0);
     metrics_gauge_add(e->m, j->spec->queue, MG_IN_FLIGHT, 1); /* attempt_done_cb takes it off */
     j->phase = JOB_RUNNING;
-    LOG(LOG_DEBUG, "attempt started", "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":%u,\"lateness_ms\":%" PRId64,
-        j->id, j->spec->queue, j->attempts, (int64_t)(clock_now_ms() - j->due_ms));
+    job_log(LOG_DEBUG, "attempt started", j, "\"lateness_ms\":%" PRId64, (int64_t)(clock_now_ms() - j->due_ms));
     if (dispatch_start(e->d, j) < 0) {
         attempt_result res = {.error = "could not start the request", .started_ms = clock_now_ms(),
                               .retry_after_ms = -1, .next_delay_ms = -1};
@@ -420,7 +440,7 @@ static void on_begun(engine *e, job *j)
         return;
     }
     if (j->reply_code != 1) { /* cancelled, finished or taken over: not ours to start */
-        LOG(LOG_DEBUG, "attempt not started", "\"timer\":\"%s\"", j->id);
+        job_log(LOG_DEBUG, "attempt not started", j, NULL);
         limiter_done(e->lim, &j->lj);
         job_free(e, j);
         pump(e);
@@ -451,8 +471,7 @@ static void on_finished(engine *e, job *j)
     if (j->reply_code == 1) {
         count_outcome(e, j);
         /* Until this point a crash leaves the attempt to be made again. */
-        LOG(LOG_DEBUG, "outcome recorded", "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":%u",
-            j->id, j->spec->queue, j->attempts);
+        job_log(LOG_DEBUG, "outcome recorded", j, NULL);
     }
     if (j->reply_code == 1 && j->keep && !atomic_load(&e->stop)) { /* its next attempt is ours */
         free(j->last_json);
@@ -475,7 +494,7 @@ static int parse_claimed(job *j)
     free(j->raw_spec);
     j->raw_spec = NULL;
     if (rc < 0)
-        LOG(LOG_ERROR, "stored timer unreadable", "\"timer\":\"%s\"", j->id);
+        job_log(LOG_ERROR, "stored timer unreadable", j, NULL);
     return rc;
 }
 
@@ -531,18 +550,20 @@ static void sweep_cb(void *arg, const redisReply *r)
 {
     sweep_ctx *c = arg;
     engine *e = c->e;
-    size_t n = r && r->type == REDIS_REPLY_ARRAY ? r->elements / 5 : 0;
+    size_t n = r && r->type == REDIS_REPLY_ARRAY ? r->elements / 6 : 0;
     atomic_store(&c->replay, !r); /* no reply: the claim may have run all the same */
     job *first = NULL, *last = NULL;
     for (size_t i = 0; i < n; i++) {
-        size_t len;
-        int k = (int)(5 * i);
+        size_t len, rid_len = 0;
+        int k = (int)(6 * i);
         const char *id = store_reply_str(r, k, NULL);
         const char *spec_text = store_reply_str(r, k + 1, &len);
+        const char *rid = store_reply_str(r, k + 5, &rid_len);
         if (!id || !spec_text)
             continue;
         job *j = job_new(e, xstrdup(id), NULL, (uint64_t)store_reply_int(r, k + 2, 0),
-                         (uint32_t)store_reply_int(r, k + 3, 0), (uint64_t)store_reply_int(r, k + 4, 0));
+                         (uint32_t)store_reply_int(r, k + 3, 0), (uint64_t)store_reply_int(r, k + 4, 0), rid,
+                         rid_len);
         j->raw_spec = xstrndup(spec_text, len);
         j->raw_len = len;
         j->msg = MSG_CLAIMED;

@@ -30,7 +30,7 @@ static void ctx_free(ctx *c)
 /* Hands the timer to the engine; a claimed timer is this instance's to fire. */
 static void hold(ctx *c)
 {
-    engine_add_take(c->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0); /* a new timer: version 0 */
+    engine_add_take(c->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0, NULL); /* a new timer: version 0 */
     c->id = NULL;
     c->spec = NULL;
 }
@@ -67,11 +67,11 @@ int oneshot_create_take(const config *cfg, store *st, engine *eng, char *id, tim
     snprintf(fire, sizeof fire, "%" PRId64, spec->fire_at_ms);
     snprintf(now, sizeof now, "%" PRIu64, now_ms);
     c->claim = engine_accepting(eng) && (uint64_t)spec->fire_at_ms <= now_ms + cfg->window_ms;
-    const char *argv[] = {tk, dk, ck, id, spec->stored, fire, now, c->claim ? "1" : "0", cfg->instance_id, when};
-    size_t lens[10];
-    for (int i = 0; i < 10; i++)
+    const char *argv[] = {tk, dk, ck, id, spec->stored, fire, now, c->claim ? "1" : "0", cfg->instance_id, when, ""};
+    size_t lens[11];
+    for (int i = 0; i < 11; i++)
         lens[i] = i == 4 ? spec->stored_len : strlen(argv[i]);
-    int rc = store_eval(st, SCRIPT_CREATE, 3, 10, argv, lens, created_cb, c);
+    int rc = store_eval(st, SCRIPT_CREATE, 3, 11, argv, lens, created_cb, c);
     if (rc < 0)
         ctx_free(c);
     return rc;

@@ -1,5 +1,7 @@
 -- A timer is one string key hw:{P}:t:<id> holding nine lines:
---   state, fire_ms, attempts, created_ms, owner, when, last, run, spec
+--   state, fire_ms, attempts, created, owner, when, last, run, spec
+-- (created is "created_ms request_id", or created_ms alone when the creating
+-- request had no id)
 -- (last and spec are compact JSON, so they hold no raw newline). One string
 -- costs far less Redis memory than a hash of the same fields, whose spec
 -- value is too long for the compact listpack encoding. This prelude is put
@@ -16,6 +18,12 @@ local function rec_parse(v)
   end
   r[SPEC] = string.sub(v, pos)
   return r
+end
+
+-- The id of the request that created the timer, or ''.
+local function rec_rid(r)
+  local sp = string.find(r[CREATED], ' ', 1, true)
+  return sp and string.sub(r[CREATED], sp + 1) or ''
 end
 
 local function rec_load(key)

@@ -5,7 +5,8 @@
 --       4 timer key prefix "hw:{P}:t:" (same hash tag, so the same slot),
 --       5 replay ("1": the reply to the previous claim was lost; return its
 --       timers again, those still waiting and still ours)
--- Returns {id, spec, fire_ms, attempts, version, ...} for each claimed timer.
+-- Returns {id, spec, fire_ms, attempts, version, request id, ...} for each
+-- claimed timer (request id: of the request that created it, or '').
 local out, batch = {}, {}
 local function take(id, r)
   out[#out + 1] = id
@@ -13,6 +14,7 @@ local function take(id, r)
   out[#out + 1] = r[FIRE]
   out[#out + 1] = r[ATT]
   out[#out + 1] = run_get(r)[V]
+  out[#out + 1] = rec_rid(r)
   batch[#batch + 1] = id
 end
 if ARGV[5] == '1' then

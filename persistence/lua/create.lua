@@ -3,7 +3,7 @@
 -- ARGV: 1 id, 2 stored spec, 3 fire_ms, 4 now_ms, 5 claim ("1": the caller
 --       holds it in its wheel at once), 6 instance id, 7 the due time as the
 --       client gave it ("delay_ms=1500"); spec and when together are what
---       idempotency compares
+--       idempotency compares, 8 the id of the creating request ('' none)
 -- Returns {1} created; {0, record} the same spec exists; {2, state} another
 -- spec holds the id.
 local r, raw = rec_load(KEYS[1])
@@ -18,7 +18,8 @@ if ARGV[5] == '1' then
 else
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 end
-local r = {'', ARGV[3], '0', ARGV[4], owner, ARGV[7], '', '', ARGV[2]}
+local created = ARGV[8] == '' and ARGV[4] or ARGV[4] .. ' ' .. ARGV[8]
+local r = {'', ARGV[3], '0', created, owner, ARGV[7], '', '', ARGV[2]}
 rec_state(KEYS[1], ARGV[1], r, 'scheduled', ARGV[3])
 rec_save(KEYS[1], r)
 return {1}

@@ -67,6 +67,25 @@ static void test_a_field_that_is_not_a_number_reads_as_zero(void **state)
     assert_int_equal(record_int(&r, REC_FIRE), 0);
 }
 
+static void test_the_created_line_holds_the_time_and_the_creating_request(void **state)
+{
+    (void)state;
+    const char *with = "scheduled\n5\n0\n1700 req-1.a/b\n\n\n\n\n{}";
+    const char *without = "scheduled\n5\n0\n1700\n\n\n\n\n{}";
+    record r;
+    size_t len;
+
+    assert_int_equal(record_parse(with, strlen(with), &r), 0);
+    assert_int_equal(record_int(&r, REC_CREATED), 1700);
+    const char *rid = record_request_id(&r, &len);
+    assert_int_equal(len, strlen("req-1.a/b"));
+    assert_memory_equal(rid, "req-1.a/b", len);
+    assert_int_equal(record_parse(without, strlen(without), &r), 0);
+    assert_int_equal(record_int(&r, REC_CREATED), 1700);
+    assert_string_equal(record_request_id(&r, &len), "");
+    assert_int_equal(len, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -74,6 +93,7 @@ int main(void)
         cmocka_unit_test(test_empty_fields_stay_empty),
         cmocka_unit_test(test_a_record_with_too_few_lines_is_rejected),
         cmocka_unit_test(test_a_field_that_is_not_a_number_reads_as_zero),
+        cmocka_unit_test(test_the_created_line_holds_the_time_and_the_creating_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
