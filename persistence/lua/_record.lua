@@ -37,6 +37,12 @@ local function rec_save(key, r)
   redis.call('SET', key, table.concat(r, '\n'), 'KEEPTTL')
 end
 
+-- Saves a timer that has just finished, starting its retention countdown
+-- (one SET with PX rather than a SET and a PEXPIRE).
+local function rec_save_final(key, r, retention_ms)
+  redis.call('SET', key, table.concat(r, '\n'), 'PX', retention_ms)
+end
+
 -- The last line holds the latest attempts, newest first, as compact JSON
 -- objects separated by tabs (compact JSON never holds a raw tab).
 local function rec_last(r)

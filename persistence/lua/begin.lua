@@ -3,7 +3,7 @@
 -- version: a fire, reschedule or pause since then made that run void) may
 -- start; it becomes 'firing', so a cancel from now on answers 409 (this is
 -- what makes cancel exact) and a fire is kept for after the run.
--- KEYS: 1 timer key, 2 this instance's claimed zset
+-- KEYS: 1 timer key
 -- ARGV: 1 id, 2 instance id, 3 now_ms, 4 version the run was claimed under,
 --       5 recurring ("1": remember when this run was due, for fixed_rate),
 --       6 the job's token (unique per job of the instance)
@@ -18,9 +18,9 @@ if r[ST] == 'firing' and r[OWNER] == ARGV[2] and run_get(r)[TOK] == tonumber(ARG
   return {1, tonumber(r[ATT])}
 end
 if r[ST] ~= 'scheduled' and r[ST] ~= 'retrying' then return {0, r[ST]} end
-if r[OWNER] ~= ARGV[2] or not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-  return {0, 'not claimed'}
-end
+-- The owner line names the instance whose claimed zset holds the timer:
+-- every script that adds to or removes from a claimed zset sets it with it.
+if r[OWNER] ~= ARGV[2] then return {0, 'not claimed'} end
 local t = run_get(r)
 if t[V] ~= tonumber(ARGV[4]) then return {0, 'moved'} end
 local n = tonumber(r[ATT]) + 1

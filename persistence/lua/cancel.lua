@@ -24,6 +24,5 @@ if r[OWNER] ~= '' then redis.call('ZREM', ARGV[2] .. r[OWNER], ARGV[1]) end
 rec_state(KEYS[1], ARGV[1], r, 'cancelled', ARGV[4])
 ix_trim(KEYS[1], ARGV[1], 'cancelled', ARGV[4], ARGV[3])
 r[OWNER] = ''
-rec_save(KEYS[1], r)
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+rec_save_final(KEYS[1], r, ARGV[3])
 return {1, table.concat(r, '\n'), 1} -- 1: cancelled by this call (counted once in metrics)

@@ -40,8 +40,7 @@ local function final(state)
     run_set(r, t)
   end
   if state == 'failed' then redis.call('ZADD', KEYS[4], ARGV[8], ARGV[1]) end
-  rec_save(KEYS[1], r)
-  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  rec_save_final(KEYS[1], r, ARGV[7])
   return answer(t[V])
 end
 

@@ -31,8 +31,7 @@ for _, id in ipairs(ids) do
       t[FLAG], t[RSV], t[NEXT] = 0, 0, 0
       run_set(r, t)
     end
-    rec_save(tk, r)
-    if r[ST] == 'cancelled' then redis.call('PEXPIRE', tk, ARGV[4]) end
+    if r[ST] == 'cancelled' then rec_save_final(tk, r, ARGV[4]) else rec_save(tk, r) end
     n = n + 1
   end
 end
