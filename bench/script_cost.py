@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""script_cost.py - Redis CPU per call of the begin and finish scripts.
+
+Starts a scratch redis-server (127.0.0.1, AOF everysec, temp dir), loads
+persistence/lua's scripts as the service does (the prelude in front of each),
+creates N timers held by one instance with the create script (the D
+workload's spec: a 100-byte json pad and a retry policy), then sends N
+begins and N finishes ("delivered"), pipelined, and reads Redis's own time
+for each phase from INFO commandstats (usec of EVALSHA / N). This is the
+script cost alone: protocol parsing, replies and AOF writes come on top.
+
+Usage: python3 bench/script_cost.py [--lua DIR] [--n N] [--runs R]
+Prints one line per run and the medians."""
+import argparse
+import json
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+from conftest import RespClient, free_port  # noqa: E402
+
+
+def evalsha_usec(c):
+    st = c.call("INFO", "commandstats")
+    st = st.decode() if isinstance(st, bytes) else st
+    line = [x for x in st.splitlines() if x.startswith("cmdstat_evalsha:")][0]
+    return int(line.split("usec=")[1].split(",")[0])
+
+
+def one_run(lua, n):
+    pre = (lua / "_record.lua").read_text()
+    d = tempfile.mkdtemp(prefix="hw-script-cost.")
+    port = free_port()
+    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "yes", "--appendfsync", "everysec", "--dir", d],
+                         stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while True:
+            try:
+                c = RespClient(port)
+                c.call("PING")
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.05)
+        sha = {}
+        for name in ("create", "begin", "finish"):
+            v = c.call("SCRIPT", "LOAD", pre + "\n" + (lua / f"{name}.lua").read_text())
+            sha[name] = v.decode() if isinstance(v, bytes) else v
+
+        def pipeline(cmds, k=500):
+            out = []
+            for i in range(0, len(cmds), k):
+                part = cmds[i:i + k]
+                c.sock.sendall(b"".join(RespClient.encode([str(a) for a in cmd]) for cmd in part))
+                out += [c.read_reply() for _ in part]
+            return out
+
+        P, inst = 7, "bench-instance"
+        tk = lambda i: f"hw:{{{P}}}:t:b-{i:06d}"  # noqa: E731
+        due, claimed, failed = f"hw:{{{P}}}:due", f"hw:{{{P}}}:claimed:{inst}", f"hw:{{{P}}}:failed"
+        now = int(time.time() * 1000)
+        spec = json.dumps({"json": {"seq": 1, "due_ms": now, "pad": "x" * 100}, "url": "http://127.0.0.1:9/hook",
+                           "retry": {"max_attempts": 3, "min_backoff_ms": 100, "max_backoff_ms": 1000}},
+                          separators=(",", ":"))
+        r = pipeline([["EVALSHA", sha["create"], 3, tk(i), due, claimed, f"b-{i:06d}", spec, now + 1000, now, 1,
+                       inst, f"fire_at_ms={now + 1000}", "0123456789abcdef"] for i in range(n)])
+        assert all(x == [1] for x in r), r[:3]
+        c.call("CONFIG", "RESETSTAT")
+        r = pipeline([["EVALSHA", sha["begin"], 1, tk(i), f"b-{i:06d}", inst, now, 0, 0, i + 1] for i in range(n)])
+        assert all(x[0] == 1 for x in r), r[:3]
+        begin = evalsha_usec(c) / n
+        c.call("CONFIG", "RESETSTAT")
+        last = ('{"at":"2026-11-21T19:00:00.000Z","duration_ms":1,"status":204,"error":null,'
+                '"response_snippet":"","instance":"bench-instance"}')
+        r = pipeline([["EVALSHA", sha["finish"], 4, tk(i), claimed, due, failed, f"b-{i:06d}", inst, "delivered",
+                       last, 0, 1, 604800000, now, now + 5000, 0, "delay", 0, -1, 10] for i in range(n)])
+        assert all(x[0] == 1 for x in r), r[:3]
+        finish = evalsha_usec(c) / n
+        c.close()
+        return begin, finish
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lua", default=str(ROOT / "persistence" / "lua"))
+    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--runs", type=int, default=5)
+    a = ap.parse_args()
+    got = []
+    for k in range(a.runs):
+        b, f = one_run(pathlib.Path(a.lua), a.n)
+        got.append((b, f))
+        print(f"run {k + 1}: begin {b:.2f} us, finish {f:.2f} us per timer")
+    print(f"median: begin {statistics.median(x[0] for x in got):.2f} us, "
+          f"finish {statistics.median(x[1] for x in got):.2f} us per timer (n={a.n})")
+
+
+if __name__ == "__main__":
+    main()
