@@ -346,6 +346,27 @@ def test_timers_pending_at_sigterm_are_delivered_exactly_once_by_the_next_instan
         assert done.get("state") == "delivered" and done["attempts"] == 1, (tid, done)
 
 
+def test_while_stopping_every_request_gets_503_and_the_attempt_in_flight_finishes_and_is_recorded(
+        redis, receiver, hookwheel_factory):
+    hw = hookwheel_factory(redis)
+    receiver.plan("/slow-stop", [Reply(204, delay_s=1.5)])
+    assert hw.api.create({"id": "in-flight-at-stop", "url": receiver.url("/slow-stop"), "delay_ms": 50})[0] == 201
+    with hw.api.session() as s:  # a kept-alive connection: the listening socket closes at SIGTERM
+        assert s.request("GET", "/healthz")[0] == 200
+        assert len(receiver.wait_for(1, path="/slow-stop", timeout=scaled(5))) == 1  # the attempt is running
+        hw.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        status, headers, body = s.request("GET", "/healthz")
+        assert status == 503 and body["detail"] == "shutting down", (status, body)
+        assert (headers.get("Retry-After") or "").isdigit() and headers.get("Connection") == "close", headers
+        assert media_type(headers.get("Content-Type")) == "application/problem+json"
+    assert hw.proc.wait(timeout=scaled(10)) == 0
+    assert len(receiver.requests("/slow-stop")) == 1
+    # the outcome of the attempt that was in flight was written before the exit
+    (key,) = redis.keys("hw:*:t:in-flight-at-stop")
+    assert redis.cmd("GET", key).split("\n")[0] == "delivered"
+
+
 # --------------------------------------------------------------------------
 # 6. validation
 
