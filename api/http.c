@@ -443,9 +443,10 @@ static void request_id_set(http_req *r)
 
 /* One line per finished request. Requests that failed (a 4xx or 5xx, or a
  * connection that died before the answer went out) are logged at info, so an
- * operator finds the request id (the client's X-Request-Id, which nginx sets,
- * docker/nginx.conf, or one made here; http_req_id) at the default level; successes stay at debug. 429 and 503 are the exception:
- * they shed load, a line each would add work exactly when there is too much
+ * operator finds their request id (http_req_id: the client's X-Request-Id,
+ * which nginx sets, docker/nginx.conf, or one made here) at the default
+ * level; successes stay at debug. 429 and 503 are the exception: they shed
+ * load, a line each would add work exactly when there is too much
  * of it, and their cause (a full write queue, Redis down) is logged where it
  * is decided; nginx's access log has them all with their request ids. Costs
  * one comparison when the level is off; no allocation either way. */
