@@ -525,6 +525,18 @@ def test_unknown_ids_methods_and_health_endpoints_answer_as_documented(hookwheel
     status, headers, body = hookwheel.request("GET", "/readyz")
     assert status == 200 and body == {"status": "ready"}, (status, body)
 
+    # every GET also answers HEAD: the same status and headers, no body
+    spec = {"id": "head-me", "url": "http://127.0.0.1:9/x", "delay_ms": 60_000}
+    assert hookwheel.create(spec)[0] == 201
+    for path, code in (("/timers/head-me", 200), ("/timers/no-such-timer", 404), ("/healthz", 200)):
+        g_status, g_headers, _ = hookwheel.request("GET", path)
+        status, headers, body = hookwheel.request("HEAD", path)
+        assert (status, body) == (code, b"") and g_status == code, (path, status, body)
+        assert headers.get("Content-Type") == g_headers.get("Content-Type"), (path, headers)
+    status, headers, body = hookwheel.request("DELETE", "/healthz")
+    assert_problem(status, headers, body, 405)
+    assert [m.strip() for m in headers.get("Allow").split(",")] == ["GET", "HEAD"], headers.get("Allow")
+
 
 def test_with_redis_down_create_answers_503_with_retry_after_and_writes_nothing(
         hookwheel, redis, receiver):
