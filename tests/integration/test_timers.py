@@ -355,8 +355,12 @@ def test_while_stopping_every_request_gets_503_and_the_attempt_in_flight_finishe
         assert s.request("GET", "/healthz")[0] == 200
         assert len(receiver.wait_for(1, path="/slow-stop", timeout=scaled(5))) == 1  # the attempt is running
         hw.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
-        status, headers, body = s.request("GET", "/healthz")
+        deadline = time.monotonic() + scaled(3)
+        while True:  # the same connection, until the signal has been handled
+            status, headers, body = s.request("GET", "/healthz")
+            if status != 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert status == 503 and body["detail"] == "shutting down", (status, body)
         assert (headers.get("Retry-After") or "").isdigit() and headers.get("Connection") == "close", headers
         assert media_type(headers.get("Content-Type")) == "application/problem+json"
