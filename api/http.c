@@ -897,7 +897,15 @@ http_server *http_start(const http_config *cfg, const http_route *routes, size_t
      * MHD_OPTION_SOCK_ADDR is what is bound. */
     uint16_t port = ntohs(v6 ? ((struct sockaddr_in6 *)&s->addr)->sin6_port
                              : ((struct sockaddr_in *)&s->addr)->sin_port);
-    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_TURBO |
+    /* poll(), not epoll: MHD_quiesce_daemon on an epoll daemon with worker
+     * threads races with the workers' own removal of the listening socket
+     * from their epoll sets, and libmicrohttpd (0.9.75) aborts the process
+     * when it loses ("Failed to remove listen FD from epoll set"): seen at
+     * SIGTERM, about once in some hundred stops. With poll() quiescing
+     * only signals the workers. poll() scans every connection a worker holds
+     * on each wake; at HOOKWHEEL_MAX_CONNECTIONS (1,024) over the worker
+     * threads that is a few microseconds. */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_TURBO |
                      MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     s->daemon = MHD_start_daemon(
         flags, port, NULL, NULL, access_cb, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, NULL,
