@@ -10,9 +10,34 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 /* 9999-12-31T23:59:59.999Z: the last instant with a four-digit year. */
 #define CLOCK_MAX_MS 253402300799999ull
+
+/* The proleptic Gregorian date of a day counted from 1970-01-01 (days >= 0),
+ * by Howard Hinnant's civil_from_days. gmtime_r would do, but glibc takes
+ * its global time-zone lock in it, and every API answer and attempt formats
+ * times: the HTTP threads queued on that lock. */
+static void civil_from_days(uint64_t days, unsigned *y, unsigned *m, unsigned *d)
+{
+    uint64_t z = days + 719468; /* days from 0000-03-01 */
+    uint64_t era = z / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);                                /* [0, 146096] */
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;       /* [0, 399] */
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);                     /* [0, 365] */
+    unsigned mp = (5 * doy + 2) / 153;                                          /* [0, 11], March first */
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = (unsigned)(yoe + era * 400) + (*m <= 2);
+}
+
+/* Writes v as exactly n decimal digits at p. */
+static void put_digits(char *p, unsigned v, int n)
+{
+    for (int i = n - 1; i >= 0; i--, v /= 10)
+        p[i] = (char)('0' + v % 10);
+}
 
 void clock_format_rfc3339(uint64_t ms, char *buf, size_t size)
 {
@@ -20,11 +45,22 @@ void clock_format_rfc3339(uint64_t ms, char *buf, size_t size)
      * documented 25-byte buffer, so they are clamped. */
     if (ms > CLOCK_MAX_MS)
         ms = CLOCK_MAX_MS;
-    time_t secs = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (unsigned)(ms % 1000));
+    if (size == 0)
+        return;
+    uint64_t secs = ms / 1000;
+    unsigned y, mo, d, sod = (unsigned)(secs % 86400);
+    civil_from_days(secs / 86400, &y, &mo, &d);
+    char t[25] = "YYYY-MM-DDTHH:MM:SS.mmmZ";
+    put_digits(t, y, 4);
+    put_digits(t + 5, mo, 2);
+    put_digits(t + 8, d, 2);
+    put_digits(t + 11, sod / 3600, 2);
+    put_digits(t + 14, sod / 60 % 60, 2);
+    put_digits(t + 17, sod % 60, 2);
+    put_digits(t + 20, (unsigned)(ms % 1000), 3);
+    size_t n = size - 1 < 24 ? size - 1 : 24; /* like snprintf: truncated, always terminated */
+    memcpy(buf, t, n);
+    buf[n] = '\0';
 }
 
 /* Reads exactly n decimal digits at *p into *out and advances *p. */

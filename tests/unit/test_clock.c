@@ -4,7 +4,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -43,6 +45,43 @@ static void test_format_fits_the_documented_25_bytes_even_for_huge_values(void *
     (void)state;
     clock_format_rfc3339(UINT64_MAX, buf, sizeof buf);
     assert_string_equal(buf, "9999-12-31T23:59:59.999Z");
+}
+
+/* The hand-made calendar against libc's, over leap days, century years and
+ * a spread of instants up to the last four-digit year. */
+static void test_format_agrees_with_gmtime(void **state)
+{
+    static const int64_t fixed[] = {0, 86399999, 86400000, 951782400000LL /* 2000-02-29 */,
+                                    951868800000LL /* 2000-03-01 */, 4107542400000LL /* 2100-03-01 */,
+                                    4107456000000LL /* 2100-02-28 */, 1709164800000LL /* 2024-02-29 */,
+                                    253402300799999LL};
+    char got[32], want[96];
+    (void)state;
+    uint64_t x = 42;
+    for (int i = 0; i < 200000; i++) {
+        int64_t ms;
+        if (i < (int)(sizeof fixed / sizeof *fixed)) {
+            ms = fixed[i];
+        } else {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            ms = (int64_t)((x >> 11) % 253402300800000ull);
+        }
+        time_t secs = (time_t)(ms / 1000);
+        struct tm tm;
+        gmtime_r(&secs, &tm);
+        snprintf(want, sizeof want, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+        clock_format_rfc3339((uint64_t)ms, got, sizeof got);
+        assert_string_equal(got, want);
+    }
+}
+
+static void test_format_truncates_like_snprintf_into_a_short_buffer(void **state)
+{
+    char buf[11];
+    (void)state;
+    clock_format_rfc3339((uint64_t)T0, buf, sizeof buf);
+    assert_string_equal(buf, "2026-01-02");
 }
 
 static void test_format_then_parse_round_trips(void **state)
@@ -145,6 +184,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_format_writes_utc_with_milliseconds),
         cmocka_unit_test(test_format_fits_the_documented_25_bytes_even_for_huge_values),
+        cmocka_unit_test(test_format_agrees_with_gmtime),
+        cmocka_unit_test(test_format_truncates_like_snprintf_into_a_short_buffer),
         cmocka_unit_test(test_format_then_parse_round_trips),
         cmocka_unit_test(test_parse_accepts_lowercase_t_and_z),
         cmocka_unit_test(test_parse_without_fraction_gives_whole_seconds),
