@@ -2,7 +2,8 @@
 # run.sh - hookwheel's benchmark suite: registration (R), lateness (L), drain
 # (D) and memory/scale (M) against a real Redis, the real binary and a real
 # receiver, all on this machine; writes bench/results/<date>.md and
-# bench/results/<date>-lateness.png.
+# bench/results/<date>-lateness.png (<date>-run2.md and so on when the day
+# already has a run of the same kind).
 #
 # Usage: bash bench/run.sh            3 runs per workload (RUNS=n to change)
 #        QUICK=1 bash bench/run.sh    1 run each, shorter (~1-2 min); writes
@@ -35,7 +36,7 @@ else
 fi
 L_RATE=5000 L_DELAY=2000 R_CONNS=64 M_IDLE_S=10
 ONLY=" ${ONLY:-R L D M W} "
-if [[ $ONLY != " R L D M W " ]]; then # a partial run never overwrites a full one
+if [[ $ONLY != " R L D M W " ]]; then # a partial run is named apart from a full one
     SUFFIX+="-only-$(tr -cd 'RLDMW' <<<"$ONLY")"
 fi
 [[ -z ${HW_EXTRA:-} ]] || SUFFIX+="-custom" # nor does a run with non-default flags
@@ -46,6 +47,13 @@ NCPU=$(nproc)
 HZ=$(getconf CLK_TCK)
 DATE=$(date +%F)
 RESULTS=bench/results
+# No run overwrites an earlier one of the same day and kind: a second one
+# becomes <date>...-run2, then -run3, and so on.
+if [[ -e $RESULTS/$DATE$SUFFIX.md ]]; then
+    k=2
+    while [[ -e $RESULTS/$DATE$SUFFIX-run$k.md ]]; do k=$((k + 1)); done
+    SUFFIX+="-run$k"
+fi
 MD=$RESULTS/$DATE$SUFFIX.md
 PNG=$RESULTS/$DATE$SUFFIX-lateness.png
 RAWOUT=$RESULTS/$DATE$SUFFIX-raw.txt
