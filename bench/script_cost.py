@@ -78,7 +78,7 @@ def one_run(lua, n):
         assert all(x == [1] for x in r), r[:3]
         create = evalsha_usec(c) / n
         c.call("CONFIG", "RESETSTAT")
-        r = pipeline([["EVALSHA", sha["begin"], 1, tk(i), f"b-{i:06d}", inst, now, 0, 0, i + 1] for i in range(n)])
+        r = pipeline([["EVALSHA", sha["begin"], 1, tk(i), inst, 0, 0, i + 1] for i in range(n)])
         assert all(x[0] == 1 for x in r), r[:3]
         begin = evalsha_usec(c) / n
         c.call("CONFIG", "RESETSTAT")

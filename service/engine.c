@@ -239,15 +239,14 @@ static void park(engine *e, job *j)
 
 static void send_begin(engine *e, job *j)
 {
-    char tk[KEYS_MAX], now[24], ver[24], tok[24];
+    char tk[KEYS_MAX], ver[24], tok[24];
     keys_timer(tk, j->partition, j->id);
-    snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
     snprintf(ver, sizeof ver, "%" PRIu64, j->version);
     snprintf(tok, sizeof tok, "%" PRIu64, j->token);
     metrics_gauge_add(e->m, j->spec->queue, MG_READY, -1); /* pump popped it from the limiter */
-    const char *argv[] = {tk, j->id, e->cfg->instance_id, now, ver, j->spec->every_ms ? "1" : "0", tok};
+    const char *argv[] = {tk, e->cfg->instance_id, ver, j->spec->every_ms ? "1" : "0", tok};
     j->phase = JOB_BEGIN;
-    if (store_eval(e->st, SCRIPT_BEGIN, 1, 7, argv, NULL, begin_cb, j) < 0) {
+    if (store_eval(e->st, SCRIPT_BEGIN, 1, 5, argv, NULL, begin_cb, j) < 0) {
         limiter_done(e->lim, &j->lj);
         park(e, j);
         return;
