@@ -1,4 +1,4 @@
-/* dispatch.h - HTTP attempts on one libcurl multi handle, driven by the
+/* dispatch.h - HTTP attempts on libcurl multi handles (dispatch.c), driven by the
  * engine's epoll loop (curl's socket API: curl tells which sockets to watch
  * and when its next timeout is; the engine reports readiness).
  *
@@ -22,7 +22,7 @@ typedef void (*dispatch_done_cb)(void *arg, job *j, const attempt_result *res);
 
 typedef struct dispatch_config {
     int epfd;                 /* the engine's epoll instance */
-    uint32_t max_connections; /* connection cache size */
+    uint32_t max_connections; /* attempts in flight at most (sizes the shards) */
     uint32_t snippet_bytes;   /* response bytes kept for last_attempt */
     const signer *sign;       /* NULL: requests go unsigned */
     const netpolicy *policy;  /* checked on every socket curl opens; NULL: none */

@@ -73,6 +73,7 @@ typedef struct job {
 
     /* dispatch-private attempt state */
     struct list_node run_node; /* dispatch's list of running attempts */
+    uint8_t shard;             /* dispatch: the multi handle it runs on */
     void *easy;
     struct curl_slist *hdrs;
     char *resp;

@@ -251,6 +251,38 @@ def test_a_target_answering_500_twice_then_204_is_delivered_on_the_third_attempt
         assert 100 - 5 <= gap_ms <= 2000, f"gap between attempts {gap_ms:.1f} ms"
 
 
+def test_two_hundred_attempts_in_flight_at_once_all_finish_and_their_timeouts_fire(
+        redis, receiver, hookwheel_factory):
+    # More attempts at once than one of the dispatcher's curl multi handles
+    # runs (64): they spread over several, and each one's completions and
+    # timeouts must reach the engine.
+    hw = hookwheel_factory(redis, args=("--max-inflight", "256", "--queue-parallelism", "256"))
+    receiver.default("/slow", Reply(204, delay_s=1.5))
+    base = int(now_ms()) + 1500
+    specs = [{"id": f"wide-{i:03d}", "url": receiver.url("/slow"), "fire_at_ms": base,
+              "retry": {"max_attempts": 1}, **({"timeout_ms": 500} if i % 2 else {})}
+             for i in range(200)]
+    _, errors = create_many(hw.api, specs)
+    assert not errors, errors[:3]
+    assert now_ms() < base, "creating 200 timers took more than 1.5 s"
+    got = receiver.wait_for(200, path="/slow", timeout=scaled(15))
+    assert len(got) == 200, len(got)
+    assert Counter(r.timer_id for r in got) == Counter(f"wide-{i:03d}" for i in range(200))
+    assert receiver.max_concurrent("/slow") >= 150, receiver.max_concurrent("/slow")
+    states = {}
+    for i in range(200):
+        done = hw.wait_state(f"wide-{i:03d}", ("delivered", "failed"), timeout=scaled(10))
+        states[i] = done
+    for i, done in states.items():
+        if i % 2:  # 500 ms against a 1.5 s answer
+            assert done.get("state") == "failed", done
+            assert "timeout" in done["last_attempt"]["error"], done
+            assert 400 <= done["last_attempt"]["duration_ms"] < 1500, done
+        else:
+            assert done.get("state") == "delivered", done
+            assert done["last_attempt"]["status"] == 204, done
+
+
 def test_an_unreachable_target_fails_after_max_attempts_with_the_error_kept(hookwheel):
     port = free_port()  # nothing listens there
     timer = assert_created(*hookwheel.create({
