@@ -114,16 +114,15 @@ static void dead_letters(http_req *r, api *a, const char *op)
     atomic_init(&c->failed, 0);
     atomic_init(&c->done, 0);
     atomic_init(&c->more, 0);
-    char ik[KEYS_MAX], dk[KEYS_MAX], fk[KEYS_MAX], tp[KEYS_MAX], now[24], batch[16];
+    char ik[KEYS_MAX], fk[KEYS_MAX], tp[KEYS_MAX], now[24], batch[16];
     snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
     snprintf(batch, sizeof batch, "%d", DL_BATCH);
     for (uint32_t p = 0; p < parts; p++) {
         keys_index(ik, p, http_req_namespace(r), "failed");
-        keys_due(dk, p);
         keys_failed(fk, p);
         keys_timer_prefix(tp, p);
-        const char *argv[] = {ik, dk, fk, tp, op, queue, now, batch};
-        if (store_eval(a->st, SCRIPT_DEADLETTERS, 3, 8, argv, NULL, dl_cb, c) < 0) {
+        const char *argv[] = {ik, fk, tp, op, queue, now, batch};
+        if (store_eval(a->st, SCRIPT_DEADLETTERS, 2, 7, argv, NULL, dl_cb, c) < 0) {
             atomic_fetch_sub(&c->refs, (int)(parts - p));
             atomic_store(&c->failed, 1);
             break;

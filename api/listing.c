@@ -1,7 +1,8 @@
 /* listing.c - GET /timers?state=&queue=&limit=&cursor=: a namespace's timers
  * in one state, page by page.
  *
- * Each partition keeps one index per namespace and state (list.lua has the
+ * Each partition keeps one index per namespace and state, and a listing of a
+ * waiting state also reads the partition's claimed sets (list.lua has the
  * layout). A page asks every partition, in one pipelined round, for up to
  * `limit` entries after the cursor, and merges the answers: a k-way merge
  * pagination. A partition that stopped before its end (it had more, or hit
@@ -255,16 +256,19 @@ void api_timer_list(http_req *r, const char *const *params, void *app)
     atomic_init(&c->failed, 0);
     char ik[KEYS_MAX], tp[KEYS_MAX], score[24] = "", lim[16], budget[16];
     snprintf(lim, sizeof lim, "%" PRIu32, limit);
-    snprintf(budget, sizeof budget, "%" PRIu32, queue ? limit * LIST_QUEUE_BUDGET : limit);
+    /* A waiting state also steps over the other namespaces' and states' timers
+     * held in the claimed zsets (list.lua), as a queue filter steps over
+     * other queues. */
+    snprintf(budget, sizeof budget, "%" PRIu32, queue || asc ? limit * LIST_QUEUE_BUDGET : limit);
     if (has_cur)
         snprintf(score, sizeof score, "%lld", cur.score);
     int rc = 0;
     for (uint32_t p = 0; p < parts; p++) {
         keys_index(ik, p, http_req_namespace(r), state);
         keys_timer_prefix(tp, p);
-        const char *argv[] = {ik, tp, asc ? "asc" : "desc", score, has_cur ? cur.id : "", lim, queue ? queue : "",
-                              budget};
-        rc = store_eval(a->st, SCRIPT_LIST, 1, 8, argv, NULL, list_cb, c);
+        const char *argv[] = {ik,     tp,     asc ? "asc" : "desc", score, has_cur ? cur.id : "", lim,
+                              queue ? queue : "", budget, http_req_namespace(r), state};
+        rc = store_eval(a->st, SCRIPT_LIST, 1, 10, argv, NULL, list_cb, c);
         if (rc < 0) { /* the writer still answers those already queued */
             atomic_fetch_sub(&c->refs, (int)(parts - p));
             atomic_store(&c->failed, 1);

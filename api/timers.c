@@ -262,19 +262,17 @@ static char *new_id(void)
 static void submit_create(api *a, create_ctx *c)
 {
     uint32_t p = keys_partition(c->id, (uint32_t)a->cfg->partitions);
-    char tk[KEYS_MAX], dk[KEYS_MAX], ck[KEYS_MAX], fire[24], now[24];
+    char tk[KEYS_MAX], fire[24], now[24];
     keys_timer(tk, p, c->id);
-    keys_due(dk, p);
-    keys_claimed(ck, p, a->cfg->instance_id);
     snprintf(fire, sizeof fire, "%" PRId64, c->spec->fire_at_ms);
     snprintf(now, sizeof now, "%" PRIu64, c->now_ms);
     c->claim = engine_accepting(a->eng) && (uint64_t)c->spec->fire_at_ms <= c->now_ms + a->cfg->window_ms;
-    const char *argv[] = {tk, dk, ck, c->id, c->spec->stored, fire, now, c->claim ? "1" : "0",
+    const char *argv[] = {tk, c->id, c->spec->stored, fire, now, c->claim ? "1" : "0",
                           a->cfg->instance_id, c->spec->when, c->rid};
-    size_t lens[11];
-    for (int i = 0; i < 11; i++)
-        lens[i] = i == 4 ? c->spec->stored_len : strlen(argv[i]);
-    int rc = store_eval(a->st, SCRIPT_CREATE, 3, 11, argv, lens, create_cb, c);
+    size_t lens[9];
+    for (int i = 0; i < 9; i++)
+        lens[i] = i == 2 ? c->spec->stored_len : strlen(argv[i]);
+    int rc = store_eval(a->st, SCRIPT_CREATE, 1, 9, argv, lens, create_cb, c);
     if (rc < 0) {
         api_respond_submit_error(c->r, rc);
         create_ctx_free(c);
@@ -402,14 +400,12 @@ void api_timer_cancel(http_req *r, const char *const *params, void *app)
         return;
     c->m = a->m;
     uint32_t p = keys_partition(c->id, (uint32_t)a->cfg->partitions);
-    char tk[KEYS_MAX], dk[KEYS_MAX], cp[KEYS_MAX], ret[24], now[24];
+    char tk[KEYS_MAX], ret[24], now[24];
     keys_timer(tk, p, c->id);
-    keys_due(dk, p);
-    keys_claimed_prefix(cp, p);
     snprintf(ret, sizeof ret, "%" PRIu64, a->cfg->retention_s * 1000u);
     snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
-    const char *argv[] = {tk, dk, c->id, cp, ret, now};
-    int rc = store_eval(a->st, SCRIPT_CANCEL, 2, 6, argv, NULL, cancel_cb, c);
+    const char *argv[] = {tk, c->id, ret, now};
+    int rc = store_eval(a->st, SCRIPT_CANCEL, 1, 4, argv, NULL, cancel_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
         free(c);
@@ -542,19 +538,16 @@ static void control(http_req *r, const char *id, api *a, const char *op, int64_t
     key_id(c->id, sizeof c->id, http_req_namespace(r), id);
     uint32_t p = keys_partition(c->id, (uint32_t)a->cfg->partitions);
     uint64_t now_ms = clock_now_ms();
-    char tk[KEYS_MAX], dk[KEYS_MAX], ck[KEYS_MAX], cp[KEYS_MAX], now[24], fire[24], horizon[24];
+    char tk[KEYS_MAX], now[24], fire[24], horizon[24];
     keys_timer(tk, p, c->id);
-    keys_due(dk, p);
-    keys_claimed(ck, p, a->cfg->instance_id);
-    keys_claimed_prefix(cp, p);
     snprintf(now, sizeof now, "%" PRIu64, now_ms);
     snprintf(fire, sizeof fire, "%" PRId64, fire_ms);
     if (engine_accepting(a->eng))
         snprintf(horizon, sizeof horizon, "%" PRIu64, now_ms + a->cfg->window_ms);
     else
         snprintf(horizon, sizeof horizon, "-1");
-    const char *argv[] = {tk, dk, ck, c->id, op, now, fire, cp, horizon, a->cfg->instance_id};
-    int rc = store_eval(a->st, SCRIPT_CONTROL, 3, 10, argv, NULL, control_cb, c);
+    const char *argv[] = {tk, c->id, op, now, fire, horizon, a->cfg->instance_id};
+    int rc = store_eval(a->st, SCRIPT_CONTROL, 1, 7, argv, NULL, control_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
         free(c);

@@ -332,7 +332,7 @@ run_r() {
     scan=$(redis-cli -p "$RPORT" --scan --pattern 'hw:*:t:*' | sort -u | wc -l)
     zsum=0
     for p in $(seq 0 15); do
-        zsum=$((zsum + $(redis-cli -p "$RPORT" zcard "hw:{$p}:due")))
+        zsum=$((zsum + $(redis-cli -p "$RPORT" zcard "hw:{$p}:ix::scheduled"))) # waiting, held by nobody
     done
     result "R run=$run rps=$(kv "$line" rps) p50_ms=$(kv "$line" p50_ms) p99_ms=$(kv "$line" p99_ms)" \
         "max_ms=$(kv "$line" max_ms) requests=$(kv "$line" requests) non2xx=$(kv "$line" non2xx)" \
@@ -681,7 +681,7 @@ write_report() {
         echo
         echo '```'
         echo "R: ${CMD_R:-not run}"
-        echo "   then: redis-cli --scan --pattern 'hw:*:t:*' | sort -u | wc -l  (and sum of ZCARD hw:{0..15}:due)"
+        echo "   then: redis-cli --scan --pattern 'hw:*:t:*' | sort -u | wc -l  (and sum of ZCARD hw:{0..15}:ix::scheduled)"
         echo "L: ${CMD_L:-not run}"
         echo "D: ${CMD_D:-not run}"
         echo "M: ${CMD_M:-not run}"

@@ -67,13 +67,13 @@ def one_run(lua, n):
 
         P, inst = 7, "bench-instance"
         tk = lambda i: f"hw:{{{P}}}:t:b-{i:06d}"  # noqa: E731
-        due, claimed, failed = f"hw:{{{P}}}:due", f"hw:{{{P}}}:claimed:{inst}", f"hw:{{{P}}}:failed"
+        failed = f"hw:{{{P}}}:failed"
         now = int(time.time() * 1000)
         spec = json.dumps({"json": {"seq": 1, "due_ms": now, "pad": "x" * 100}, "url": "http://127.0.0.1:9/hook",
                            "retry": {"max_attempts": 3, "min_backoff_ms": 100, "max_backoff_ms": 1000}},
                           separators=(",", ":"))
         c.call("CONFIG", "RESETSTAT")
-        r = pipeline([["EVALSHA", sha["create"], 3, tk(i), due, claimed, f"b-{i:06d}", spec, now + 1000, now, 1,
+        r = pipeline([["EVALSHA", sha["create"], 1, tk(i), f"b-{i:06d}", spec, now + 1000, now, 1,
                        inst, f"fire_at_ms={now + 1000}", "0123456789abcdef"] for i in range(n)])
         assert all(x == [1] for x in r), r[:3]
         create = evalsha_usec(c) / n
@@ -84,7 +84,7 @@ def one_run(lua, n):
         c.call("CONFIG", "RESETSTAT")
         last = ('{"at":"2026-11-21T19:00:00.000Z","duration_ms":1,"status":204,"error":null,'
                 '"response_snippet":"","instance":"bench-instance"}')
-        r = pipeline([["EVALSHA", sha["finish"], 4, tk(i), claimed, due, failed, f"b-{i:06d}", inst, "delivered",
+        r = pipeline([["EVALSHA", sha["finish"], 2, tk(i), failed, f"b-{i:06d}", inst, "delivered",
                        last, 0, 1, 604800000, now, now + 5000, 0, "delay", 0, -1, 10] for i in range(n)])
         assert all(x[0] == 1 for x in r), r[:3]
         finish = evalsha_usec(c) / n

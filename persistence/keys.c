@@ -27,9 +27,9 @@ size_t keys_timer_prefix(char *buf, uint32_t p)
     return put(snprintf(buf, KEYS_MAX, "hw:{%u}:t:", p));
 }
 
-size_t keys_due(char *buf, uint32_t p)
+size_t keys_namespaces(char *buf, uint32_t p)
 {
-    return put(snprintf(buf, KEYS_MAX, "hw:{%u}:due", p));
+    return put(snprintf(buf, KEYS_MAX, "hw:{%u}:nss", p));
 }
 
 size_t keys_claimed(char *buf, uint32_t p, const char *instance)

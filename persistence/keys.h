@@ -4,8 +4,13 @@
  * partition P = fnv1a(id) mod partitions, so all the keys one script touches
  * live in one Redis Cluster slot (DESIGN §3):
  *   hw:{P}:t:<id>              string: the timer's record (record.h)
- *   hw:{P}:due                 zset: unclaimed timers by fire time (ms)
+ *   hw:{P}:ix:<ns>:<state>     zset: a namespace's timers in a state no instance
+ *                              holds: waiting ones (scheduled, retrying) by fire
+ *                              time (ms), which sweeps claim; others by when they
+ *                              got there (the listing index; _record.lua)
+ *   hw:{P}:nss                 set: namespaces with waiting timers in an index
  *   hw:{P}:claimed:<instance>  zset: timers an instance holds in memory or is firing
+ *   hw:{P}:holders             set: instances with a claimed zset here
  *   hw:{P}:failed              zset: dead letters by failure time
  *   hw:{P}:lastclaim:<instance> list: ids of the instance's last claim, replayed
  *                              when that reply was lost
@@ -24,7 +29,7 @@ uint32_t keys_partition(const char *id, uint32_t partitions);
 /* Each writes a NUL-terminated key into buf (KEYS_MAX bytes) and returns its length. */
 size_t keys_timer(char *buf, uint32_t p, const char *id);
 size_t keys_timer_prefix(char *buf, uint32_t p);
-size_t keys_due(char *buf, uint32_t p);
+size_t keys_namespaces(char *buf, uint32_t p); /* hw:{P}:nss */
 size_t keys_claimed(char *buf, uint32_t p, const char *instance);
 size_t keys_claimed_prefix(char *buf, uint32_t p);
 size_t keys_failed(char *buf, uint32_t p);

@@ -296,12 +296,10 @@ static void send_finish(engine *e, job *j)
 {
     static const char *const names[] = {"delivered", "retry", "failed", "next", "stop"};
     const timer_spec *s = j->spec;
-    char tk[KEYS_MAX], ck[KEYS_MAX], dk[KEYS_MAX], fk[KEYS_MAX], next[24], ret[24], now[24],
-        horizon[24], every[24], times[24], over[24], hist[24];
+    char tk[KEYS_MAX], fk[KEYS_MAX], next[24], ret[24], now[24], horizon[24], every[24], times[24],
+        over[24], hist[24];
     uint64_t now_ms = clock_now_ms();
     keys_timer(tk, j->partition, j->id);
-    keys_claimed(ck, j->partition, e->cfg->instance_id);
-    keys_due(dk, j->partition);
     keys_failed(fk, j->partition);
     snprintf(next, sizeof next, "%" PRIu64, j->next_fire_ms);
     snprintf(ret, sizeof ret, "%" PRIu64, e->cfg->retention_s * 1000u);
@@ -311,11 +309,11 @@ static void send_finish(engine *e, job *j)
     snprintf(times, sizeof times, "%" PRIu32, s->times);
     snprintf(over, sizeof over, "%" PRId64, j->next_delay_ms);
     snprintf(hist, sizeof hist, "%" PRIu64, e->cfg->attempt_history);
-    const char *argv[] = {tk, ck, dk, fk, j->id, e->cfg->instance_id, names[j->outcome], j->last_json, next,
+    const char *argv[] = {tk, fk, j->id, e->cfg->instance_id, names[j->outcome], j->last_json, next,
                           j->keep ? "1" : "0", ret, now, horizon, every, s->fixed_rate ? "rate" : "delay",
                           times, over, hist};
     j->phase = JOB_FINISH;
-    if (store_eval(e->st, SCRIPT_FINISH, 4, 18, argv, NULL, finish_cb, j) < 0) {
+    if (store_eval(e->st, SCRIPT_FINISH, 2, 16, argv, NULL, finish_cb, j) < 0) {
         park(e, j);
         return;
     }
@@ -584,7 +582,7 @@ static void sweep_cb(void *arg, const redisReply *r)
  * order) for the next sweep. */
 static void sweep(engine *e, uint64_t now)
 {
-    char dk[KEYS_MAX], ck[KEYS_MAX], tp[KEYS_MAX], horizon[24], limit[24];
+    char nk[KEYS_MAX], ck[KEYS_MAX], tp[KEYS_MAX], horizon[24], limit[24];
     long free_slots = room(e) / (long)e->cfg->partitions;
     if (free_slots <= 0)
         return;
@@ -594,11 +592,11 @@ static void sweep(engine *e, uint64_t now)
     e->sweep_more = 0;
     for (uint32_t p = 0; p < e->cfg->partitions; p++) {
         char lk[KEYS_MAX];
-        keys_due(dk, p);
+        keys_namespaces(nk, p);
         keys_claimed(ck, p, e->cfg->instance_id);
         keys_lastclaim(lk, p, e->cfg->instance_id);
         keys_timer_prefix(tp, p);
-        const char *argv[] = {dk, ck, lk, horizon, limit, e->cfg->instance_id, tp,
+        const char *argv[] = {nk, ck, lk, horizon, limit, e->cfg->instance_id, tp,
                               atomic_load(&e->sweeps[p].replay) ? "1" : "0"};
         atomic_fetch_add(&e->pending_ops, 1);
         if (store_eval(e->st, SCRIPT_CLAIM, 3, 8, argv, NULL, sweep_cb, &e->sweeps[p]) < 0)

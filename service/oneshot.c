@@ -60,18 +60,16 @@ int oneshot_create_take(const config *cfg, store *st, engine *eng, char *id, tim
     ctx *c = xcalloc(1, sizeof *c);
     *c = (ctx){eng, id, spec, 0, cb, arg};
     uint32_t p = keys_partition(id, (uint32_t)cfg->partitions);
-    char tk[KEYS_MAX], dk[KEYS_MAX], ck[KEYS_MAX], fire[24], now[24];
+    char tk[KEYS_MAX], fire[24], now[24];
     keys_timer(tk, p, id);
-    keys_due(dk, p);
-    keys_claimed(ck, p, cfg->instance_id);
     snprintf(fire, sizeof fire, "%" PRId64, spec->fire_at_ms);
     snprintf(now, sizeof now, "%" PRIu64, now_ms);
     c->claim = engine_accepting(eng) && (uint64_t)spec->fire_at_ms <= now_ms + cfg->window_ms;
-    const char *argv[] = {tk, dk, ck, id, spec->stored, fire, now, c->claim ? "1" : "0", cfg->instance_id, when, ""};
-    size_t lens[11];
-    for (int i = 0; i < 11; i++)
-        lens[i] = i == 4 ? spec->stored_len : strlen(argv[i]);
-    int rc = store_eval(st, SCRIPT_CREATE, 3, 11, argv, lens, created_cb, c);
+    const char *argv[] = {tk, id, spec->stored, fire, now, c->claim ? "1" : "0", cfg->instance_id, when, ""};
+    size_t lens[9];
+    for (int i = 0; i < 9; i++)
+        lens[i] = i == 2 ? spec->stored_len : strlen(argv[i]);
+    int rc = store_eval(st, SCRIPT_CREATE, 1, 9, argv, lens, created_cb, c);
     if (rc < 0)
         ctx_free(c);
     return rc;

@@ -88,7 +88,7 @@ static void released_cb(void *arg, const redisReply *reply)
 uint32_t reaper_release(store *st, const config *cfg, const char *instance, const char *why,
                         store_reply_cb cb, void *arg)
 {
-    char ck[KEYS_MAX], dk[KEYS_MAX], lk[KEYS_MAX], tp[KEYS_MAX], now[24], at[32], last[600], ret[24], hist[24];
+    char ck[KEYS_MAX], lk[KEYS_MAX], tp[KEYS_MAX], now[24], at[32], last[600], ret[24], hist[24];
     uint32_t partitions = (uint32_t)cfg->partitions;
     uint64_t t = clock_now_ms();
     snprintf(now, sizeof now, "%" PRIu64, t);
@@ -102,11 +102,10 @@ uint32_t reaper_release(store *st, const config *cfg, const char *instance, cons
     uint32_t sent = 0;
     for (uint32_t p = 0; p < partitions; p++) {
         keys_claimed(ck, p, instance);
-        keys_due(dk, p);
         keys_lastclaim(lk, p, instance);
         keys_timer_prefix(tp, p);
-        const char *argv[] = {ck, dk, lk, tp, now, last, ret, hist};
-        if (store_eval(st, SCRIPT_RELEASE, 3, 8, argv, NULL, cb, arg) == 0)
+        const char *argv[] = {ck, lk, tp, now, last, ret, hist, instance};
+        if (store_eval(st, SCRIPT_RELEASE, 2, 8, argv, NULL, cb, arg) == 0)
             sent++;
     }
     return sent;

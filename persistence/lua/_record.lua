@@ -106,42 +106,65 @@ local function run_set(r, t)
   r[RUN] = table.concat(t, ' ', 1, n)
 end
 
--- Puts a waiting timer where the next attempt is found: in this instance's
--- claims when it is due within the horizon (the caller then holds it in its
--- wheel), else in the partition's due set for any instance's sweep.
--- Returns 1 when this instance holds it.
-local function rec_place(r, id, due_key, claimed_key, horizon, instance)
-  if tonumber(r[FIRE]) <= tonumber(horizon) then
-    redis.call('ZADD', claimed_key, r[FIRE], id)
-    r[OWNER] = instance
-    return 1
-  end
-  redis.call('ZADD', due_key, r[FIRE], id)
-  r[OWNER] = ''
-  return 0
-end
+-- Where a timer is found. A timer some instance holds (owner set: waiting
+-- in its wheel, or firing) is in that instance's claimed zset,
+-- hw:{P}:claimed:<instance>, by due time, and nowhere else. Any other is in
+-- the listing index of its namespace and state, hw:{P}:ix:<namespace>:<state>,
+-- member its key id: by due time while waiting (scheduled, retrying; these
+-- are what sweeps claim, so the index is the due set too), by the time it got
+-- there otherwise (paused and finished states, listed newest first). So a
+-- pending timer costs one zset entry, and a listing of a waiting state
+-- merges the index with the claimed zsets (list.lua). Two registries let a
+-- script find those zsets within the partition: hw:{P}:nss, the namespaces
+-- that have waiting timers in an index (for sweeps), and hw:{P}:holders,
+-- the instances that have a claimed zset (for listings). Every change of
+-- state or owner goes through unplace and place.
+local function key_base(tkey) return string.match(tkey, '^(hw:{[^}]*}:)') end
+local function id_ns(id) return string.match(id, '^(.*)/') or '' end
 
--- Listing indexes: one zset per namespace and state in each partition,
--- hw:{P}:ix:<namespace>:<state>, member the timer's key id. Scores: the due
--- time for scheduled and retrying (listed soonest first), the time it got
--- there for the others (finished states are listed newest first). Every
--- state change goes through rec_state, so a timer is in exactly the index
--- of its state, with one exception that saves two commands per attempt: a
--- timer in its attempt ('firing', set by begin without rec_state) stays in
--- the index it waited in, scheduled for a first attempt, retrying for a
--- later one. Finished entries older than the retention are trimmed now and
--- then (ix_trim).
 local function ix_key(tkey, id, state)
-  local ns = string.match(id, '^(.*)/') or ''
-  return string.match(tkey, '^(hw:{[^}]*}:)') .. 'ix:' .. ns .. ':' .. state
+  return key_base(tkey) .. 'ix:' .. id_ns(id) .. ':' .. state
 end
 
-local function rec_state(tkey, id, r, to, score)
-  local from = r[ST]
-  if from == 'firing' then from = tonumber(r[ATT]) <= 1 and 'scheduled' or 'retrying' end
-  if from and from ~= '' then redis.call('ZREM', ix_key(tkey, id, from), id) end
-  r[ST] = to
-  redis.call('ZADD', ix_key(tkey, id, to), score, id)
+local function place_key(tkey, id, r)
+  if r[OWNER] ~= '' then return key_base(tkey) .. 'claimed:' .. r[OWNER] end
+  return ix_key(tkey, id, r[ST])
+end
+
+-- Takes the timer out of where it is found; call before changing its state
+-- or owner (a record being created has state '': nowhere yet).
+local function unplace(tkey, id, r)
+  if r[ST] ~= '' then redis.call('ZREM', place_key(tkey, id, r), id) end
+end
+
+-- Puts the timer where its state and owner say, at score (its due time
+-- while it waits, else now).
+local function place(tkey, id, r, score)
+  redis.call('ZADD', place_key(tkey, id, r), score, id)
+  if r[OWNER] ~= '' then
+    redis.call('SADD', key_base(tkey) .. 'holders', r[OWNER])
+  elseif r[ST] == 'scheduled' or r[ST] == 'retrying' then
+    redis.call('SADD', key_base(tkey) .. 'nss', id_ns(id))
+  end
+end
+
+-- Places a waiting timer (state already set) where its next attempt is
+-- found: held by this instance when it is due within the horizon (the
+-- caller then holds it in its wheel), else in its index for any instance's
+-- sweep. Returns 1 when this instance holds it.
+local function rec_place(tkey, id, r, horizon, instance)
+  local held = tonumber(r[FIRE]) <= tonumber(horizon)
+  r[OWNER] = held and instance or ''
+  place(tkey, id, r, r[FIRE])
+  return held and 1 or 0
+end
+
+-- The state a listing of waiting timers shows a timer under: a timer in its
+-- attempt (firing) under the one it waited in, scheduled for a first attempt,
+-- retrying for a later one.
+local function waiting_state(r)
+  if r[ST] == 'firing' then return tonumber(r[ATT]) <= 1 and 'scheduled' or 'retrying' end
+  return r[ST]
 end
 
 -- Drops index entries of finished timers whose records have expired: on

@@ -31,6 +31,6 @@ end
 t[TOK] = tonumber(ARGV[4])
 run_set(r, t)
 r[ATT] = tostring(n)
-r[ST] = 'firing' -- stays in its waiting index (see rec_state)
+r[ST] = 'firing' -- stays in this instance's claimed zset, where it was
 rec_save(KEYS[1], r)
 return {1, n}

@@ -2,8 +2,8 @@
 -- retrying, paused) becomes cancelled and leaves every index; one that began
 -- an attempt or finished is left as it is, except a recurring timer in a
 -- run: the run completes and no other follows (the flag is read by finish).
--- KEYS: 1 timer key, 2 due zset
--- ARGV: 1 id, 2 claimed key prefix "hw:{P}:claimed:" (same slot), 3 retention_ms, 4 now_ms
+-- KEYS: 1 timer key
+-- ARGV: 1 id, 2 retention_ms, 3 now_ms
 -- Returns {1, record} cancelled (now or before), {2, record} cancelled once
 -- its current run ends, {0, record} too late, {-1} unknown.
 -- A cancel made by this call (not before) carries a third element, 1.
@@ -19,10 +19,9 @@ if r[ST] == 'firing' and cjson.decode(r[SPEC])['repeat'] then
   return {2, table.concat(r, '\n')}
 end
 if r[ST] ~= 'scheduled' and r[ST] ~= 'retrying' and r[ST] ~= 'paused' then return {0, raw} end
-redis.call('ZREM', KEYS[2], ARGV[1])
-if r[OWNER] ~= '' then redis.call('ZREM', ARGV[2] .. r[OWNER], ARGV[1]) end
-rec_state(KEYS[1], ARGV[1], r, 'cancelled', ARGV[4])
-ix_trim(KEYS[1], ARGV[1], 'cancelled', ARGV[4], ARGV[3])
-r[OWNER] = ''
-rec_save_final(KEYS[1], r, ARGV[3])
+unplace(KEYS[1], ARGV[1], r)
+r[ST], r[OWNER] = 'cancelled', ''
+place(KEYS[1], ARGV[1], r, ARGV[3])
+ix_trim(KEYS[1], ARGV[1], 'cancelled', ARGV[3], ARGV[2])
+rec_save_final(KEYS[1], r, ARGV[2])
 return {1, table.concat(r, '\n'), 1} -- 1: cancelled by this call (counted once in metrics)

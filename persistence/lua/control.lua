@@ -14,10 +14,10 @@
 -- version never starts (begin checks it). A one-shot timer in its attempt
 -- cannot take fire, reschedule or pause (it runs once); finished timers
 -- take nothing.
--- KEYS: 1 timer key, 2 due zset, 3 this instance's claimed zset
--- ARGV: 1 id, 2 op, 3 now_ms, 4 fire_ms (reschedule), 5 claimed key prefix
---       "hw:{P}:claimed:" (same slot), 6 horizon_ms (what is due by then is
---       claimed by this instance at once; -1: never), 7 instance id
+-- KEYS: 1 timer key
+-- ARGV: 1 id, 2 op, 3 now_ms, 4 fire_ms (reschedule), 5 horizon_ms (what is
+--       due by then is claimed by this instance at once; -1: never),
+--       6 instance id
 -- Returns {1, record, held} done (held 1: this instance now holds the run in
 -- its claims), {0, record} not possible in this state, {-1} unknown.
 local r, raw = rec_load(KEYS[1])
@@ -30,24 +30,19 @@ local function done(held)
   rec_save(KEYS[1], r)
   return {1, table.concat(r, '\n'), held}
 end
-local function unplace()
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  if r[OWNER] ~= '' then redis.call('ZREM', ARGV[5] .. r[OWNER], ARGV[1]) end
-  r[OWNER] = ''
-end
 local function wait_at(fire)
-  unplace()
+  unplace(KEYS[1], ARGV[1], r)
   t[V] = t[V] + 1
   t[RSV], t[FLAG], t[NEXT] = 0, 0, 0
   r[ATT] = '0'
   r[FIRE] = string.format('%d', fire)
-  rec_state(KEYS[1], ARGV[1], r, 'scheduled', r[FIRE])
-  return done(rec_place(r, ARGV[1], KEYS[2], KEYS[3], ARGV[6], ARGV[7]))
+  r[ST] = 'scheduled'
+  return done(rec_place(KEYS[1], ARGV[1], r, ARGV[5], ARGV[6]))
 end
 
 if op == 'retry' then
   if st ~= 'failed' then return {0, raw} end
-  redis.call('ZREM', string.match(KEYS[1], '^(hw:{[^}]*}:)') .. 'failed', ARGV[1])
+  redis.call('ZREM', key_base(KEYS[1]) .. 'failed', ARGV[1])
   redis.call('PERSIST', KEYS[1])
   return wait_at(now)
 end
@@ -72,10 +67,11 @@ if op == 'fire' then return wait_at(now) end
 if op == 'reschedule' then return wait_at(tonumber(ARGV[4])) end
 if op == 'pause' then
   if st == 'paused' then return {1, raw, 0} end
-  unplace()
+  unplace(KEYS[1], ARGV[1], r)
   t[V] = t[V] + 1
   t[RSV], t[NEXT] = 0, 0
-  rec_state(KEYS[1], ARGV[1], r, 'paused', ARGV[3])
+  r[ST], r[OWNER] = 'paused', ''
+  place(KEYS[1], ARGV[1], r, ARGV[3])
   r[ATT] = '0'
   return done(0)
 end

@@ -1,5 +1,5 @@
 -- create: store a new timer, or recognise an idempotent repeat.
--- KEYS: 1 timer key, 2 due zset, 3 this instance's claimed zset
+-- KEYS: 1 timer key
 -- ARGV: 1 id, 2 stored spec, 3 fire_ms, 4 now_ms, 5 claim ("1": the caller
 --       holds it in its wheel at once), 6 instance id, 7 the due time as the
 --       client gave it ("delay_ms=1500"); spec and when together are what
@@ -11,15 +11,8 @@ if raw then
   if r and r[SPEC] == ARGV[2] and r[WHEN] == ARGV[7] then return {0, raw} end
   return {2, r and r[ST] or ''}
 end
-local owner = ''
-if ARGV[5] == '1' then
-  owner = ARGV[6]
-  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
-else
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-end
 local created = ARGV[8] == '' and ARGV[4] or ARGV[4] .. ' ' .. ARGV[8]
-local r = {'', ARGV[3], '0', created, owner, ARGV[7], '', '', ARGV[2]}
-rec_state(KEYS[1], ARGV[1], r, 'scheduled', ARGV[3])
+local r = {'scheduled', ARGV[3], '0', created, ARGV[5] == '1' and ARGV[6] or '', ARGV[7], '', '', ARGV[2]}
+place(KEYS[1], ARGV[1], r, ARGV[3])
 rec_save(KEYS[1], r)
 return {1}

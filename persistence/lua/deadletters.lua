@@ -1,8 +1,7 @@
 -- deadletters: replay or purge one partition's failed timers of a namespace
 -- (its failed listing index), optionally of one queue, at most `limit` of
 -- them per call so Redis is never held long.
--- KEYS: 1 the namespace's failed index (hw:{P}:ix:<ns>:failed), 2 due zset,
---       3 failed zset
+-- KEYS: 1 the namespace's failed index (hw:{P}:ix:<ns>:failed), 2 failed zset
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 'replay' | 'purge', 3 queue ('' any),
 --       4 now_ms, 5 limit
 -- Returns {done, more}: more is 1 when failed timers may be left.
@@ -18,7 +17,7 @@ while examined < limit do
     if not r or r[ST] ~= 'failed' then
       redis.call('ZREM', KEYS[1], id) -- expired or moved on: not a dead letter
     elseif ARGV[3] == '' or (cjson.decode(r[SPEC]).queue or 'default') == ARGV[3] then
-      redis.call('ZREM', KEYS[3], id)
+      redis.call('ZREM', KEYS[2], id)
       if ARGV[2] == 'purge' then
         redis.call('ZREM', KEYS[1], id)
         redis.call('DEL', tk)
@@ -29,9 +28,9 @@ while examined < limit do
         run_set(r, t)
         r[ATT] = '0'
         r[FIRE] = ARGV[4]
-        r[OWNER] = ''
-        rec_state(tk, id, r, 'scheduled', ARGV[4])
-        redis.call('ZADD', KEYS[2], ARGV[4], id)
+        unplace(tk, id, r)
+        r[ST], r[OWNER] = 'scheduled', ''
+        place(tk, id, r, ARGV[4])
         rec_save(tk, r)
         redis.call('PERSIST', tk)
       end

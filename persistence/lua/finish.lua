@@ -2,7 +2,7 @@
 -- recurring timer schedule its next run (the Circulation Trigger rules: a
 -- fire or reschedule that arrived during the run decides the next run; a
 -- pause or cancel that arrived during it stops it here).
--- KEYS: 1 timer key, 2 this instance's claimed zset, 3 due zset, 4 failed zset
+-- KEYS: 1 timer key, 2 failed zset
 -- ARGV: 1 id, 2 instance id, 3 outcome: delivered | retry | failed | next
 --       (a recurring run succeeded) | stop (a recurring run answered 410),
 --       4 last attempt (JSON), 5 next fire_ms (retry), 6 keep ("1": what is
@@ -30,24 +30,29 @@ end
 local now, t = tonumber(ARGV[8]), run_get(r)
 rec_attempt(r, ARGV[4], ARGV[14])
 
+-- Takes the timer out of this instance's claims, into state `to` (placed
+-- by the caller).
+local function leave(to)
+  unplace(KEYS[1], ARGV[1], r)
+  r[ST], r[OWNER] = to, ''
+end
+
 local function final(state)
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  rec_state(KEYS[1], ARGV[1], r, state, ARGV[8])
+  leave(state)
+  place(KEYS[1], ARGV[1], r, ARGV[8])
   ix_trim(KEYS[1], ARGV[1], state, ARGV[8], ARGV[7])
-  r[OWNER] = ''
   if t[RSV] ~= 0 or t[FLAG] ~= 0 or t[NEXT] ~= 0 then
     t[RSV], t[FLAG], t[NEXT] = 0, 0, 0
     run_set(r, t)
   end
-  if state == 'failed' then redis.call('ZADD', KEYS[4], ARGV[8], ARGV[1]) end
+  if state == 'failed' then redis.call('ZADD', KEYS[2], ARGV[8], ARGV[1]) end
   rec_save_final(KEYS[1], r, ARGV[7])
   return answer(t[V])
 end
 
 local function paused()
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  rec_state(KEYS[1], ARGV[1], r, 'paused', ARGV[8])
-  r[OWNER] = ''
+  leave('paused')
+  place(KEYS[1], ARGV[1], r, ARGV[8])
   r[ATT] = '0'
   t[RSV], t[FLAG], t[NEXT] = 0, 0, 0
   run_set(r, t)
@@ -56,11 +61,9 @@ local function paused()
 end
 
 local function wait_for(fire, state)
+  leave(state)
   r[FIRE] = string.format('%d', fire)
-  rec_state(KEYS[1], ARGV[1], r, state, r[FIRE])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  local horizon = ARGV[6] == '1' and ARGV[9] or '-1'
-  rec_place(r, ARGV[1], KEYS[3], KEYS[2], horizon, ARGV[2])
+  rec_place(KEYS[1], ARGV[1], r, ARGV[6] == '1' and ARGV[9] or '-1', ARGV[2])
   run_set(r, t)
   rec_save(KEYS[1], r)
   return answer(t[V])

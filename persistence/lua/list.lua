@@ -1,22 +1,26 @@
--- list: one partition's part of a page of GET /timers (a listing index, see
--- the prelude). Entries are taken in index order after the cursor: by score
--- then id ascending ('asc', scheduled and retrying: soonest due first), or
--- both descending ('desc': newest first), exactly as ZRANGE / ZREVRANGE
--- order them, so the cursor is a position that survives other entries
--- coming and going. At most `budget` entries are examined, so a page never
--- costs more than that whatever the filter.
+-- list: one partition's part of a page of GET /timers. Entries are taken in
+-- order after the cursor: by score then id ascending ('asc', scheduled and
+-- retrying: soonest due first), or both descending ('desc': newest first),
+-- exactly as ZRANGE / ZREVRANGE order them, so the cursor is a position that
+-- survives other entries coming and going. A waiting state's timers are in
+-- its index while no instance holds them and in the holder's claimed zset
+-- while one does (see the prelude), so an 'asc' listing merges the index
+-- with every claimed zset of the partition, taking from those only the
+-- namespace's timers that wait in (or fire from) the state listed. At most
+-- `budget` entries are examined, so a page never costs more than that
+-- whatever the filter.
 -- KEYS: 1 the index zset
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 'asc' | 'desc', 3 cursor score
 --       ('' for the first page), 4 cursor key id, 5 limit, 6 queue ('' any),
---       7 budget
+--       7 budget, 8 the namespace, 9 the state
 -- Returns {more, last_score, last_id, id, score, record, id, score, record, ...}
--- for up to limit matches; more is 1 when the index holds entries after the
+-- for up to limit matches; more is 1 when the sources hold entries after the
 -- last one examined (last_score, last_id; '' when none was).
-local key, asc = KEYS[1], ARGV[2] == 'asc'
+local asc = ARGV[2] == 'asc'
 local limit, budget = tonumber(ARGV[5]), tonumber(ARGV[7])
 
--- The rank just after the cursor, whether or not its entry is still there.
-local function start_rank()
+-- The rank just after the cursor in key, whether or not its entry is there.
+local function start_rank(key)
   if ARGV[3] == '' then return 0 end
   local cs, cid = tonumber(ARGV[3]), ARGV[4]
   local sc = redis.call('ZSCORE', key, cid)
@@ -31,31 +35,72 @@ local function start_rank()
   return n
 end
 
+-- A source: a zset read in order from a rank, 200 entries at a time.
+local sources = {}
+local function add_source(key, held)
+  sources[#sources + 1] = {key = key, held = held, rank = start_rank(key),
+                           total = redis.call('ZCARD', key), buf = {}, i = 1}
+end
+local function head(s)
+  if s.i > #s.buf then
+    if s.rank >= s.total then return nil end
+    s.buf = asc and redis.call('ZRANGE', s.key, s.rank, s.rank + 199, 'WITHSCORES')
+                or redis.call('ZREVRANGE', s.key, s.rank, s.rank + 199, 'WITHSCORES')
+    s.i = 1
+    if #s.buf == 0 then s.total = s.rank return nil end
+  end
+  return s.buf[s.i], s.buf[s.i + 1]
+end
+
+local waiting = ARGV[9] == 'scheduled' or ARGV[9] == 'retrying'
+add_source(KEYS[1], false)
+if waiting then
+  local base = key_base(ARGV[1])
+  for _, h in ipairs(redis.call('SMEMBERS', base .. 'holders')) do add_source(base .. 'claimed:' .. h, true) end
+end
+
+-- Whether a record belongs in this listing: an index entry must still be
+-- in the state (a waiting one also unheld); a claimed entry must be the
+-- namespace's and wait in, or fire from, the state.
+local function belongs(r, held, id)
+  if not held then return r[ST] == ARGV[9] and (not waiting or r[OWNER] == '') end
+  return id_ns(id) == ARGV[8] and waiting_state(r) == ARGV[9]
+end
+
 local out, found, scanned, stale = {0, '', ''}, 0, 0, {}
-local rank = start_rank()
-local total = redis.call('ZCARD', key)
-while found < limit and scanned < budget and rank < total do
-  local n = math.min(budget - scanned, 200)
-  local batch = asc and redis.call('ZRANGE', key, rank, rank + n - 1, 'WITHSCORES')
-                    or redis.call('ZREVRANGE', key, rank, rank + n - 1, 'WITHSCORES')
-  if #batch == 0 then break end
-  for i = 1, #batch, 2 do
-    local id, score = batch[i], batch[i + 1]
-    scanned = scanned + 1
-    rank = rank + 1
-    out[2], out[3] = score, id
-    local raw = redis.call('GET', ARGV[1] .. id)
-    if not raw then
-      stale[#stale + 1] = id -- its record expired: drop the entry after the scan
-    elseif ARGV[6] == '' or (cjson.decode(rec_parse(raw)[SPEC]).queue or 'default') == ARGV[6] then
-      out[#out + 1] = id
+while found < limit and scanned < budget do
+  local best, bid, bsc
+  for _, s in ipairs(sources) do
+    local id, sc = head(s)
+    if id then
+      local n = tonumber(sc)
+      if not best or (asc and (n < bsc or (n == bsc and id < bid))) or
+          (not asc and (n > bsc or (n == bsc and id > bid))) then
+        best, bid, bsc = s, id, n
+      end
+    end
+  end
+  if not best then break end
+  local score = best.buf[best.i + 1]
+  best.i, best.rank, scanned = best.i + 2, best.rank + 1, scanned + 1
+  out[2], out[3] = score, bid
+  local raw = redis.call('GET', ARGV[1] .. bid)
+  local r = raw and rec_parse(raw)
+  if not r then
+    if not best.held then stale[#stale + 1] = bid end -- its record expired: drop the entry after the scan
+  elseif belongs(r, best.held, bid) then
+    if ARGV[6] == '' or (cjson.decode(r[SPEC]).queue or 'default') == ARGV[6] then
+      out[#out + 1] = bid
       out[#out + 1] = score
       out[#out + 1] = raw
       found = found + 1
     end
-    if found == limit or scanned == budget then break end
+  elseif not best.held then
+    stale[#stale + 1] = bid -- an index entry of a timer that moved on
   end
 end
-if rank < total then out[1] = 1 end
-if #stale > 0 then redis.call('ZREM', key, unpack(stale)) end
+for _, s in ipairs(sources) do
+  if s.rank < s.total then out[1] = 1 end
+end
+if #stale > 0 then redis.call('ZREM', KEYS[1], unpack(stale)) end
 return out

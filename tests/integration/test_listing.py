@@ -4,7 +4,7 @@ import threading
 import time
 from urllib.parse import quote
 
-from conftest import assert_created, create_many, scaled
+from conftest import Reply, assert_created, create_many, scaled, wait_until
 
 
 def page(api, state, limit=100, cursor=None, queue=None, headers=None):
@@ -122,3 +122,55 @@ def test_a_rare_queue_is_listed_completely_and_in_order_with_short_pages(hookwhe
     items, pages = walk(hookwheel.api, "scheduled", limit=2, queue="rare")
     assert [(it["fire_at_ms"], it["id"]) for it in items] == rare
     assert pages > len(rare) // 2, "pages were not bounded by the scan budget"
+
+
+def test_held_and_firing_timers_are_listed_with_the_others_in_due_order_and_only_in_their_namespace(
+        tmp_path, redis, receiver, hookwheel_factory):
+    # A timer no instance holds is in its namespace's index; one an instance
+    # holds (due within the window, or firing) is only in that instance's
+    # claimed set, which holds every namespace's timers: a listing merges both.
+    tokens = {"team-a": "team-a-token-5d8e2f7a1b", "team-b": "team-b-token-9c3a6e0d4f"}
+    (tmp_path / "tokens").write_text("".join(f"{ns} {t}\n" for ns, t in tokens.items()))
+    hw = hookwheel_factory(redis, args=("--window-ms", "60000"),
+                           env={"HOOKWHEEL_API_TOKENS_FILE": str(tmp_path / "tokens")})
+    receiver.default("/slow", Reply(204, delay_s=4))
+    receiver.default("/fail", Reply(500))
+    now = int(time.time() * 1000)
+    retry = {"max_attempts": 3, "max_backoff_ms": 120000}
+    for ns, token in tokens.items():
+        auth = {"Authorization": f"Bearer {token}"}
+        specs = ([{"id": f"far-{i:02d}", "fire_at_ms": now + 3_600_000 + i * 1000} for i in range(20)] +
+                 [{"id": f"near-{i:02d}", "fire_at_ms": now + 30_000 + i * 500} for i in range(20)] +
+                 [{"id": f"firing-{i}", "delay_ms": 0, "url": receiver.url("/slow")} for i in range(3)] +
+                 [{"id": "retry-held", "delay_ms": 0, "url": receiver.url("/fail"),
+                   "retry": dict(retry, min_backoff_ms=20000)},
+                  {"id": "retry-later", "delay_ms": 0, "url": receiver.url("/fail"),
+                   "retry": dict(retry, min_backoff_ms=120000)}])
+        for spec in specs:
+            status, _, body = hw.create({"url": receiver.url("/never"), **spec}, headers=auth)
+            assert status == 201, body
+    assert receiver.wait_for(6, path="/slow", timeout=scaled(3)) and len(receiver.requests("/slow")) == 6
+    auth_a = {"Authorization": f"Bearer {tokens['team-a']}"}
+
+    def state(tid):
+        return hw.request("GET", f"/timers/{tid}", headers=auth_a)[2]["state"]
+    assert wait_until(lambda: state("retry-held") == "retrying" and state("retry-later") == "retrying",
+                      scaled(5))
+    items, pages = walk(hw.api, "scheduled", limit=7, headers=auth_a)
+    got = [(it["fire_at_ms"], it["id"]) for it in items]
+    assert got == sorted(got), "not in due order"
+    ids = [it["id"] for it in items]
+    assert sorted(ids) == sorted([f"far-{i:02d}" for i in range(20)] + [f"near-{i:02d}" for i in range(20)] +
+                                 [f"firing-{i}" for i in range(3)]), ids
+    assert {it["state"] for it in items if it["id"].startswith("firing-")} == {"firing"}, items
+    assert {it["state"] for it in items if not it["id"].startswith("firing-")} == {"scheduled"}
+    assert pages >= 7
+    items, _ = walk(hw.api, "retrying", limit=1, headers=auth_a)
+    assert [it["id"] for it in items] == ["retry-held", "retry-later"], items
+    # the layout: only the timers no instance holds have an index entry
+    assert sum(int(redis.cmd("ZCARD", k)) for k in redis.keys("hw:*:ix:team-a:scheduled")) == 20
+    assert sum(int(redis.cmd("ZCARD", k)) for k in redis.keys("hw:*:ix:team-a:retrying")) == 1
+    held = set()
+    for k in redis.keys("hw:*:claimed:*"):
+        held |= set(redis.cmd("ZRANGE", k, 0, -1))
+    assert {f"team-a/near-{i:02d}" for i in range(20)} | {"team-a/retry-held"} <= held

@@ -378,6 +378,32 @@ def test_timers_pending_at_sigterm_are_delivered_exactly_once_by_the_next_instan
         assert done.get("state") == "delivered" and done["attempts"] == 1, (tid, done)
 
 
+def test_timers_left_by_an_earlier_release_in_its_due_set_are_delivered_after_the_upgrade(
+        redis, receiver, hookwheel_factory):
+    # Earlier releases kept a waiting timer no instance held in hw:{P}:due as
+    # well as in its index, and sweeps read only that set. Lay 30 timers out
+    # that way (no namespace registry, which those releases did not have):
+    # the sweeps of this one move them over and deliver them.
+    first = hookwheel_factory(redis)
+    base = int(now_ms()) + 8000  # past the 5 s window: nobody holds them
+    specs = [{"id": f"old-{i:02d}", "url": receiver.url("/old"), "fire_at_ms": base + i * 50} for i in range(30)]
+    fire_at, errors = create_many(first.api, specs)
+    assert not errors, errors[:3]
+    assert first.stop(signal.SIGTERM) == 0
+    for tid, fire in fire_at.items():
+        (key,) = redis.keys(f"hw:*:t:{tid}")
+        part = key.split(":t:", 1)[0]
+        redis.cmd("ZADD", f"{part}:due", str(fire), tid)
+    for k in redis.keys("hw:*:nss"):
+        redis.cmd("DEL", k)
+    hookwheel_factory(redis)
+    got = receiver.wait_for(30, path="/old", timeout=max(0.0, (base - now_ms()) / 1000) + scaled(10))
+    assert sorted(r.timer_id for r in got) == sorted(fire_at)
+    for r in got:
+        assert_not_early(r, fire_at[r.timer_id])
+    assert redis.keys("hw:*:due") == set()
+
+
 def test_while_stopping_every_request_gets_503_and_the_attempt_in_flight_finishes_and_is_recorded(
         redis, receiver, hookwheel_factory):
     hw = hookwheel_factory(redis)
