@@ -59,13 +59,14 @@ $(BUILD)/%.o: %.c | $(BUILD)/lua_scripts.h
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 # Lua scripts are embedded as C strings, one per file (persistence/lua/x.lua ->
-# lua_x), each preceded by the shared prelude (persistence/lua/_record.lua).
-$(BUILD)/lua_scripts.h: $(LUA) $(LUA_PRE)
+# lua_x), and the shared prelude (persistence/lua/_record.lua) as lua__prelude;
+# store.c makes one Redis function library of them.
+$(BUILD)/lua_scripts.h: $(LUA) $(LUA_PRE) Makefile
 	@mkdir -p $(BUILD)
-	@for f in $(LUA); do \
-	  n=$$(basename $$f .lua); \
+	@for f in $(LUA_PRE) $(LUA); do \
+	  n=$$(basename $$f .lua); [ "$$f" = "$(LUA_PRE)" ] && n=_prelude; \
 	  printf 'static const char lua_%s[] =\n' "$$n"; \
-	  cat $(LUA_PRE) $$f | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$$/\\n"/'; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$$/\\n"/' $$f; \
 	  printf ';\n'; \
 	done > $@.tmp && mv $@.tmp $@
 

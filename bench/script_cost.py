@@ -2,11 +2,12 @@
 """script_cost.py - Redis CPU per call of the begin and finish scripts.
 
 Starts a scratch redis-server (127.0.0.1, AOF everysec, temp dir), loads
-persistence/lua's scripts as the service does (the prelude in front of each),
+persistence/lua's scripts as the service does (one function library: the prelude, then
+each script as a function),
 creates N timers held by one instance with the create script (the D
 workload's spec: a 100-byte json pad and a retry policy), then sends N
 begins and N finishes ("delivered"), pipelined, and reads Redis's own time
-for each phase from INFO commandstats (usec of EVALSHA / N), the creates
+for each phase from INFO commandstats (usec of FCALL / N), the creates
 included. This is the
 script cost alone: protocol parsing, replies and AOF writes come on top.
 
@@ -27,10 +28,10 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from conftest import RespClient, free_port  # noqa: E402
 
 
-def evalsha_usec(c):
+def fcall_usec(c):
     st = c.call("INFO", "commandstats")
     st = st.decode() if isinstance(st, bytes) else st
-    line = [x for x in st.splitlines() if x.startswith("cmdstat_evalsha:")][0]
+    line = [x for x in st.splitlines() if x.startswith("cmdstat_fcall:")][0]
     return int(line.split("usec=")[1].split(",")[0])
 
 
@@ -52,10 +53,12 @@ def one_run(lua, n):
                 if time.time() > deadline:
                     raise
                 time.sleep(0.05)
-        sha = {}
-        for name in ("create", "begin", "finish"):
-            v = c.call("SCRIPT", "LOAD", pre + "\n" + (lua / f"{name}.lua").read_text())
-            sha[name] = v.decode() if isinstance(v, bytes) else v
+        # one function library, as persistence/store.c makes it
+        lib = "#!lua name=hwbench\n" + pre + "".join(
+            f"redis.register_function('hwbench_{name}', function(KEYS, ARGV)\n{(lua / f'{name}.lua').read_text()}end)\n"
+            for name in ("create", "begin", "finish"))
+        c.call("FUNCTION", "LOAD", "REPLACE", lib)
+        sha = {name: f"hwbench_{name}" for name in ("create", "begin", "finish")}
 
         def pipeline(cmds, k=500):
             out = []
@@ -73,21 +76,21 @@ def one_run(lua, n):
                            "retry": {"max_attempts": 3, "min_backoff_ms": 100, "max_backoff_ms": 1000}},
                           separators=(",", ":"))
         c.call("CONFIG", "RESETSTAT")
-        r = pipeline([["EVALSHA", sha["create"], 1, tk(i), f"b-{i:06d}", spec, now + 1000, now, 1,
+        r = pipeline([["FCALL", sha["create"], 1, tk(i), f"b-{i:06d}", spec, now + 1000, now, 1,
                        inst, f"fire_at_ms={now + 1000}", "0123456789abcdef"] for i in range(n)])
         assert all(x == [1] for x in r), r[:3]
-        create = evalsha_usec(c) / n
+        create = fcall_usec(c) / n
         c.call("CONFIG", "RESETSTAT")
-        r = pipeline([["EVALSHA", sha["begin"], 1, tk(i), inst, 0, 0, i + 1] for i in range(n)])
+        r = pipeline([["FCALL", sha["begin"], 1, tk(i), inst, 0, 0, i + 1] for i in range(n)])
         assert all(x[0] == 1 for x in r), r[:3]
-        begin = evalsha_usec(c) / n
+        begin = fcall_usec(c) / n
         c.call("CONFIG", "RESETSTAT")
         last = ('{"at":"2026-11-21T19:00:00.000Z","duration_ms":1,"status":204,"error":null,'
                 '"response_snippet":"","instance":"bench-instance"}')
-        r = pipeline([["EVALSHA", sha["finish"], 2, tk(i), failed, f"b-{i:06d}", inst, "delivered",
+        r = pipeline([["FCALL", sha["finish"], 2, tk(i), failed, f"b-{i:06d}", inst, "delivered",
                        last, 0, 1, 604800000, now, now + 5000, 0, "delay", 0, -1, 10] for i in range(n)])
         assert all(x[0] == 1 for x in r), r[:3]
-        finish = evalsha_usec(c) / n
+        finish = fcall_usec(c) / n
         c.close()
         return create, begin, finish
     finally:

@@ -58,26 +58,59 @@ struct store {
     int warned;             /* writer thread only: the outage was logged */
 };
 
-static const char *const script_src[SCRIPT_COUNT] = {
-    [SCRIPT_CREATE] = lua_create, [SCRIPT_CLAIM] = lua_claim,   [SCRIPT_BEGIN] = lua_begin,
-    [SCRIPT_FINISH] = lua_finish, [SCRIPT_CANCEL] = lua_cancel, [SCRIPT_RELEASE] = lua_release,
-    [SCRIPT_CONTROL] = lua_control,
-    [SCRIPT_LIST] = lua_list,
-    [SCRIPT_DEADLETTERS] = lua_deadletters,
-    [SCRIPT_RENEW] = lua_renew,   [SCRIPT_UNLOCK] = lua_unlock,
-    [SCRIPT_LEASE] = lua_lease,
+/* The scripts, as one Redis function library (FUNCTION LOAD, Redis 7.0+):
+ * the prelude's helpers are made once when the library loads, where EVALSHA
+ * would make them again on every call (bench/script_cost.py: ~2 us of
+ * Redis per create). Each script file's body becomes the body of a function
+ * function(KEYS, ARGV), so it reads as an EVAL script does. The library and
+ * function names carry a hash of the code, so instances of different builds
+ * sharing a Redis each call their own. */
+static const struct {
+    const char *name, *src;
+} scripts[SCRIPT_COUNT] = {
+    [SCRIPT_CREATE] = {"create", lua_create},
+    [SCRIPT_CLAIM] = {"claim", lua_claim},
+    [SCRIPT_BEGIN] = {"begin", lua_begin},
+    [SCRIPT_FINISH] = {"finish", lua_finish},
+    [SCRIPT_CANCEL] = {"cancel", lua_cancel},
+    [SCRIPT_RELEASE] = {"release", lua_release},
+    [SCRIPT_CONTROL] = {"control", lua_control},
+    [SCRIPT_LIST] = {"list", lua_list},
+    [SCRIPT_DEADLETTERS] = {"deadletters", lua_deadletters},
+    [SCRIPT_RENEW] = {"renew", lua_renew},
+    [SCRIPT_UNLOCK] = {"unlock", lua_unlock},
+    [SCRIPT_LEASE] = {"lease", lua_lease},
 };
-static char script_sha[SCRIPT_COUNT][41];
-static pthread_once_t sha_once = PTHREAD_ONCE_INIT;
+static char lib_name[32];                    /* hw_<12 hex of the code's SHA-1> */
+static char fn_name[SCRIPT_COUNT][48];       /* <lib_name>_<script> */
+static char *lib_src;                        /* the library, as FUNCTION LOAD takes it */
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 
-static void compute_shas(void)
+static void build_library(void)
 {
+    EVP_MD_CTX *h = EVP_MD_CTX_new();
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    size_t len = strlen(lua__prelude) + 64;
+    if (!h || !EVP_DigestInit_ex(h, EVP_sha1(), NULL))
+        abort();
+    EVP_DigestUpdate(h, lua__prelude, strlen(lua__prelude));
     for (int i = 0; i < SCRIPT_COUNT; i++) {
-        unsigned char md[EVP_MAX_MD_SIZE];
-        unsigned int n = 0;
-        EVP_Digest(script_src[i], strlen(script_src[i]), md, &n, EVP_sha1(), NULL);
-        for (unsigned int j = 0; j < n && j < 20; j++)
-            snprintf(script_sha[i] + 2 * j, 3, "%02x", md[j]);
+        EVP_DigestUpdate(h, scripts[i].name, strlen(scripts[i].name) + 1);
+        EVP_DigestUpdate(h, scripts[i].src, strlen(scripts[i].src) + 1);
+        len += strlen(scripts[i].src) + 128;
+    }
+    EVP_DigestFinal_ex(h, md, &n);
+    EVP_MD_CTX_free(h);
+    memcpy(lib_name, "hw_", 3);
+    for (unsigned int j = 0; j < 6; j++)
+        snprintf(lib_name + 3 + 2 * j, 3, "%02x", md[j]);
+    lib_src = xmalloc(len);
+    size_t k = (size_t)snprintf(lib_src, len, "#!lua name=%s\n%s", lib_name, lua__prelude);
+    for (int i = 0; i < SCRIPT_COUNT; i++) {
+        snprintf(fn_name[i], sizeof fn_name[i], "%s_%s", lib_name, scripts[i].name);
+        k += (size_t)snprintf(lib_src + k, len - k, "redis.register_function('%s', function(KEYS, ARGV)\n%send)\n",
+                              fn_name[i], scripts[i].src);
     }
 }
 
@@ -130,7 +163,7 @@ out:
 
 store *store_create(const char *url, uint32_t timeout_ms, uint32_t max_queued)
 {
-    pthread_once(&sha_once, compute_shas);
+    pthread_once(&lib_once, build_library);
     store *s = xcalloc(1, sizeof *s);
     if (parse_url(s, url) < 0) {
         LOG(LOG_ERROR, "invalid Redis URL", "\"setting\":\"HOOKWHEEL_REDIS_URL\"%s", "");
@@ -160,17 +193,14 @@ static int simple_ok(redisContext *c, const char *fmt, const char *a, const char
 
 static int load_scripts(redisContext *c)
 {
-    for (int i = 0; i < SCRIPT_COUNT; i++) {
-        redisReply *r = redisCommand(c, "SCRIPT LOAD %s", script_src[i]);
-        int ok = r && r->type == REDIS_REPLY_STRING && strcmp(r->str, script_sha[i]) == 0;
-        if (r && !ok)
-            LOG(LOG_ERROR, "Redis refused a script", "\"script\":%d,\"error\":\"%.200s\"", i,
-                r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-        freeReplyObject(r);
-        if (!ok)
-            return -EIO;
-    }
-    return 0;
+    redisReply *r = redisCommand(c, "FUNCTION LOAD REPLACE %s", lib_src);
+    int ok = r && r->type == REDIS_REPLY_STRING && strcmp(r->str, lib_name) == 0;
+    if (r && !ok)
+        LOG(LOG_ERROR, "Redis refused hookwheel's function library (Redis 7.0 or later is needed)",
+            "\"library\":\"%s\",\"error\":\"%.200s\"", lib_name,
+            r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    freeReplyObject(r);
+    return ok ? 0 : -EIO;
 }
 
 static void drop_connection(store *s)
@@ -241,13 +271,14 @@ static void fail_list(cmd *c)
     }
 }
 
+/* Redis lost the library (a restart without persistence, FUNCTION FLUSH). */
 static int is_noscript(const redisReply *r)
 {
-    return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
+    return r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "Function not found");
 }
 
-/* A NOSCRIPT reply: Redis lost its scripts (restart, SCRIPT FLUSH). Load them
- * and send this one command again, alone, after the rest of the batch. */
+/* A "Function not found" reply: load the library again and send this one
+ * command again, alone, after the rest of the batch. */
 static redisReply *resend_after_noscript(store *s, cmd *c)
 {
     if (load_scripts(s->ctx) < 0)
@@ -453,8 +484,8 @@ int store_eval(store *s, enum store_script script, int nkeys, int argc, const ch
     size_t l[MAXARGS];
     char nk[12];
     snprintf(nk, sizeof nk, "%d", nkeys);
-    v[0] = "EVALSHA";
-    v[1] = script_sha[script];
+    v[0] = "FCALL";
+    v[1] = fn_name[script];
     v[2] = nk;
     for (int i = 0; i < 3; i++)
         l[i] = strlen(v[i]);

@@ -6,9 +6,10 @@
  * each command's callback on the writer thread. A callback must be quick:
  * it answers an HTTP request or posts to the engine's inbox, never blocks.
  *
- * Scripts (persistence/lua/) are sent as EVALSHA; their SHA-1s are computed
- * at start, and a NOSCRIPT reply (a restarted or flushed Redis) loads them
- * all again and resends the command once.
+ * Scripts (persistence/lua/) are one Redis function library (Redis 7.0+),
+ * loaded on every connect and called with FCALL; a "Function not found"
+ * reply (a restarted or flushed Redis) loads it again and resends the
+ * command once.
  *
  * When Redis cannot be reached the callback gets reply == NULL: nothing is
  * known to have been written. (A command whose connection broke after it
@@ -64,7 +65,7 @@ int store_ready(const store *s);
  * the submit lock only to read one number. */
 uint32_t store_queued(store *s);
 
-/* Queues EVALSHA of script with nkeys keys followed by the other arguments
+/* Queues FCALL of script with nkeys keys followed by the other arguments
  * (argv[0..argc) holds keys then args; lens may be NULL for C strings).
  * Returns 0, and cb is called exactly once later; or -EAGAIN when the queue
  * is full, or -ESHUTDOWN after store_free began, and cb is never called. */

@@ -635,6 +635,25 @@ def test_with_redis_down_create_answers_503_with_retry_after_and_writes_nothing(
     assert_not_early(got[0], timer["fire_at_ms"])
 
 
+def test_after_redis_loses_the_function_library_every_operation_loads_it_again(hookwheel, redis, receiver):
+    # The scripts are one Redis function library; FUNCTION FLUSH (or a
+    # restart without persistence) drops it, and the next call of each kind
+    # gets "Function not found": the store loads the library and sends it again.
+    timer = assert_created(*hookwheel.create({"id": "before", "url": receiver.url("/lib"), "delay_ms": 300}))
+    assert receiver.wait_for(1, path="/lib", timeout=scaled(5))
+    assert hookwheel.wait_state("before", ("delivered",), timeout=scaled(3)).get("state") == "delivered"
+    (lib,) = [x[1] for x in redis.cmd("FUNCTION", "LIST")]
+    assert lib.startswith("hw_"), lib
+    redis.cmd("FUNCTION", "FLUSH")
+    assert redis.cmd("FUNCTION", "LIST") == []
+    timer = assert_created(*hookwheel.create({"id": "after", "url": receiver.url("/lib"), "delay_ms": 300}))
+    got = receiver.wait_for(2, path="/lib", timeout=scaled(5))
+    assert [r.timer_id for r in got] == ["before", "after"], got
+    assert_not_early(got[1], timer["fire_at_ms"])
+    assert hookwheel.wait_state("after", ("delivered",), timeout=scaled(3)).get("state") == "delivered"
+    assert [x[1] for x in redis.cmd("FUNCTION", "LIST")] == [lib]
+
+
 def test_the_attempt_history_keeps_the_latest_attempts_newest_first(redis, receiver, hookwheel_factory):
     hw = hookwheel_factory(redis, args=["--attempt-history", "2"])
     receiver.plan("/hist", [500, 503, 204])
