@@ -4,7 +4,8 @@
  * unknown keys first, then runs every handler in table order whether its
  * field is present or not, so a handler also applies its default. Each
  * handler validates its value, stores the effective value in the timer_spec
- * and adds it to the canonical object; the first error stops the parse. The
+ * and writes its member of the canonical form (sorted compact JSON, written
+ * by hand below); the first error stops the parse. The
  * table order, not the key order of the request, decides which error a
  * request with several faults gets, so answers are reproducible.
  *
@@ -13,9 +14,9 @@
  * types, minimums, URL scheme, header syntax and reserved names. The engine
  * therefore never runs a spec the API could not have accepted.
  *
- * Jansson allocates the parsed tree and the canonical dump itself; an
- * allocation failure there aborts like xalloc does (need()), so there are no
- * untestable out-of-memory branches. */
+ * Jansson allocates the parsed tree itself; an allocation failure there
+ * aborts like xalloc does (need()), so there are no untestable out-of-memory
+ * branches. */
 #include "spec.h"
 
 #include <curl/curl.h>
@@ -52,7 +53,11 @@ typedef struct parse_ctx {
     const spec_limits *lim; /* never NULL: no_limits stands in */
     uint64_t now_ms;
     json_t *root;           /* the request object, owned */
-    json_t *canon;          /* canonical object being built, owned */
+    struct member {         /* the canonical form's members, in key order (enum member_key) */
+        char *text;         /* "value" as compact sorted JSON; NULL: absent */
+        size_t len;
+        int dflt;           /* 1: the contract's default, left out of the stored form */
+    } m[9];
     timer_spec *s;          /* result being built, owned */
     spec_error *err;
 } parse_ctx;
@@ -147,12 +152,6 @@ __attribute__((format(printf, 3, 4))) static int fail(spec_error *err, const cha
 
 /* ---- small checks ------------------------------------------------------ */
 
-static void canon_set(json_t *obj, const char *key, json_t *value)
-{
-    if (json_object_set_new(obj, key, need(value)) < 0)
-        abort(); /* only out of memory: keys are valid UTF-8 */
-}
-
 /* Dumps j into a buffer of ours (free()), whatever allocator jansson uses. */
 /* One pass (json_dumpb would need a second one to size the buffer).
  * jansson allocates with malloc, so the text is free()d like ours. */
@@ -165,6 +164,163 @@ static char *dump(const json_t *j, size_t flags, size_t *len)
     if (len)
         *len = strlen(buf);
     return buf;
+}
+
+/* ---- sorted compact JSON, written by hand -------------------------------
+ *
+ * Exactly what json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
+ * writes (tests/unit/test_spec.c checks that against jansson), without its
+ * per-character UTF-8 decoding, per-token buffer calls and key-array
+ * allocation: dumping the canonical and stored forms was 15 % of the CPU a
+ * create costs (perf, workload R). Strings from jansson are valid UTF-8, so
+ * only '"', '\\' and control characters need escaping; reals keep jansson's
+ * own formatting. */
+typedef struct jbuf {
+    char *p;
+    size_t n, cap;
+} jbuf;
+
+static void jb_room(jbuf *b, size_t k)
+{
+    if (b->n + k <= b->cap)
+        return;
+    b->cap = b->cap * 2 > b->n + k + 64 ? b->cap * 2 : b->n + k + 64;
+    b->p = xrealloc(b->p, b->cap);
+}
+
+static void jb_put(jbuf *b, const char *s, size_t k)
+{
+    jb_room(b, k);
+    memcpy(b->p + b->n, s, k);
+    b->n += k;
+}
+
+static void jb_str(jbuf *b, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    jb_room(b, len + 2);
+    b->p[b->n++] = '"';
+    size_t run = 0; /* s[run..i) is copied as it is */
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x20 && ch != '"' && ch != '\\')
+            continue;
+        jb_put(b, s + run, i - run);
+        run = i + 1;
+        const char *e = ch == '"' ? "\\\"" : ch == '\\' ? "\\\\" : ch == '\b' ? "\\b" : ch == '\f' ? "\\f"
+                      : ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : ch == '\t' ? "\\t" : NULL;
+        if (e) {
+            jb_put(b, e, 2);
+        } else {
+            char u[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
+            jb_put(b, u, 6);
+        }
+    }
+    jb_put(b, s + run, len - run);
+    jb_put(b, "\"", 1);
+}
+
+static void jb_int(jbuf *b, json_int_t v)
+{
+    char tmp[24];
+    size_t k = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[sizeof tmp - 1 - k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        tmp[sizeof tmp - 1 - k++] = '-';
+    jb_put(b, tmp + sizeof tmp - k, k);
+}
+
+static int key_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void jb_value(jbuf *b, const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        size_t n = json_object_size(v), i = 0;
+        const char *stack[16], **keys = n <= 16 ? stack : xmalloc(n * sizeof *keys), *key;
+        json_t *m;
+        json_object_foreach((json_t *)v, key, m) keys[i++] = key;
+        qsort(keys, n, sizeof *keys, key_cmp);
+        jb_put(b, "{", 1);
+        for (i = 0; i < n; i++) {
+            if (i)
+                jb_put(b, ",", 1);
+            jb_str(b, keys[i], strlen(keys[i]));
+            jb_put(b, ":", 1);
+            jb_value(b, json_object_get(v, keys[i]));
+        }
+        jb_put(b, "}", 1);
+        if (keys != stack)
+            free(keys);
+        break;
+    }
+    case JSON_ARRAY:
+        jb_put(b, "[", 1);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i)
+                jb_put(b, ",", 1);
+            jb_value(b, json_array_get(v, i));
+        }
+        jb_put(b, "]", 1);
+        break;
+    case JSON_STRING:
+        jb_str(b, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        jb_int(b, json_integer_value(v));
+        break;
+    case JSON_REAL: {
+        char *t = dump(v, JSON_COMPACT | JSON_ENCODE_ANY, NULL);
+        jb_put(b, t, strlen(t));
+        free(t);
+        break;
+    }
+    case JSON_TRUE:
+        jb_put(b, "true", 4);
+        break;
+    case JSON_FALSE:
+        jb_put(b, "false", 5);
+        break;
+    case JSON_NULL:
+        jb_put(b, "null", 4);
+        break;
+    }
+}
+
+/* v as sorted compact JSON, NUL-terminated, in a buffer of ours (free()). */
+static char *dump_sorted(const json_t *v, size_t *len)
+{
+    jbuf b = {0};
+    jb_value(&b, v);
+    jb_put(&b, "", 1);
+    if (len)
+        *len = b.n - 1;
+    return b.p;
+}
+
+/* The canonical form's members: its keys, sorted. */
+enum member_key { M_BODY, M_HEADERS, M_JSON, M_METHOD, M_QUEUE, M_REPEAT, M_RETRY, M_TIMEOUT, M_URL };
+static const char *const member_name[] = {"body",  "headers", "json",       "method", "queue",
+                                          "repeat", "retry",  "timeout_ms", "url"};
+
+/* Sets member k to the text in b (taken). */
+static void member_set(parse_ctx *c, enum member_key k, jbuf *b, int dflt)
+{
+    free(c->m[k].text);
+    jb_put(b, "", 1);
+    c->m[k] = (struct member){b->p, b->n - 1, dflt};
+    *b = (jbuf){0};
+}
+
+static void member_str(parse_ctx *c, enum member_key k, const char *v, size_t len, int dflt)
+{
+    jbuf b = {0};
+    jb_str(&b, v, len);
+    member_set(c, k, &b, dflt);
 }
 
 static int64_t cap_int64(uint64_t v) { return v > INT64_MAX ? INT64_MAX : (int64_t)v; }
@@ -299,7 +455,7 @@ static int parse_url(parse_ctx *c, const char *name, json_t *v)
     if (spec_check_url(c->err, "url", json_string_value(v), c->lim->policy) < 0)
         return -EINVAL;
     c->s->url = xstrdup(json_string_value(v));
-    canon_set(c->canon, name, json_incref(v));
+    member_str(c, M_URL, json_string_value(v), json_string_length(v), 0);
     return 0;
 }
 
@@ -314,7 +470,7 @@ static int parse_method(parse_ctx *c, const char *name, json_t *v)
     for (size_t i = 0; m && methods[i]; i++) {
         if (strcmp(m, methods[i]) == 0) {
             strcpy(c->s->method, methods[i]);
-            canon_set(c->canon, name, json_string(m));
+            member_str(c, M_METHOD, m, strlen(m), i == 2 /* POST */);
             return 0;
         }
     }
@@ -341,7 +497,7 @@ static int parse_queue(parse_ctx *c, const char *name, json_t *v)
         return fail(c->err, name,
                     "queue must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' or '-'");
     c->s->queue = xstrdup(q);
-    canon_set(c->canon, name, json_string(q));
+    member_str(c, M_QUEUE, q, strlen(q), strcmp(q, "default") == 0);
     return 0;
 }
 
@@ -352,7 +508,9 @@ static int parse_timeout(parse_ctx *c, const char *name, json_t *v)
     if (v && get_int(c->err, name, v, 1, c->lim->max_timeout_ms, &t) < 0)
         return -EINVAL;
     c->s->timeout_ms = (uint32_t)t;
-    canon_set(c->canon, name, json_integer(t));
+    jbuf b = {0};
+    jb_int(&b, t);
+    member_set(c, M_TIMEOUT, &b, t == SPEC_DEFAULT_TIMEOUT_MS);
     return 0;
 }
 
@@ -443,12 +601,15 @@ static char *header_line(const char *name, json_t *v)
 
 static int parse_headers(parse_ctx *c, const char *name, json_t *v)
 {
-    json_t *out = need(json_object()), *value;
+    json_t *value;
     const char *key;
+    jbuf b = {0};
 
-    canon_set(c->canon, name, out); /* the canonical object owns out */
-    if (!v)
+    if (!v) {
+        jb_put(&b, "{}", 2);
+        member_set(c, M_HEADERS, &b, 1);
         return 0;
+    }
     if (!json_is_object(v))
         return fail(c->err, name, "headers must be an object of strings");
     if (json_object_size(v) > c->lim->max_headers)
@@ -460,8 +621,9 @@ static int parse_headers(parse_ctx *c, const char *name, json_t *v)
             return -EINVAL;
         c->s->headers[c->s->nheaders++] = header_line(key, value);
         c->s->has_content_type |= strcasecmp(key, "Content-Type") == 0;
-        canon_set(out, key, json_incref(value));
     }
+    jb_value(&b, v); /* every member a valid header, so the whole object as it is */
+    member_set(c, M_HEADERS, &b, c->s->nheaders == 0);
     return 0;
 }
 
@@ -475,7 +637,7 @@ static int parse_body(parse_ctx *c, const char *name, json_t *v)
         return fail(c->err, name, "body must be a string (use json for a JSON value)");
     c->s->body_len = json_string_length(v);
     c->s->body = xstrndup(json_string_value(v), c->s->body_len);
-    canon_set(c->canon, name, json_incref(v));
+    member_str(c, M_BODY, c->s->body, c->s->body_len, 0);
     return 0;
 }
 
@@ -487,9 +649,11 @@ static int parse_json(parse_ctx *c, const char *name, json_t *v)
         return 0;
     if (json_object_get(c->root, "body"))
         return fail(c->err, name, "give either body or json, not both");
-    c->s->body = dump(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS, &c->s->body_len);
+    c->s->body = dump_sorted(v, &c->s->body_len);
     c->s->body_is_json = 1;
-    canon_set(c->canon, name, json_incref(v));
+    jbuf b = {0};
+    jb_put(&b, c->s->body, c->s->body_len);
+    member_set(c, M_JSON, &b, 0);
     return 0;
 }
 
@@ -617,9 +781,17 @@ static int parse_retry(parse_ctx *c, const char *name, json_t *v)
     c->s->max_attempts = (uint32_t)attempts;
     c->s->min_backoff_ms = (uint64_t)min;
     c->s->max_backoff_ms = (uint64_t)max;
-    canon_set(c->canon, name,
-              json_pack("{s:I,s:I,s:I}", "max_attempts", (json_int_t)attempts, "min_backoff_ms",
-                        (json_int_t)min, "max_backoff_ms", (json_int_t)max));
+    jbuf b = {0}; /* keys in sorted order */
+    jb_put(&b, "{\"max_attempts\":", 16);
+    jb_int(&b, attempts);
+    jb_put(&b, ",\"max_backoff_ms\":", 18);
+    jb_int(&b, max);
+    jb_put(&b, ",\"min_backoff_ms\":", 18);
+    jb_int(&b, min);
+    jb_put(&b, "}", 1);
+    member_set(c, M_RETRY, &b,
+               attempts == SPEC_DEFAULT_MAX_ATTEMPTS && min == SPEC_DEFAULT_MIN_BACKOFF_MS &&
+                   max == SPEC_DEFAULT_MAX_BACKOFF_MS);
     return 0;
 }
 
@@ -661,10 +833,17 @@ static int parse_repeat(parse_ctx *c, const char *name, json_t *v)
     c->s->every_ms = (uint64_t)every;
     c->s->fixed_rate = strcmp(mode, "fixed_rate") == 0;
     c->s->times = (uint32_t)times;
-    json_t *o = need(json_pack("{s:I,s:s}", "every_ms", (json_int_t)every, "mode", mode));
-    if (times)
-        canon_set(o, "times", json_integer(times));
-    canon_set(c->canon, name, o);
+    jbuf b = {0}; /* keys in sorted order */
+    jb_put(&b, "{\"every_ms\":", 12);
+    jb_int(&b, every);
+    jb_put(&b, ",\"mode\":", 8);
+    jb_str(&b, mode, strlen(mode));
+    if (times) {
+        jb_put(&b, ",\"times\":", 9);
+        jb_int(&b, times);
+    }
+    jb_put(&b, "}", 1);
+    member_set(c, M_REPEAT, &b, 0);
     return 0;
 }
 
@@ -713,38 +892,38 @@ static int parse_root(parse_ctx *c)
     return 0;
 }
 
-static int int_is(const json_t *o, const char *key, json_int_t v)
+/* The canonical form and the stored form (spec.h: the canonical form less
+ * its default members) from the members, in key order. */
+static void dump_forms(parse_ctx *pc)
 {
-    const json_t *x = json_object_get(o, key);
-    return json_is_integer(x) && json_integer_value(x) == v;
-}
-
-static int str_is(const json_t *o, const char *key, const char *v)
-{
-    const char *x = json_string_value(json_object_get(o, key));
-    return x && strcmp(x, v) == 0;
-}
-
-/* The stored form (spec.h): the canonical object less its default members. */
-static char *dump_stored(const json_t *canon, size_t *len)
-{
-    json_t *o = need(json_copy((json_t *)canon)); /* shallow: members are shared, not changed */
-    const json_t *retry = json_object_get(o, "retry");
-    if (str_is(o, "method", "POST"))
-        json_object_del(o, "method");
-    if (str_is(o, "queue", "default"))
-        json_object_del(o, "queue");
-    if (json_object_size(json_object_get(o, "headers")) == 0)
-        json_object_del(o, "headers");
-    if (int_is(o, "timeout_ms", SPEC_DEFAULT_TIMEOUT_MS))
-        json_object_del(o, "timeout_ms");
-    if (int_is(retry, "max_attempts", SPEC_DEFAULT_MAX_ATTEMPTS) &&
-        int_is(retry, "min_backoff_ms", SPEC_DEFAULT_MIN_BACKOFF_MS) &&
-        int_is(retry, "max_backoff_ms", SPEC_DEFAULT_MAX_BACKOFF_MS))
-        json_object_del(o, "retry");
-    char *text = dump(o, JSON_COMPACT | JSON_SORT_KEYS, len);
-    json_decref(o);
-    return text;
+    size_t cap = 16;
+    for (size_t k = 0; k < sizeof pc->m / sizeof *pc->m; k++)
+        cap += pc->m[k].text ? pc->m[k].len + strlen(member_name[k]) + 4 : 0;
+    jbuf c = {xmalloc(cap), 0, cap}, st = {xmalloc(cap), 0, cap};
+    jb_put(&c, "{", 1);
+    jb_put(&st, "{", 1);
+    for (size_t k = 0; k < sizeof pc->m / sizeof *pc->m; k++) {
+        const struct member *m = &pc->m[k];
+        if (!m->text)
+            continue;
+        if (c.n > 1)
+            jb_put(&c, ",", 1);
+        size_t from = c.n;
+        jb_put(&c, "\"", 1);
+        jb_put(&c, member_name[k], strlen(member_name[k]));
+        jb_put(&c, "\":", 2);
+        jb_put(&c, m->text, m->len);
+        if (!m->dflt) {
+            if (st.n > 1)
+                jb_put(&st, ",", 1);
+            jb_put(&st, c.p + from, c.n - from);
+        }
+    }
+    jb_put(&c, "}", 2); /* with the NUL */
+    jb_put(&st, "}", 2);
+    pc->s->canonical = c.p;
+    pc->s->stored = st.p;
+    pc->s->stored_len = st.n - 1;
 }
 
 int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t now_ms,
@@ -758,18 +937,17 @@ int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t no
     if (!c.root)
         return fail(err, "", "malformed JSON: %s at line %d, column %d", jerr.text, jerr.line,
                     jerr.column);
-    c.canon = need(json_object());
     c.s = xcalloc(1, sizeof *c.s);
     if (parse_root(&c) < 0)
         goto out;
-    c.s->canonical = dump(c.canon, JSON_COMPACT | JSON_SORT_KEYS, NULL);
-    c.s->stored = dump_stored(c.canon, &c.s->stored_len);
+    dump_forms(&c);
     *out = c.s;
     c.s = NULL;
     rc = 0;
 out:
     spec_free(c.s);
-    json_decref(c.canon);
+    for (size_t k = 0; k < sizeof c.m / sizeof *c.m; k++)
+        free(c.m[k].text);
     json_decref(c.root);
     return rc;
 }

@@ -199,6 +199,14 @@ static void check_reparse(const timer_spec *s, const char *text, size_t len)
     spec_free(again);
 }
 
+static int same_as_jansson(const json_t *v, const char *text)
+{
+    char *d = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    int same = d && strcmp(d, text) == 0;
+    free(d);
+    return same;
+}
+
 static void check_spec(const timer_spec *s, const spec_limits *lim)
 {
     json_t *canon, *stored;
@@ -209,6 +217,9 @@ static void check_spec(const timer_spec *s, const spec_limits *lim)
     stored = load_object(s->stored);
     CHECK(canon != NULL);
     CHECK(stored != NULL);
+    /* written by hand (spec.c), byte for byte what jansson writes */
+    CHECK(same_as_jansson(canon, s->canonical));
+    CHECK(same_as_jansson(stored, s->stored));
     CHECK(url_is_http(s->url));
     CHECK(method_allowed(s->method));
     CHECK(s->id == NULL || spec_id_valid(s->id));

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "spec.h"
 
@@ -265,6 +266,73 @@ static void test_json_body_may_be_a_scalar(void **state)
     assert_string_equal(s->body, "\"text\"");
     assert_int_equal(s->body_is_json, 1);
     spec_free(s);
+}
+
+/* What jansson itself writes for text (sorted keys, compact), for comparing
+ * with the hand-written forms. */
+static char *jansson_dump(const char *text, size_t len)
+{
+    json_error_t e;
+    json_t *v = json_loadb(text, len, JSON_DECODE_ANY, &e);
+    if (!v)
+        fail_msg("not JSON (%s): %.*s", e.text, (int)len, text);
+    char *d = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    json_decref(v);
+    return d;
+}
+
+/* The canonical and stored forms and a json body are written by hand
+ * (spec.c); byte for byte they must be what jansson writes for the same
+ * value, or idempotent repeats of timers stored by jansson's dump would
+ * conflict. Every kind of value and every escape is here. */
+static void test_the_hand_written_forms_are_exactly_jansson_s(void **state)
+{
+    (void)state;
+    static const char *const bodies[] = {
+        "'body':'plain'",
+        "'body':'quote \\\" backslash \\\\ slash / tab \\t nl \\n cr \\r bs \\b ff \\f'",
+        "'body':'ctl \\u0001 \\u001f \\u001F del \\u007f nul-free'",
+        "'body':'utf-8 \\u00e9 \\u20ac \\u2028 \\u2029 \\ud83d\\ude00 caf\xc3\xa9'",
+        "'json':{'z':1,'a':[1,2,{'y':null,'b':true}],'m':false,'e':{},'f':[],'k':'v'}",
+        "'json':{'i':-9223372036854775807,'j':9223372036854775807,'z':0,'n':-1}",
+        "'json':{'r':1.5,'s':-0.0,'t':1e300,'u':0.1,'v':123456789.125,'w':-2.5e-10}",
+        "'json':{'k16':16,'k15':15,'k14':14,'k13':13,'k12':12,'k11':11,'k10':10,'k09':9,"
+        "'k08':8,'k07':7,'k06':6,'k05':5,'k04':4,'k03':3,'k02':2,'k01':1,'k00':0,'K':'upper','':'empty'}",
+        "'json':'a string'",
+        "'json':[3,'x',null]",
+        "'json':2.25",
+    };
+    static const char *const rest[] = {
+        "",
+        ",'method':'PUT','queue':'q-1','timeout_ms':2500,'headers':{'X-B':'2','X-A':'1','x-c':'\\\" \\\\'}",
+        ",'retry':{'max_attempts':7,'min_backoff_ms':5,'max_backoff_ms':6},'repeat':{'every_ms':1000}",
+        ",'method':'POST','queue':'default','timeout_ms':10000,'headers':{},"
+        "'retry':{'max_attempts':5,'min_backoff_ms':1000,'max_backoff_ms':300000},"
+        "'repeat':{'every_ms':60000,'mode':'fixed_rate','times':3}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        for (size_t k = 0; k < sizeof rest / sizeof *rest; k++) {
+            char text[1024];
+            snprintf(text, sizeof text, "{'url':'https://example.com/h?q=\\u00e9','delay_ms':5,%s%s}", bodies[i],
+                     rest[k]);
+            timer_spec *s = parse_ok(text);
+            char *want = jansson_dump(s->canonical, strlen(s->canonical));
+            assert_string_equal(s->canonical, want);
+            free(want);
+            want = jansson_dump(s->stored, s->stored_len);
+            assert_int_equal(strlen(s->stored), s->stored_len);
+            assert_string_equal(s->stored, want);
+            free(want);
+            if (s->body_is_json) {
+                want = jansson_dump(s->body, s->body_len);
+                assert_int_equal(strlen(want), s->body_len);
+                assert_memory_equal(s->body, want, s->body_len);
+                free(want);
+            }
+            assert_canonical_round_trips(s);
+            spec_free(s);
+        }
+    }
 }
 
 static void test_fire_at_with_an_offset_converts_to_utc_epoch_ms(void **state)
@@ -854,6 +922,7 @@ int main(void)
         cmocka_unit_test(test_explicit_defaults_give_the_same_canonical_form_as_omitted_ones),
         cmocka_unit_test(test_json_body_is_dumped_compact_and_marked_as_json),
         cmocka_unit_test(test_json_body_may_be_a_scalar),
+        cmocka_unit_test(test_the_hand_written_forms_are_exactly_jansson_s),
         cmocka_unit_test(test_fire_at_with_an_offset_converts_to_utc_epoch_ms),
         cmocka_unit_test(test_fire_times_in_the_past_are_accepted),
         cmocka_unit_test(test_the_maximum_delay_itself_is_accepted),
