@@ -437,8 +437,10 @@ static void request_id_set(http_req *r)
         strcpy(r->rid, given);
         return;
     }
-    uint64_t seq = atomic_fetch_add(&r->srv->rid_seq, 1);
-    snprintf(r->rid, sizeof r->rid, "%08" PRIx32 "%08" PRIx32, r->srv->rid_prefix, (uint32_t)seq);
+    uint64_t v = (uint64_t)r->srv->rid_prefix << 32 | (uint32_t)atomic_fetch_add(&r->srv->rid_seq, 1);
+    for (int i = 15; i >= 0; i--, v >>= 4) /* 16 hex digits, as "%08x%08x" of prefix and counter */
+        r->rid[i] = "0123456789abcdef"[v & 15];
+    r->rid[16] = '\0';
 }
 
 /* One line per finished request. Requests that failed (a 4xx or 5xx, or a

@@ -47,3 +47,19 @@ size_t json_escape(char *out, const char *s, size_t len)
     }
     return o;
 }
+
+size_t json_int(char *out, long long v)
+{
+    char tmp[20];
+    size_t k = 0, n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        out[n++] = '-';
+    while (k)
+        out[n++] = tmp[--k];
+    return n;
+}

@@ -18,4 +18,8 @@ int utf8_valid(const unsigned char *s, size_t len);
  * written (no NUL added). */
 size_t json_escape(char *out, const char *s, size_t len);
 
+/* Writes v in decimal at out (no NUL): at most 20 bytes. Returns the bytes
+ * written. */
+size_t json_int(char *out, long long v);
+
 #endif

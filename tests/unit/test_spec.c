@@ -14,6 +14,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "netpolicy.h"
 #include "spec.h"
 
 /* 2026-01-02T03:04:05.678Z */
@@ -333,6 +334,32 @@ static void test_the_hand_written_forms_are_exactly_jansson_s(void **state)
             spec_free(s);
         }
     }
+}
+
+/* spec_check_url remembers the last URLs that passed (per thread); what it
+ * remembers must not let through what the check would refuse: another
+ * policy, or a URL that fails, is checked again. */
+static void test_a_remembered_url_passes_only_under_the_policy_it_passed(void **state)
+{
+    (void)state;
+    char e[128];
+    netpolicy *open = netpolicy_create("127.0.0.0/8", e, sizeof e), *strict = netpolicy_create(NULL, e, sizeof e);
+    assert_non_null(open);
+    assert_non_null(strict);
+    spec_error err;
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(spec_check_url(&err, "url", "http://127.0.0.1:9/x", open), 0);
+        assert_int_equal(spec_check_url(&err, "url", "http://127.0.0.1:9/x", strict), -EINVAL);
+        assert_string_equal(err.field, "url");
+        assert_int_equal(spec_check_url(&err, "url", "http://127.0.0.1:9/x", NULL), 0);
+        assert_int_equal(spec_check_url(&err, "url", "ftp://127.0.0.1:9/x", open), -EINVAL);
+        assert_int_equal(spec_check_url(&err, "url", "http://127.0.0.1:9/", open), 0);
+        assert_int_equal(spec_check_url(&err, "url", "http://127.0.0.1:9", open), 0);
+        assert_int_equal(spec_check_url(&err, "url", "http://127.0.0.1:9/x/", open), 0);
+        assert_int_equal(spec_check_url(&err, "url", "http://user@127.0.0.1:9/x", open), -EINVAL);
+    }
+    netpolicy_free(open);
+    netpolicy_free(strict);
 }
 
 static void test_fire_at_with_an_offset_converts_to_utc_epoch_ms(void **state)
@@ -923,6 +950,7 @@ int main(void)
         cmocka_unit_test(test_json_body_is_dumped_compact_and_marked_as_json),
         cmocka_unit_test(test_json_body_may_be_a_scalar),
         cmocka_unit_test(test_the_hand_written_forms_are_exactly_jansson_s),
+        cmocka_unit_test(test_a_remembered_url_passes_only_under_the_policy_it_passed),
         cmocka_unit_test(test_fire_at_with_an_offset_converts_to_utc_epoch_ms),
         cmocka_unit_test(test_fire_times_in_the_past_are_accepted),
         cmocka_unit_test(test_the_maximum_delay_itself_is_accepted),
