@@ -24,6 +24,7 @@
 #include <openssl/evp.h>
 
 #include "clock.h"
+#include "jsonesc.h"
 #include "log.h"
 #include "lua_scripts.h"
 #include "xalloc.h"
@@ -425,20 +426,6 @@ static int submit(store *s, char *buf, int len, store_reply_cb cb, void *arg)
     return rc;
 }
 
-/* Writes n in decimal at p; returns the digits written. */
-static size_t put_uint(char *p, size_t n)
-{
-    char tmp[24];
-    size_t k = 0;
-    do {
-        tmp[k++] = (char)('0' + n % 10);
-        n /= 10;
-    } while (n);
-    for (size_t i = 0; i < k; i++)
-        p[i] = tmp[k - 1 - i];
-    return k;
-}
-
 /* The RESP encoding of a command (what redisFormatCommandArgv produces),
  * written with one allocation and no printf: this runs for every Redis
  * command, on the API's and the engine's threads. */
@@ -449,13 +436,13 @@ static int format_resp(char **out, int argc, const char **argv, const size_t *le
         total += (lens ? lens[i] : strlen(argv[i])) + 24;
     char *b = xmalloc(total), *p = b;
     *p++ = '*';
-    p += put_uint(p, (size_t)argc);
+    p += json_int(p, argc);
     *p++ = '\r';
     *p++ = '\n';
     for (int i = 0; i < argc; i++) {
         size_t n = lens ? lens[i] : strlen(argv[i]);
         *p++ = '$';
-        p += put_uint(p, n);
+        p += json_int(p, (long long)n);
         *p++ = '\r';
         *p++ = '\n';
         memcpy(p, argv[i], n);

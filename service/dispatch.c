@@ -298,7 +298,7 @@ dispatch *dispatch_create(const dispatch_config *cfg)
 {
     dispatch *d = xcalloc(1, sizeof *d);
     list_init(&d->jobs);
-    uint32_t n = (cfg->max_connections + SHARD_RUNNING - 1) / SHARD_RUNNING;
+    uint32_t n = (cfg->max_inflight + SHARD_RUNNING - 1) / SHARD_RUNNING;
     d->nsh = n < 1 ? 1 : n > 255 ? 255 : n;
     d->sh = xcalloc(d->nsh, sizeof *d->sh);
     for (uint32_t i = 0; i < d->nsh; i++) {
@@ -318,7 +318,7 @@ dispatch *dispatch_create(const dispatch_config *cfg)
     d->epfd = cfg->epfd;
     d->sign = cfg->sign;
     d->policy = cfg->policy;
-    d->pool_cap = cfg->max_connections;
+    d->pool_cap = cfg->max_inflight;
     d->pool = xcalloc(d->pool_cap, sizeof *d->pool);
     d->snippet_bytes = cfg->snippet_bytes;
     d->done = cfg->done;

@@ -22,7 +22,7 @@ typedef void (*dispatch_done_cb)(void *arg, job *j, const attempt_result *res);
 
 typedef struct dispatch_config {
     int epfd;                 /* the engine's epoll instance */
-    uint32_t max_connections; /* attempts in flight at most (sizes the shards) */
+    uint32_t max_inflight;    /* attempts in flight at most: sizes the multi handles and the easy-handle pool */
     uint32_t snippet_bytes;   /* response bytes kept for last_attempt */
     const signer *sign;       /* NULL: requests go unsigned */
     const netpolicy *policy;  /* checked on every socket curl opens; NULL: none */

@@ -50,6 +50,11 @@ static const spec_limits no_limits = {
     .default_max_backoff_ms = SPEC_DEFAULT_MAX_BACKOFF_MS,
 };
 
+/* The canonical form's members: its keys, sorted. */
+enum member_key { M_BODY, M_HEADERS, M_JSON, M_METHOD, M_QUEUE, M_REPEAT, M_RETRY, M_TIMEOUT, M_URL, M_COUNT };
+static const char *const member_name[M_COUNT] = {"body",   "headers", "json",       "method", "queue",
+                                                 "repeat", "retry",   "timeout_ms", "url"};
+
 typedef struct parse_ctx {
     const spec_limits *lim; /* never NULL: no_limits stands in */
     uint64_t now_ms;
@@ -58,7 +63,7 @@ typedef struct parse_ctx {
         char *text;         /* "value" as compact sorted JSON; NULL: absent */
         size_t len;
         int dflt;           /* 1: the contract's default, left out of the stored form */
-    } m[9];
+    } m[M_COUNT];
     timer_spec *s;          /* result being built, owned */
     spec_error *err;
 } parse_ctx;
@@ -295,10 +300,6 @@ static char *dump_sorted(const json_t *v, size_t *len)
     return b.p;
 }
 
-/* The canonical form's members: its keys, sorted. */
-enum member_key { M_BODY, M_HEADERS, M_JSON, M_METHOD, M_QUEUE, M_REPEAT, M_RETRY, M_TIMEOUT, M_URL };
-static const char *const member_name[] = {"body",  "headers", "json",       "method", "queue",
-                                          "repeat", "retry",  "timeout_ms", "url"};
 
 /* Sets member k to the text in b (taken). */
 static void member_set(parse_ctx *c, enum member_key k, jbuf *b, int dflt)
@@ -918,12 +919,12 @@ static int parse_root(parse_ctx *c)
 static void dump_forms(parse_ctx *pc)
 {
     size_t cap = 16;
-    for (size_t k = 0; k < sizeof pc->m / sizeof *pc->m; k++)
+    for (size_t k = 0; k < M_COUNT; k++)
         cap += pc->m[k].text ? pc->m[k].len + strlen(member_name[k]) + 4 : 0;
     jbuf c = {xmalloc(cap), 0, cap}, st = {xmalloc(cap), 0, cap};
     jb_put(&c, "{", 1);
     jb_put(&st, "{", 1);
-    for (size_t k = 0; k < sizeof pc->m / sizeof *pc->m; k++) {
+    for (size_t k = 0; k < M_COUNT; k++) {
         const struct member *m = &pc->m[k];
         if (!m->text)
             continue;
@@ -967,7 +968,7 @@ int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t no
     rc = 0;
 out:
     spec_free(c.s);
-    for (size_t k = 0; k < sizeof c.m / sizeof *c.m; k++)
+    for (size_t k = 0; k < M_COUNT; k++)
         free(c.m[k].text);
     json_decref(c.root);
     return rc;

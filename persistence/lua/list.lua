@@ -35,7 +35,8 @@ local function start_rank(key)
   return n
 end
 
--- A source: a zset read in order from a rank, 200 entries at a time.
+-- A source: a zset read in order from a rank, up to 200 entries at a time
+-- (never more than the budget: each source may hold many).
 local sources = {}
 local function add_source(key, held)
   sources[#sources + 1] = {key = key, held = held, rank = start_rank(key),
@@ -44,8 +45,9 @@ end
 local function head(s)
   if s.i > #s.buf then
     if s.rank >= s.total then return nil end
-    s.buf = asc and redis.call('ZRANGE', s.key, s.rank, s.rank + 199, 'WITHSCORES')
-                or redis.call('ZREVRANGE', s.key, s.rank, s.rank + 199, 'WITHSCORES')
+    local last = s.rank + math.min(200, budget) - 1
+    s.buf = asc and redis.call('ZRANGE', s.key, s.rank, last, 'WITHSCORES')
+                or redis.call('ZREVRANGE', s.key, s.rank, last, 'WITHSCORES')
     s.i = 1
     if #s.buf == 0 then s.total = s.rank return nil end
   end
