@@ -15,11 +15,13 @@
 #include "netpolicy.h"
 #include "spec.h"
 #include "store.h"
+#include "timers.h"
 
 typedef struct api {
     const config *cfg;
     store *st;
     engine *eng;
+    timers *tm; /* the engine's timer verbs */
     spec_limits lim;
     metrics *m; /* set by the caller after api_init; NULL: /metrics answers 503 */
 } api;
@@ -56,9 +58,9 @@ void api_metrics(http_req *r, const char *const *params, void *app); /* metrics_
  * none) must outlive the server. */
 void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy *policy);
 
-/* The Timer resource from a stored record (record.h) of key id `id`, as
- * malloc'd JSON text (*len set); NULL when the record is unreadable. */
-char *api_timer_from_record(const char *id, const char *raw, size_t raw_len, size_t *len);
+/* The Timer resource from a stored timer v of key id `id`, as malloc'd
+ * JSON text (*len set); NULL when its spec is unreadable. */
+char *api_timer_from_view(const char *id, const timer_view *v, size_t *len);
 
 /* The answers every resource gives alike (timers.c): 503 + Retry-After when
  * Redis did not answer (nothing known written), and the answer to a store

@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "clock.h"
-#include "keys.h"
 #include "log.h"
 #include "xalloc.h"
 
@@ -49,16 +48,14 @@ static void dl_unref(dl_ctx *c)
     free(c);
 }
 
-static void dl_cb(void *arg, const redisReply *r)
+static void dl_cb(void *arg, int status, long long done, int more)
 {
     dl_ctx *c = arg;
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
-        if (r && r->type == REDIS_REPLY_ERROR)
-            LOG(LOG_ERROR, "dead letters failed", "\"error\":\"%.200s\"", r->str);
+    if (status != TIMERS_OK) {
         atomic_store(&c->failed, 1);
     } else {
-        atomic_fetch_add(&c->done, store_reply_int(r, 0, 0));
-        if (store_reply_int(r, 1, 0) == 1)
+        atomic_fetch_add(&c->done, done);
+        if (more)
             atomic_store(&c->more, 1);
     }
     dl_unref(c);
@@ -114,15 +111,10 @@ static void dead_letters(http_req *r, api *a, const char *op)
     atomic_init(&c->failed, 0);
     atomic_init(&c->done, 0);
     atomic_init(&c->more, 0);
-    char ik[KEYS_MAX], fk[KEYS_MAX], tp[KEYS_MAX], now[24], batch[16];
-    snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
-    snprintf(batch, sizeof batch, "%d", DL_BATCH);
+    uint64_t now = clock_now_ms();
     for (uint32_t p = 0; p < parts; p++) {
-        keys_index(ik, p, http_req_namespace(r), "failed");
-        keys_failed(fk, p);
-        keys_timer_prefix(tp, p);
-        const char *argv[] = {ik, fk, tp, op, queue, now, batch};
-        if (store_eval(a->st, SCRIPT_DEADLETTERS, 2, 7, argv, NULL, dl_cb, c) < 0) {
+        if (timers_deadletters(a->tm, p, http_req_namespace(r), op, queue[0] ? queue : NULL, now, DL_BATCH, dl_cb,
+                               c) < 0) {
             atomic_fetch_sub(&c->refs, (int)(parts - p));
             atomic_store(&c->failed, 1);
             break;

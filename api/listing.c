@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keys.h"
 #include "log.h"
 #include "xalloc.h"
 
@@ -49,8 +48,8 @@ typedef struct pos {
 
 typedef struct item {
     pos at;
-    char *raw; /* the stored record */
-    size_t raw_len;
+    char *raw; /* the stored record, then its history */
+    size_t raw_len, hist_len;
 } item;
 
 typedef struct list_ctx {
@@ -86,31 +85,27 @@ static int pos_set(pos *p, const char *score, const char *id)
     return 0;
 }
 
-static void take_reply(list_ctx *c, const redisReply *r)
+static void take_reply(list_ctx *c, int status, int more, const char *last_score, const char *last_id, size_t n,
+                       const timer_listed *items)
 {
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3) {
-        if (r && r->type == REDIS_REPLY_ERROR)
-            LOG(LOG_ERROR, "listing failed", "\"error\":\"%.200s\"", r->str);
+    if (status != TIMERS_OK) {
         atomic_store(&c->failed, 1);
         return;
     }
     pos last;
-    if (store_reply_int(r, 0, 0) == 1 &&
-        pos_set(&last, store_reply_str(r, 1, NULL), store_reply_str(r, 2, NULL)) == 0 &&
-        (!c->bounded || pos_cmp(c->asc, &last, &c->bound) < 0)) {
+    if (more && pos_set(&last, last_score, last_id) == 0 && (!c->bounded || pos_cmp(c->asc, &last, &c->bound) < 0)) {
         c->bound = last;
         c->bounded = 1;
     }
-    for (size_t i = 3; i + 2 < r->elements; i += 3) {
-        size_t raw_len = 0;
-        const char *raw = store_reply_str(r, (int)i + 2, &raw_len);
+    for (size_t i = 0; i < n; i++) {
         item it;
-        if (!raw || pos_set(&it.at, store_reply_str(r, (int)i + 1, NULL), store_reply_str(r, (int)i, NULL)) < 0)
+        if (pos_set(&it.at, items[i].score, items[i].id) < 0)
             continue;
-        it.raw = xmalloc(raw_len + 1);
-        memcpy(it.raw, raw, raw_len);
-        it.raw[raw_len] = '\0';
-        it.raw_len = raw_len;
+        it.raw = xmalloc(items[i].rec_len + items[i].history_len + 1);
+        memcpy(it.raw, items[i].rec, items[i].rec_len);
+        memcpy(it.raw + items[i].rec_len, items[i].history, items[i].history_len);
+        it.raw_len = items[i].rec_len;
+        it.hist_len = items[i].history_len;
         if (c->n == c->cap) {
             c->cap = c->cap ? 2 * c->cap : 64;
             c->items = xrealloc(c->items, c->cap * sizeof *c->items);
@@ -142,7 +137,11 @@ static void answer(list_ctx *c)
     len += (size_t)snprintf(out, cap, "{\"items\":[");
     for (size_t i = 0; i < keep; i++) {
         size_t tlen = 0;
-        char *t = api_timer_from_record(c->items[i].at.id, c->items[i].raw, c->items[i].raw_len, &tlen);
+        const item *it = &c->items[i];
+        timer_view v;
+        char *t = timers_decode(it->raw, it->raw_len, it->raw + it->raw_len, it->hist_len, &v) == 0
+                      ? api_timer_from_view(it->at.id, &v, &tlen)
+                      : NULL;
         if (!t)
             continue;
         if (len + tlen + 2 > cap) {
@@ -183,10 +182,11 @@ static void ctx_unref(list_ctx *c)
     free(c);
 }
 
-static void list_cb(void *arg, const redisReply *r)
+static void list_cb(void *arg, int status, int more, const char *last_score, const char *last_id, size_t n,
+                    const timer_listed *items)
 {
     list_ctx *c = arg;
-    take_reply(c, r);
+    take_reply(c, status, more, last_score, last_id, n, items);
     ctx_unref(c);
 }
 
@@ -254,22 +254,16 @@ void api_timer_list(http_req *r, const char *const *params, void *app)
     c->limit = limit;
     atomic_init(&c->refs, (int)parts + 1);
     atomic_init(&c->failed, 0);
-    char ik[KEYS_MAX], tp[KEYS_MAX], score[24] = "", lim[16], budget[16];
-    snprintf(lim, sizeof lim, "%" PRIu32, limit);
+    char score[24] = "";
     /* A waiting state also steps over the other namespaces' and states' timers
      * held in the claimed zsets (list.lua), as a queue filter steps over
      * other queues. */
-    snprintf(budget, sizeof budget, "%" PRIu32, queue || asc ? limit * LIST_QUEUE_BUDGET : limit);
+    uint32_t budget = queue || asc ? limit * LIST_QUEUE_BUDGET : limit;
     if (has_cur)
         snprintf(score, sizeof score, "%lld", cur.score);
-    int rc = 0;
     for (uint32_t p = 0; p < parts; p++) {
-        keys_index(ik, p, http_req_namespace(r), state);
-        keys_timer_prefix(tp, p);
-        const char *argv[] = {ik,     tp,     asc ? "asc" : "desc", score, has_cur ? cur.id : "", lim,
-                              queue ? queue : "", budget, http_req_namespace(r), state};
-        rc = store_eval(a->st, SCRIPT_LIST, 1, 10, argv, NULL, list_cb, c);
-        if (rc < 0) { /* the writer still answers those already queued */
+        if (timers_list(a->tm, p, http_req_namespace(r), state, asc, has_cur ? score : NULL, cur.id, limit, queue,
+                        budget, list_cb, c) < 0) { /* the writer still answers those already queued */
             atomic_fetch_sub(&c->refs, (int)(parts - p));
             atomic_store(&c->failed, 1);
             break;

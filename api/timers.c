@@ -16,8 +16,7 @@
 
 #include "clock.h"
 #include "jsonesc.h"
-#include "keys.h"
-#include "record.h"
+#include "oneshot.h"
 #include "log.h"
 #include "xalloc.h"
 
@@ -28,6 +27,7 @@ void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy
     a->cfg = cfg;
     a->st = st;
     a->eng = eng;
+    a->tm = engine_timers(eng);
     a->lim = (spec_limits){
         .max_url_len = cfg->max_url_bytes,
         .max_headers = (uint32_t)cfg->max_headers,
@@ -125,35 +125,20 @@ char *api_timer_text(const char *id, const char *spec, size_t spec_len, const ch
     return t;
 }
 
-/* The Timer from a stored record (record.h); NULL when it is unreadable.
- * The stored spec is the compact form, so it is parsed back to the
- * canonical one first (reads only: GET, cancel, idempotent repeats). */
-char *api_timer_from_record(const char *id, const char *raw, size_t raw_len, size_t *len)
+/* The Timer from a stored timer; NULL when its spec is unreadable. The
+ * stored spec is the compact form, so it is parsed back to the canonical
+ * one first (reads only: GET, cancel, idempotent repeats, listings). */
+char *api_timer_from_view(const char *id, const timer_view *v, size_t *len)
 {
-    record rec;
     timer_spec *spec = NULL;
     spec_error err;
-    if (!raw || record_parse(raw, raw_len, &rec) < 0 ||
-        spec_parse(rec.f[REC_SPEC], rec.len[REC_SPEC], NULL, 0, &spec, &err) < 0)
+    if (!v || spec_parse(v->spec, v->spec_len, NULL, 0, &spec, &err) < 0)
         return NULL;
-    char state[16];
-    long long run[RUN_FIELDS];
-    snprintf(state, sizeof state, "%.*s", (int)rec.len[REC_STATE], rec.f[REC_STATE]);
-    record_run(&rec, run);
-    char *t = api_timer_text(id, spec->canonical, strlen(spec->canonical), state, record_int(&rec, REC_FIRE),
-                             record_int(&rec, REC_CREATED), record_int(&rec, REC_ATTEMPTS), run[RUN_VERSION],
-                             run[RUN_RUNS], rec.f[REC_LAST], rec.len[REC_LAST], len);
+    char *t = api_timer_text(id, spec->canonical, strlen(spec->canonical), v->state, v->fire_ms, v->created_ms,
+                             v->attempts, (long long)v->version, (long long)v->runs, v->history, v->history_len,
+                             len);
     spec_free(spec);
     return t;
-}
-
-/* The state of a stored record, for 409 answers ("" when unreadable). */
-static void record_state(const char *raw, size_t raw_len, char *buf, size_t size)
-{
-    record rec;
-    if (!raw || record_parse(raw, raw_len, &rec) < 0)
-        rec.len[REC_STATE] = 0;
-    snprintf(buf, size, "%.*s", (int)rec.len[REC_STATE], rec.len[REC_STATE] ? rec.f[REC_STATE] : "");
 }
 
 void api_respond_unavailable(http_req *r)
@@ -210,60 +195,32 @@ void api_respond_submit_error(http_req *r, int rc)
 typedef struct create_ctx {
     http_req *r;
     api *a;
-    timer_spec *spec;
-    char *id;
     uint64_t now_ms;
-    int claim;
     char rid[HTTP_REQUEST_ID_MAX + 1]; /* the creating request's id, kept with the timer */
 } create_ctx;
 
-static void create_ctx_free(create_ctx *c)
-{
-    spec_free(c->spec);
-    free(c->id);
-    free(c);
-}
-
-static void create_cb(void *arg, const redisReply *reply)
+static void create_cb(void *arg, int status, const timer_view *v, const char *state, const char *id,
+                      const timer_spec *spec)
 {
     create_ctx *c = arg;
-    long long code = store_reply_int(reply, 0, -1);
-    if (code == 1) {
-        metrics_count(c->a->m, c->spec->queue, MT_CREATED); /* before the 201: a scrape after it sees it */
-        size_t len = 0;
-        char *t = api_timer_text(c->id, c->spec->canonical, strlen(c->spec->canonical), "scheduled",
-                                 c->spec->fire_at_ms, (long long)c->now_ms, 0, 0, 0, NULL, 0, &len);
+    size_t len = 0;
+    if (status == TIMERS_OK) {
+        metrics_count(c->a->m, spec->queue, MT_CREATED); /* before the 201: a scrape after it sees it */
+        char *t = api_timer_text(id, spec->canonical, strlen(spec->canonical), "scheduled", spec->fire_at_ms,
+                                 (long long)c->now_ms, 0, 0, 0, NULL, 0, &len);
         LOG(LOG_DEBUG, "timer created",
             "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":0,\"request_id\":\"%s\",\"fire_at_ms\":%" PRId64,
-            c->id, c->spec->queue, c->rid, c->spec->fire_at_ms);
-        respond_timer(c->r, 201, t, len, c->id);
-        if (c->claim) {
-            engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0, c->rid);
-            c->id = NULL;
-            c->spec = NULL;
-        }
-    } else if (code == 0) {
-        size_t len = 0, raw_len = 0;
-        const char *raw = store_reply_str(reply, 1, &raw_len);
-        char *t = api_timer_from_record(c->id, raw, raw_len, &len);
-        respond_timer(c->r, 200, t, len, c->id);
-    } else if (code == 2) {
-        respond_conflict(c->r, "A timer with this id already exists with a different spec.",
-                         store_reply_str(reply, 1, NULL));
+            id, spec->queue, c->rid, spec->fire_at_ms);
+        respond_timer(c->r, 201, t, len, id);
+    } else if (status == TIMERS_EXISTS) {
+        char *t = api_timer_from_view(id, v, &len);
+        respond_timer(c->r, 200, t, len, id);
+    } else if (status == TIMERS_CONFLICT) {
+        respond_conflict(c->r, "A timer with this id already exists with a different spec.", state);
     } else {
-        if (reply && reply->type == REDIS_REPLY_ERROR)
-            LOG(LOG_ERROR, "create failed", "\"error\":\"%.200s\"", reply->str);
         api_respond_unavailable(c->r);
-        if (!reply && c->claim) {
-            /* The reply was lost, but the create may have run and claimed the
-             * timer for this instance: hold it anyway. If it was not written,
-             * its begin step finds nothing and drops it. */
-            engine_add_take(c->a->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0, c->rid);
-            c->id = NULL;
-            c->spec = NULL;
-        }
     }
-    create_ctx_free(c);
+    free(c);
 }
 
 static char *new_id(void)
@@ -277,48 +234,32 @@ static char *new_id(void)
     return id;
 }
 
-static void submit_create(api *a, create_ctx *c)
-{
-    uint32_t p = keys_partition(c->id, (uint32_t)a->cfg->partitions);
-    char tk[KEYS_MAX], fire[24], now[24];
-    keys_timer(tk, p, c->id);
-    snprintf(fire, sizeof fire, "%" PRId64, c->spec->fire_at_ms);
-    snprintf(now, sizeof now, "%" PRIu64, c->now_ms);
-    c->claim = engine_accepting(a->eng) && (uint64_t)c->spec->fire_at_ms <= c->now_ms + a->cfg->window_ms;
-    const char *argv[] = {tk, c->id, c->spec->stored, fire, now, c->claim ? "1" : "0",
-                          a->cfg->instance_id, c->spec->when, c->rid};
-    size_t lens[9];
-    for (int i = 0; i < 9; i++)
-        lens[i] = i == 2 ? c->spec->stored_len : strlen(argv[i]);
-    int rc = store_eval(a->st, SCRIPT_CREATE, 1, 9, argv, lens, create_cb, c);
-    if (rc < 0) {
-        api_respond_submit_error(c->r, rc);
-        create_ctx_free(c);
-    }
-}
-
 void api_timer_create(http_req *r, const char *const *params, void *app)
 {
     (void)params;
     api *a = app;
     size_t len;
     const char *body = http_req_body(r, &len);
+    timer_spec *spec;
+    spec_error err;
+    uint64_t now_ms = clock_now_ms();
+    if (spec_parse(body, len, &a->lim, now_ms, &spec, &err) < 0) {
+        http_respond_problem(r, (unsigned)err.status, err.detail, err.field, NULL, 0);
+        return;
+    }
     create_ctx *c = xcalloc(1, sizeof *c);
     c->r = r;
     c->a = a;
-    c->now_ms = clock_now_ms();
+    c->now_ms = now_ms;
     snprintf(c->rid, sizeof c->rid, "%s", http_req_id(r));
-    spec_error err;
-    if (spec_parse(body, len, &a->lim, c->now_ms, &c->spec, &err) < 0) {
-        http_respond_problem(r, (unsigned)err.status, err.detail, err.field, NULL, 0);
-        free(c);
-        return;
-    }
-    char *given = c->spec->id ? xstrdup(c->spec->id) : new_id(), kid[KEY_ID_MAX];
+    char *given = spec->id ? xstrdup(spec->id) : new_id(), kid[KEY_ID_MAX];
     key_id(kid, sizeof kid, http_req_namespace(r), given);
     free(given);
-    c->id = xstrdup(kid);
-    submit_create(a, c);
+    int rc = oneshot_create(a->cfg, a->eng, xstrdup(kid), spec, spec->when, c->rid, now_ms, create_cb, c);
+    if (rc < 0) {
+        api_respond_submit_error(r, rc);
+        free(c);
+    }
 }
 
 /* ---- GET and DELETE /timers/{id} ---- */
@@ -341,18 +282,19 @@ static id_ctx *id_ctx_new(http_req *r, const char *id)
     return c;
 }
 
-static void get_cb(void *arg, const redisReply *reply)
+static void get_cb(void *arg, int status, const timer_view *v, int flag)
 {
     id_ctx *c = arg;
-    if (!reply || (reply->type != REDIS_REPLY_STRING && reply->type != REDIS_REPLY_NIL))
-        api_respond_unavailable(c->r);
-    else if (reply->type == REDIS_REPLY_NIL)
-        http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
-    else {
-        size_t len = 0;
-        char *t = api_timer_from_record(c->id, reply->str, reply->len, &len);
+    (void)flag;
+    size_t len = 0;
+    if (status == TIMERS_OK) {
+        char *t = api_timer_from_view(c->id, v, &len);
         respond_timer(c->r, 200, t, len, c->id);
     }
+    else if (status == TIMERS_UNKNOWN)
+        http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
+    else
+        api_respond_unavailable(c->r);
     free(c);
 }
 
@@ -362,51 +304,33 @@ void api_timer_get(http_req *r, const char *const *params, void *app)
     id_ctx *c = id_ctx_new(r, params[0]);
     if (!c)
         return;
-    char tk[KEYS_MAX];
-    keys_timer(tk, keys_partition(c->id, (uint32_t)a->cfg->partitions), c->id);
-    const char *argv[] = {"GET", tk};
-    int rc = store_command(a->st, 2, argv, NULL, get_cb, c);
+    int rc = timers_get(a->tm, c->id, get_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
         free(c);
     }
 }
 
-/* Counts a cancel on the queue named in the record's stored spec (absent:
- * "default"). Parsed only for a cancel this call made, never on a hot path. */
-static void count_cancelled(metrics *m, const char *raw, size_t raw_len)
-{
-    record rec;
-    if (!m || !raw || record_parse(raw, raw_len, &rec) < 0)
-        return;
-    json_t *spec = json_loadb(rec.f[REC_SPEC], rec.len[REC_SPEC], 0, NULL);
-    const char *queue = json_string_value(json_object_get(spec, "queue"));
-    metrics_count(m, queue ? queue : "default", MT_CANCELLED);
-    json_decref(spec);
-}
-
-static void cancel_cb(void *arg, const redisReply *reply)
+static void cancel_cb(void *arg, int status, const timer_view *v, int by_this_call)
 {
     id_ctx *c = arg;
-    long long code = store_reply_int(reply, 0, -2);
-    size_t raw_len = 0;
-    const char *raw = store_reply_str(reply, 1, &raw_len);
-    if (code == 1 || code == 2) { /* 2: a recurring timer, cancelled once its run ends */
-        if (code == 1 && store_reply_int(reply, 2, 0) == 1) /* 1: cancelled now, not before */
-            count_cancelled(c->m, raw, raw_len);
-        size_t len = 0;
-        char *t = api_timer_from_record(c->id, raw, raw_len, &len);
-        respond_timer(c->r, code == 1 ? 200 : 202, t, len, c->id);
-    } else if (code == 0) {
-        char state[16];
-        record_state(raw, raw_len, state, sizeof state);
+    size_t len = 0;
+    if (status == TIMERS_OK || status == TIMERS_AFTER_RUN) { /* a recurring timer: cancelled once its run ends */
+        if (by_this_call) {
+            char queue[72];
+            snprintf(queue, sizeof queue, "%.*s", (int)v->queue_len, v->queue);
+            metrics_count(c->m, queue, MT_CANCELLED);
+        }
+        char *t = api_timer_from_view(c->id, v, &len);
+        respond_timer(c->r, status == TIMERS_OK ? 200 : 202, t, len, c->id);
+    } else if (status == TIMERS_TOO_LATE) {
         respond_conflict(c->r, "An attempt already began or the timer has finished; it cannot be cancelled.",
-                         state);
-    }
-    else if (code == -1)
+                         v->state);
+    } else if (status == TIMERS_UNKNOWN) {
         http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
-    else
+    } else {
         api_respond_unavailable(c->r);
+    }
     free(c);
 }
 
@@ -417,13 +341,7 @@ void api_timer_cancel(http_req *r, const char *const *params, void *app)
     if (!c)
         return;
     c->m = a->m;
-    uint32_t p = keys_partition(c->id, (uint32_t)a->cfg->partitions);
-    char tk[KEYS_MAX], ret[24], now[24];
-    keys_timer(tk, p, c->id);
-    snprintf(ret, sizeof ret, "%" PRIu64, a->cfg->retention_s * 1000u);
-    snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
-    const char *argv[] = {tk, c->id, ret, now};
-    int rc = store_eval(a->st, SCRIPT_CANCEL, 1, 4, argv, NULL, cancel_cb, c);
+    int rc = timers_cancel(a->tm, c->id, clock_now_ms(), cancel_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
         free(c);
@@ -456,66 +374,37 @@ static const char *control_refusal(const char *op)
 }
 
 /* The run this instance now holds goes to the engine, under the version
- * the script gave it. */
-static void control_hold(control_ctx *c, const char *raw, size_t raw_len)
+ * the call gave it. */
+static void control_hold(control_ctx *c, const timer_view *v)
 {
-    record rec;
     timer_spec *spec = NULL;
     spec_error err;
-    long long run[RUN_FIELDS];
-    if (record_parse(raw, raw_len, &rec) < 0 ||
-        spec_parse(rec.f[REC_SPEC], rec.len[REC_SPEC], NULL, 0, &spec, &err) < 0)
+    if (spec_parse(v->spec, v->spec_len, NULL, 0, &spec, &err) < 0)
         return; /* unreadable: the release at stop or a reaper hands it back */
-    record_run(&rec, run);
-    size_t rid_len;
-    const char *rid = record_request_id(&rec, &rid_len);
-    char rid_z[HTTP_REQUEST_ID_MAX + 1];
-    snprintf(rid_z, sizeof rid_z, "%.*s", (int)rid_len, rid);
-    engine_add_take(c->a->eng, xstrdup(c->id), spec, (uint64_t)record_int(&rec, REC_FIRE),
-                    (uint32_t)record_int(&rec, REC_ATTEMPTS), (uint64_t)run[RUN_VERSION], rid_z);
+    char rid[HTTP_REQUEST_ID_MAX + 1];
+    snprintf(rid, sizeof rid, "%.*s", (int)v->request_id_len, v->request_id);
+    engine_add_take(c->a->eng, xstrdup(c->id), spec, (uint64_t)v->fire_ms, v->attempts, v->version, rid);
 }
 
-/* The debug line of a control that took effect: the timer's id, queue,
- * attempt and creating request, with the op and the request that made it. */
-static void log_controlled(const control_ctx *c, const char *raw, size_t raw_len)
-{
-    record rec;
-    timer_spec *spec = NULL;
-    spec_error err;
-    if (LOG_DEBUG < log_min_level || record_parse(raw, raw_len, &rec) < 0 ||
-        spec_parse(rec.f[REC_SPEC], rec.len[REC_SPEC], NULL, 0, &spec, &err) < 0)
-        return;
-    size_t rid_len;
-    const char *rid = record_request_id(&rec, &rid_len);
-    LOG(LOG_DEBUG, "timer controlled",
-        "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":%lld,\"request_id\":\"%.*s\",\"op\":\"%s\","
-        "\"by_request_id\":\"%s\"",
-        c->id, spec->queue, record_int(&rec, REC_ATTEMPTS), (int)rid_len, rid, c->op, http_req_id(c->r));
-    spec_free(spec);
-}
-
-static void control_cb(void *arg, const redisReply *reply)
+static void control_cb(void *arg, int status, const timer_view *v, int held)
 {
     control_ctx *c = arg;
-    long long code = store_reply_int(reply, 0, -2);
-    size_t raw_len = 0;
-    const char *raw = store_reply_str(reply, 1, &raw_len);
-    if (code == 1 && raw) {
-        size_t len = 0;
-        char *t = api_timer_from_record(c->id, raw, raw_len, &len);
-        if (store_reply_int(reply, 2, 0) == 1)
-            control_hold(c, raw, raw_len);
-        log_controlled(c, raw, raw_len);
+    size_t len = 0;
+    if (status == TIMERS_OK) {
+        char *t = api_timer_from_view(c->id, v, &len);
+        if (held)
+            control_hold(c, v);
+        LOG(LOG_DEBUG, "timer controlled",
+            "\"timer\":\"%s\",\"queue\":\"%.*s\",\"attempt\":%u,\"request_id\":\"%.*s\",\"op\":\"%s\","
+            "\"by_request_id\":\"%s\"",
+            c->id, (int)v->queue_len, v->queue, v->attempts, (int)v->request_id_len, v->request_id, c->op,
+            http_req_id(c->r));
         respond_timer(c->r, 200, t, len, c->id);
-    } else if (code == 0) {
-        char state[16];
-        record_state(raw, raw_len, state, sizeof state);
-        respond_conflict(c->r, control_refusal(c->op), state);
-    } else if (code == -1) {
+    } else if (status == TIMERS_TOO_LATE) {
+        respond_conflict(c->r, control_refusal(c->op), v->state);
+    } else if (status == TIMERS_UNKNOWN) {
         http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
     } else {
-        if (reply && reply->type == REDIS_REPLY_ERROR)
-            LOG(LOG_ERROR, "timer control failed", "\"op\":\"%s\",\"error\":\"%.200s\"", c->op, reply->str);
         api_respond_unavailable(c->r);
     }
     free(c);
@@ -554,18 +443,9 @@ static void control(http_req *r, const char *id, api *a, const char *op, int64_t
     c->a = a;
     c->op = op;
     key_id(c->id, sizeof c->id, http_req_namespace(r), id);
-    uint32_t p = keys_partition(c->id, (uint32_t)a->cfg->partitions);
     uint64_t now_ms = clock_now_ms();
-    char tk[KEYS_MAX], now[24], fire[24], horizon[24];
-    keys_timer(tk, p, c->id);
-    snprintf(now, sizeof now, "%" PRIu64, now_ms);
-    snprintf(fire, sizeof fire, "%" PRId64, fire_ms);
-    if (engine_accepting(a->eng))
-        snprintf(horizon, sizeof horizon, "%" PRIu64, now_ms + a->cfg->window_ms);
-    else
-        snprintf(horizon, sizeof horizon, "-1");
-    const char *argv[] = {tk, c->id, op, now, fire, horizon, a->cfg->instance_id};
-    int rc = store_eval(a->st, SCRIPT_CONTROL, 1, 7, argv, NULL, control_cb, c);
+    int rc = timers_control(a->tm, c->id, op, now_ms, fire_ms, engine_accepting(a->eng) ? now_ms + a->cfg->window_ms : 0,
+                            control_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
         free(c);

@@ -32,14 +32,19 @@ size_t keys_namespaces(char *buf, uint32_t p)
     return put(snprintf(buf, KEYS_MAX, "hw:{%u}:nss", p));
 }
 
-size_t keys_claimed(char *buf, uint32_t p, const char *instance)
+void keys_owner_tag(char tag[17], const char *instance)
 {
-    return put(snprintf(buf, KEYS_MAX, "hw:{%u}:claimed:%s", p, instance));
+    uint64_t h = 14695981039346656037ULL;
+    for (const unsigned char *c = (const unsigned char *)instance; *c; c++) {
+        h ^= *c;
+        h *= 1099511628211ULL;
+    }
+    snprintf(tag, 17, "%016llx", (unsigned long long)(h ? h : 1)); /* all zeros means "no owner" */
 }
 
-size_t keys_claimed_prefix(char *buf, uint32_t p)
+size_t keys_claimed(char *buf, uint32_t p, const char *tag)
 {
-    return put(snprintf(buf, KEYS_MAX, "hw:{%u}:claimed:", p));
+    return put(snprintf(buf, KEYS_MAX, "hw:{%u}:cl:%s", p, tag));
 }
 
 size_t keys_failed(char *buf, uint32_t p)
@@ -52,7 +57,7 @@ size_t keys_index(char *buf, uint32_t p, const char *ns, const char *state)
     return put(snprintf(buf, KEYS_MAX, "hw:{%u}:ix:%s:%s", p, ns, state));
 }
 
-size_t keys_lastclaim(char *buf, uint32_t p, const char *instance)
+size_t keys_lastclaim(char *buf, uint32_t p, const char *tag)
 {
-    return put(snprintf(buf, KEYS_MAX, "hw:{%u}:lastclaim:%s", p, instance));
+    return put(snprintf(buf, KEYS_MAX, "hw:{%u}:lc:%s", p, tag));
 }

@@ -3,16 +3,18 @@
  * Any thread; pure. Every key of a timer carries the hash tag {P} of its
  * partition P = fnv1a(id) mod partitions, so all the keys one script touches
  * live in one Redis Cluster slot (DESIGN §3):
- *   hw:{P}:t:<id>              string: the timer's record (record.h)
+ *   hw:{P}:t:<id>              string: the timer's record (timers.h, _record.lua)
+ *   hw:{P}:h:<id>              string: its attempt history, newest first
  *   hw:{P}:ix:<ns>:<state>     zset: a namespace's timers in a state no instance
  *                              holds: waiting ones (scheduled, retrying) by fire
  *                              time (ms), which sweeps claim; others by when they
  *                              got there (the listing index; _record.lua)
  *   hw:{P}:nss                 set: namespaces with waiting timers in an index
- *   hw:{P}:claimed:<instance>  zset: timers an instance holds in memory or is firing
- *   hw:{P}:holders             set: instances with a claimed zset here
+ *   hw:{P}:cl:<tag>            zset: timers an instance holds in memory or is firing
+ *                              (tag: keys_owner_tag of the instance id)
+ *   hw:{P}:holders             set: tags of instances with a claimed zset here
  *   hw:{P}:failed              zset: dead letters by failure time
- *   hw:{P}:lastclaim:<instance> list: ids of the instance's last claim, replayed
+ *   hw:{P}:lc:<tag>            list: ids of the instance's last claim, replayed
  *                              when that reply was lost
  * The partition count must be the same for every instance and must never
  * change while data exists: it decides where a timer's keys are. */
@@ -30,10 +32,12 @@ uint32_t keys_partition(const char *id, uint32_t partitions);
 size_t keys_timer(char *buf, uint32_t p, const char *id);
 size_t keys_timer_prefix(char *buf, uint32_t p);
 size_t keys_namespaces(char *buf, uint32_t p); /* hw:{P}:nss */
-size_t keys_claimed(char *buf, uint32_t p, const char *instance);
-size_t keys_claimed_prefix(char *buf, uint32_t p);
+/* The instance's owner tag: 16 hex digits of a 64-bit FNV-1a of its id, never
+ * all zeros (the record's "no owner"). */
+void keys_owner_tag(char tag[17], const char *instance);
+size_t keys_claimed(char *buf, uint32_t p, const char *tag);
 size_t keys_failed(char *buf, uint32_t p);
-size_t keys_lastclaim(char *buf, uint32_t p, const char *instance); /* ids of the last claim reply */
+size_t keys_lastclaim(char *buf, uint32_t p, const char *tag); /* ids of the last claim reply */
 size_t keys_index(char *buf, uint32_t p, const char *ns, const char *state); /* listing index (list.lua) */
 
 #endif

@@ -70,6 +70,8 @@ static const struct {
     const char *name, *src;
 } scripts[SCRIPT_COUNT] = {
     [SCRIPT_CREATE] = {"create", lua_create},
+    [SCRIPT_GET] = {"get", lua_get},
+    [SCRIPT_MIGRATE] = {"migrate", lua_migrate},
     [SCRIPT_CLAIM] = {"claim", lua_claim},
     [SCRIPT_BEGIN] = {"begin", lua_begin},
     [SCRIPT_FINISH] = {"finish", lua_finish},
@@ -464,11 +466,15 @@ int store_command(store *s, int argc, const char **argv, const size_t *lens, sto
 int store_eval(store *s, enum store_script script, int nkeys, int argc, const char **argv,
                const size_t *lens, store_reply_cb cb, void *arg)
 {
-    enum { MAXARGS = 24 };
-    if (argc + 3 > MAXARGS || script < 0 || script >= SCRIPT_COUNT)
+    enum { SMALL = 24 }; /* arguments kept on the stack; batches (timers.c) take more */
+    if (argc < 0 || script < 0 || script >= SCRIPT_COUNT)
         return -EINVAL;
-    const char *v[MAXARGS];
-    size_t l[MAXARGS];
+    const char *vs[SMALL], **v = vs;
+    size_t ls[SMALL], *l = ls;
+    if (argc + 3 > SMALL) {
+        v = xmalloc((size_t)(argc + 3) * sizeof *v);
+        l = xmalloc((size_t)(argc + 3) * sizeof *l);
+    }
     char nk[12];
     snprintf(nk, sizeof nk, "%d", nkeys);
     v[0] = "FCALL";
@@ -480,7 +486,12 @@ int store_eval(store *s, enum store_script script, int nkeys, int argc, const ch
         v[3 + i] = argv[i];
         l[3 + i] = lens ? lens[i] : strlen(argv[i]);
     }
-    return store_command(s, argc + 3, v, l, cb, arg);
+    int rc = store_command(s, argc + 3, v, l, cb, arg);
+    if (v != vs) {
+        free(v);
+        free(l);
+    }
+    return rc;
 }
 
 /* ---- reply helpers ---- */

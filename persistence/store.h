@@ -27,6 +27,8 @@ typedef struct store store; /* opaque */
 
 enum store_script {
     SCRIPT_CREATE,
+    SCRIPT_GET,
+    SCRIPT_MIGRATE,
     SCRIPT_CLAIM,
     SCRIPT_BEGIN,
     SCRIPT_FINISH,

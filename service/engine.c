@@ -43,15 +43,29 @@
 #include "queuecfg.h"
 #include "metrics.h"
 #include "reaper.h"
+#include "timers.h"
 #include "watchdog.h"
 #include "wheel.h"
 #include "xalloc.h"
 
 #define PARK_MS 1000 /* retry a store write after Redis failed, this much later */
+#define MIGRATE_SLICE 256 /* keys of an earlier layout moved per call */
+#define ABSORB_MAX 256    /* claimed timers taken into the wheel per turn of the loop */
+
+/* The jobs of one partition whose begin (or finish) goes to Redis as one
+ * call: gathered during a turn of the loop, sent at its end (flush). */
+typedef struct job_batch {
+    struct engine *e;
+    uint32_t partition;
+    size_t n;
+    job *jobs[TIMERS_BATCH_MAX];
+} job_batch;
 
 typedef struct sweep_ctx {
     engine *e;
     uint32_t partition;
+    uint32_t limit;    /* the claim's batch: a full one means more may wait */
+    uint64_t horizon;  /* the sweep's: claims timers due by then */
     atomic_int replay; /* the last claim's reply was lost: ask for its timers again */
 } sweep_ctx;
 
@@ -70,14 +84,18 @@ struct engine {
     atomic_int accepting;
     atomic_int pending_ops; /* sweeps and releases in flight */
     atomic_long resident;   /* jobs held: bounded by max_resident */
-    atomic_ullong next_token; /* job tokens: random start below 2^40, so below 10^13: Lua prints them exactly */
+    atomic_uint next_token; /* job tokens: random start, never 0 */
 
     /* engine thread only */
     wheel *w;
     limiter *lim;
     dispatch *d;
+    timers *tm;           /* the timer verbs (persistence/timers.h) */
+    job *backlog, **backlog_tail; /* claimed, not yet in the wheel (absorb) */
     struct list_node all; /* every job held */
-    uint32_t store_jobs;  /* jobs whose begin or finish script is in flight */
+    uint32_t store_jobs;  /* jobs whose begin or finish call is in flight */
+    job_batch **begins;   /* per partition: the begins gathered this turn (NULL: none) */
+    job_batch **finishes; /* per partition: the finishes gathered this turn */
     uint64_t limiter_next_us; /* a rate-limited queue's next token (UINT64_MAX: none) */
     uint64_t next_queues_ms;  /* next read of the queue settings */
     uint64_t next_sweep_ms;
@@ -148,10 +166,12 @@ static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uin
     j->owner = e;
     j->id = id;
     j->spec = spec;
-    j->partition = keys_partition(id, (uint32_t)e->cfg->partitions);
+    j->partition = timers_partition(e->tm, id);
     j->attempts = attempts;
     j->version = version;
     j->token = atomic_fetch_add(&e->next_token, 1);
+    if (!j->token) /* 0 is no job's: a wrap skips it */
+        j->token = atomic_fetch_add(&e->next_token, 1);
     j->wt.due_ms = fire_ms;
     pthread_mutex_lock(&e->mu);
     list_insert_tail(&e->all, &j->all_node);
@@ -221,37 +241,70 @@ static void schedule(engine *e, job *j, enum job_phase phase, uint64_t due_ms)
 
 /* ---- begin ---- */
 
-static void begin_cb(void *arg, const redisReply *r)
-{
-    job *j = arg;
-    engine *e = j->owner;
-    j->reply_ok = r && r->type == REDIS_REPLY_ARRAY;
-    j->reply_code = store_reply_int(r, 0, -1);
-    if (j->reply_code == 1)
-        j->attempts = (uint32_t)store_reply_int(r, 1, j->attempts + 1);
-    post(e, j, MSG_BEGUN);
-}
-
 static void park(engine *e, job *j)
 {
     schedule(e, j, JOB_PARKED, clock_now_ms() + PARK_MS);
 }
 
-static void send_begin(engine *e, job *j)
+/* Store thread: the batch's begin answered; each job goes back to the
+ * engine with its own result, in one post. */
+static void begun_cb(void *arg, int status, size_t n, const int32_t *res)
 {
-    char tk[KEYS_MAX], ver[24], tok[24];
-    keys_timer(tk, j->partition, j->id);
-    snprintf(ver, sizeof ver, "%" PRIu64, j->version);
-    snprintf(tok, sizeof tok, "%" PRIu64, j->token);
-    metrics_gauge_add(e->m, j->spec->queue, MG_READY, -1); /* pump popped it from the limiter */
-    const char *argv[] = {tk, e->cfg->instance_id, ver, j->spec->every_ms ? "1" : "0", tok};
-    j->phase = JOB_BEGIN;
-    if (store_eval(e->st, SCRIPT_BEGIN, 1, 5, argv, NULL, begin_cb, j) < 0) {
-        limiter_done(e->lim, &j->lj);
-        park(e, j);
+    job_batch *b = arg;
+    for (size_t i = 0; i < b->n; i++) {
+        job *j = b->jobs[i];
+        j->reply_ok = status == TIMERS_OK && i < n;
+        j->reply_code = j->reply_ok && res[i] >= 1 ? 1 : 0;
+        if (j->reply_code == 1)
+            j->attempts = (uint32_t)res[i];
+        j->msg = MSG_BEGUN;
+        j->inbox_next = i + 1 < b->n ? b->jobs[i + 1] : NULL;
+    }
+    post_chain(b->e, b->jobs[0], b->jobs[b->n - 1]);
+    free(b);
+}
+
+static job_batch *batch_add(engine *e, job_batch **slot, uint32_t partition, job *j)
+{
+    if (!*slot) {
+        *slot = xmalloc(sizeof **slot);
+        (*slot)->e = e;
+        (*slot)->partition = partition;
+        (*slot)->n = 0;
+    }
+    (*slot)->jobs[(*slot)->n++] = j;
+    return *slot;
+}
+
+static void send_begins(engine *e, job_batch *b)
+{
+    timer_begin items[TIMERS_BATCH_MAX];
+    for (size_t i = 0; i < b->n; i++) {
+        job *j = b->jobs[i];
+        items[i] = (timer_begin){j->id, j->version, j->token, j->spec->every_ms != 0};
+    }
+    if (timers_begin(e->tm, b->partition, b->n, items, begun_cb, b) < 0) {
+        for (size_t i = 0; i < b->n; i++) {
+            limiter_done(e->lim, &b->jobs[i]->lj);
+            park(e, b->jobs[i]);
+        }
+        free(b);
         return;
     }
-    e->store_jobs++;
+    e->store_jobs += (uint32_t)b->n;
+}
+
+/* Gathers j's begin into its partition's batch (sent by flush, or now when
+ * the batch is full). */
+static void send_begin(engine *e, job *j)
+{
+    metrics_gauge_add(e->m, j->spec->queue, MG_READY, -1); /* pump popped it from the limiter */
+    j->phase = JOB_BEGIN;
+    job_batch *b = batch_add(e, &e->begins[j->partition], j->partition, j);
+    if (b->n == TIMERS_BATCH_MAX) {
+        e->begins[j->partition] = NULL;
+        send_begins(e, b);
+    }
 }
 
 /* Starts every job the limiter lets start now. */
@@ -277,47 +330,72 @@ static void make_ready(engine *e, job *j)
 
 /* ---- outcome ---- */
 
-/* The reply is {1, fire_ms, version, kept, attempts} or {0}. */
-static void finish_cb(void *arg, const redisReply *r)
+/* Store thread: the batch's finish answered. */
+static void finished_cb(void *arg, int status, size_t n, const timer_finished *res)
 {
-    job *j = arg;
-    j->reply_ok = r && r->type == REDIS_REPLY_ARRAY;
-    j->reply_code = store_reply_int(r, 0, -1);
-    if (j->reply_code == 1) {
-        j->next_fire_ms = (uint64_t)store_reply_int(r, 1, 0);
-        j->version = (uint64_t)store_reply_int(r, 2, 0);
-        j->keep = store_reply_int(r, 3, 0) == 1;
-        j->attempts = (uint32_t)store_reply_int(r, 4, 0);
+    job_batch *b = arg;
+    for (size_t i = 0; i < b->n; i++) {
+        job *j = b->jobs[i];
+        j->reply_ok = status == TIMERS_OK && i < n;
+        j->reply_code = j->reply_ok && res[i].ok ? 1 : 0;
+        if (j->reply_code == 1) {
+            j->next_fire_ms = (uint64_t)res[i].fire_ms;
+            j->version = res[i].version;
+            j->keep = res[i].kept;
+            j->attempts = res[i].attempts;
+        }
+        j->msg = MSG_FINISHED;
+        j->inbox_next = i + 1 < b->n ? b->jobs[i + 1] : NULL;
     }
-    post(j->owner, j, MSG_FINISHED);
+    post_chain(b->e, b->jobs[0], b->jobs[b->n - 1]);
+    free(b);
 }
 
-static void send_finish(engine *e, job *j)
+static void send_finishes(engine *e, job_batch *b)
 {
-    static const char *const names[] = {"delivered", "retry", "failed", "next", "stop"};
-    const timer_spec *s = j->spec;
-    char tk[KEYS_MAX], fk[KEYS_MAX], next[24], ret[24], now[24], horizon[24], every[24], times[24],
-        over[24], hist[24];
+    timer_finish items[TIMERS_BATCH_MAX];
+    for (size_t i = 0; i < b->n; i++) {
+        job *j = b->jobs[i];
+        const timer_spec *s = j->spec;
+        items[i] = (timer_finish){j->id, (enum timer_outcome)j->outcome, j->last_json, (int64_t)j->next_fire_ms,
+                                  j->keep, s->every_ms, s->fixed_rate, s->times, j->next_delay_ms};
+    }
     uint64_t now_ms = clock_now_ms();
-    keys_timer(tk, j->partition, j->id);
-    keys_failed(fk, j->partition);
-    snprintf(next, sizeof next, "%" PRIu64, j->next_fire_ms);
-    snprintf(ret, sizeof ret, "%" PRIu64, e->cfg->retention_s * 1000u);
-    snprintf(now, sizeof now, "%" PRIu64, now_ms);
-    snprintf(horizon, sizeof horizon, "%" PRIu64, now_ms + e->cfg->window_ms);
-    snprintf(every, sizeof every, "%" PRIu64, s->every_ms);
-    snprintf(times, sizeof times, "%" PRIu32, s->times);
-    snprintf(over, sizeof over, "%" PRId64, j->next_delay_ms);
-    snprintf(hist, sizeof hist, "%" PRIu64, e->cfg->attempt_history);
-    const char *argv[] = {tk, fk, j->id, e->cfg->instance_id, names[j->outcome], j->last_json, next,
-                          j->keep ? "1" : "0", ret, now, horizon, every, s->fixed_rate ? "rate" : "delay",
-                          times, over, hist};
-    j->phase = JOB_FINISH;
-    if (store_eval(e->st, SCRIPT_FINISH, 2, 16, argv, NULL, finish_cb, j) < 0) {
-        park(e, j);
+    if (timers_finish(e->tm, b->partition, now_ms, now_ms + e->cfg->window_ms, b->n, items, finished_cb, b) < 0) {
+        for (size_t i = 0; i < b->n; i++)
+            park(e, b->jobs[i]);
+        free(b);
         return;
     }
-    e->store_jobs++;
+    e->store_jobs += (uint32_t)b->n;
+}
+
+/* Gathers j's outcome into its partition's batch. */
+static void send_finish(engine *e, job *j)
+{
+    j->phase = JOB_FINISH;
+    job_batch *b = batch_add(e, &e->finishes[j->partition], j->partition, j);
+    if (b->n == TIMERS_BATCH_MAX) {
+        e->finishes[j->partition] = NULL;
+        send_finishes(e, b);
+    }
+}
+
+/* Sends every batch gathered in this turn of the loop. */
+static void flush(engine *e)
+{
+    for (uint32_t p = 0; p < e->cfg->partitions; p++) {
+        job_batch *b = e->finishes[p];
+        if (b) {
+            e->finishes[p] = NULL;
+            send_finishes(e, b);
+        }
+        b = e->begins[p];
+        if (b) {
+            e->begins[p] = NULL;
+            send_begins(e, b);
+        }
+    }
 }
 
 /* The last_attempt record exactly as the API shows it:
@@ -503,6 +581,21 @@ static void on_claimed(engine *e, job *j)
     schedule(e, j, JOB_WHEEL, j->wt.due_ms);
 }
 
+/* Takes up to ABSORB_MAX claimed timers into the wheel. A sweep of a large
+ * backlog hands over thousands at once, and parsing their specs takes the
+ * engine's time: a slice a turn keeps the timers that fall due meanwhile
+ * on time (their expiry comes first in every turn). */
+static void absorb(engine *e)
+{
+    for (int k = 0; k < ABSORB_MAX && e->backlog; k++) {
+        job *j = e->backlog;
+        e->backlog = j->inbox_next;
+        if (!e->backlog)
+            e->backlog_tail = &e->backlog;
+        on_claimed(e, j);
+    }
+}
+
 static void drain_inbox(engine *e)
 {
     job *j = take_inbox(e);
@@ -510,7 +603,13 @@ static void drain_inbox(engine *e)
         job *next = j->inbox_next;
         switch (j->msg) {
         case MSG_CLAIMED:
-            on_claimed(e, j);
+            if (j->spec) { /* handed over by a create or a control: ready as it is */
+                on_claimed(e, j);
+                break;
+            }
+            j->inbox_next = NULL; /* from a sweep: absorbed a slice a turn, after what is due */
+            *e->backlog_tail = j;
+            e->backlog_tail = &j->inbox_next;
             break;
         case MSG_BEGUN:
             on_begun(e, j);
@@ -542,26 +641,31 @@ static void expire(engine *e, uint64_t now)
 
 /* ---- loader: sweeps and releases ---- */
 
-static void sweep_cb(void *arg, const redisReply *r)
+static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items);
+
+/* Sends partition p's claim of the sweep (any thread). */
+static int claim_next(engine *e, uint32_t p, uint64_t horizon, uint32_t limit)
+{
+    sweep_ctx *c = &e->sweeps[p];
+    c->limit = limit;
+    c->horizon = horizon;
+    return timers_claim(e->tm, p, horizon, limit, atomic_load(&c->replay), sweep_cb, c);
+}
+
+/* Store thread: a partition's claim answered; the claimed timers go to the
+ * engine in one post (their specs are parsed there, see parse_claimed). */
+static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items)
 {
     sweep_ctx *c = arg;
     engine *e = c->e;
-    size_t n = r && r->type == REDIS_REPLY_ARRAY ? r->elements / 6 : 0;
-    atomic_store(&c->replay, !r); /* no reply: the claim may have run all the same */
+    atomic_store(&c->replay, status == TIMERS_UNREACHABLE); /* no reply: the claim may have run all the same */
     job *first = NULL, *last = NULL;
     for (size_t i = 0; i < n; i++) {
-        size_t len, rid_len = 0;
-        int k = (int)(6 * i);
-        const char *id = store_reply_str(r, k, NULL);
-        const char *spec_text = store_reply_str(r, k + 1, &len);
-        const char *rid = store_reply_str(r, k + 5, &rid_len);
-        if (!id || !spec_text)
-            continue;
-        job *j = job_new(e, xstrdup(id), NULL, (uint64_t)store_reply_int(r, k + 2, 0),
-                         (uint32_t)store_reply_int(r, k + 3, 0), (uint64_t)store_reply_int(r, k + 4, 0), rid,
-                         rid_len);
-        j->raw_spec = xstrndup(spec_text, len);
-        j->raw_len = len;
+        const timer_claimed *t = &items[i];
+        job *j = job_new(e, xstrdup(t->id), NULL, (uint64_t)t->fire_ms, t->attempts, t->version, t->request_id,
+                         t->request_id_len);
+        j->raw_spec = xstrndup(t->spec, t->spec_len);
+        j->raw_len = t->spec_len;
         j->msg = MSG_CLAIMED;
         if (last)
             last->inbox_next = j;
@@ -571,49 +675,68 @@ static void sweep_cb(void *arg, const redisReply *r)
     }
     if (first)
         post_chain(e, first, last); /* one lock and one wake-up for the whole batch */
-    if (n >= e->cfg->claim_batch)
+    if (n >= c->limit)
         e->sweep_more = 1; /* read by the engine thread after the wake below: benign race */
+    if (c->partition + 1 < e->cfg->partitions && claim_next(e, c->partition + 1, c->horizon, c->limit) == 0)
+        return; /* the sweep goes on with the next partition */
     atomic_fetch_sub(&e->pending_ops, 1);
     wake(e);
 }
 
 /* Claims timers due within the window, in every partition, as far as there
  * is room in memory; past max_resident the rest waits in Redis (in due-time
- * order) for the next sweep. */
+ * order) for the next sweep. One partition's claim is in flight at a time
+ * (each callback sends the next), and each claims at most claim_batch
+ * timers: begins share the store's connection, and so never wait behind
+ * more than one claim. A partition that filled its batch is swept again
+ * once the whole sweep ended and its timers are in the wheel. */
 static void sweep(engine *e, uint64_t now)
 {
-    char nk[KEYS_MAX], ck[KEYS_MAX], tp[KEYS_MAX], horizon[24], limit[24];
     long free_slots = room(e) / (long)e->cfg->partitions;
     if (free_slots <= 0)
         return;
-    snprintf(horizon, sizeof horizon, "%" PRIu64, now + e->cfg->window_ms);
-    snprintf(limit, sizeof limit, "%" PRIu64,
-             (uint64_t)free_slots < e->cfg->claim_batch ? (uint64_t)free_slots : e->cfg->claim_batch);
+    uint32_t limit = (uint64_t)free_slots < e->cfg->claim_batch ? (uint32_t)free_slots : (uint32_t)e->cfg->claim_batch;
     e->sweep_more = 0;
-    for (uint32_t p = 0; p < e->cfg->partitions; p++) {
-        char lk[KEYS_MAX];
-        keys_namespaces(nk, p);
-        keys_claimed(ck, p, e->cfg->instance_id);
-        keys_lastclaim(lk, p, e->cfg->instance_id);
-        keys_timer_prefix(tp, p);
-        const char *argv[] = {nk, ck, lk, horizon, limit, e->cfg->instance_id, tp,
-                              atomic_load(&e->sweeps[p].replay) ? "1" : "0"};
-        atomic_fetch_add(&e->pending_ops, 1);
-        if (store_eval(e->st, SCRIPT_CLAIM, 3, 8, argv, NULL, sweep_cb, &e->sweeps[p]) < 0)
-            atomic_fetch_sub(&e->pending_ops, 1);
-    }
+    atomic_fetch_add(&e->pending_ops, 1);
+    if (claim_next(e, 0, now + e->cfg->window_ms, limit) < 0)
+        atomic_fetch_sub(&e->pending_ops, 1);
 }
 
-static void release_cb(void *arg, const redisReply *r)
+static void release_cb(void *arg, int status, long long n)
 {
     engine *e = arg;
-    long long n = store_reply_int(r, -1, -1);
     if (n > 0)
         LOG(LOG_INFO, "claims handed back", "\"instance\":\"%s\",\"timers\":%lld", e->cfg->instance_id, n);
-    else if (n < 0)
+    else if (status != TIMERS_OK)
         LOG(LOG_WARN, "could not hand claims back", "\"instance\":\"%s\"", e->cfg->instance_id);
     atomic_fetch_sub(&e->pending_ops, 1);
     wake(e);
+}
+
+/* Store thread: one slice of a partition's migration answered; the next
+ * slice goes at once (sweep_ctx serves as the partition's context). */
+static void migrated_cb(void *arg, int status, long long moved, int more)
+{
+    sweep_ctx *c = arg;
+    engine *e = c->e;
+    if (moved > 0)
+        LOG(LOG_INFO, "timers of an earlier layout moved", "\"partition\":%" PRIu32 ",\"timers\":%lld", c->partition,
+            moved);
+    if (status == TIMERS_OK && more && timers_migrate(e->tm, c->partition, MIGRATE_SLICE, migrated_cb, c) == 0)
+        return;
+    atomic_fetch_sub(&e->pending_ops, 1);
+    wake(e);
+}
+
+/* Brings keys an earlier release left to this layout, before the first
+ * sweep (the sweep waits for pending_ops). */
+static void migrate_all(engine *e)
+{
+    for (uint32_t p = 0; p < e->cfg->partitions; p++) {
+        atomic_fetch_add(&e->pending_ops, 1);
+        if (timers_migrate(e->tm, p, MIGRATE_SLICE, migrated_cb, &e->sweeps[p]) < 0)
+            atomic_fetch_sub(&e->pending_ops, 1);
+    }
 }
 
 /* Hands every claim of this instance back to due, in every partition. */
@@ -621,7 +744,7 @@ static void release_all(engine *e)
 {
     uint32_t parts = (uint32_t)e->cfg->partitions;
     atomic_fetch_add(&e->pending_ops, (int)parts);
-    uint32_t sent = reaper_release(e->st, e->cfg, e->cfg->instance_id, "the instance stopped", release_cb, e);
+    uint32_t sent = timers_release(e->tm, e->cfg->instance_id, "the instance stopped", clock_now_ms(), release_cb, e);
     atomic_fetch_sub(&e->pending_ops, (int)(parts - sent));
 }
 
@@ -637,6 +760,8 @@ static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
         until = now_ms + (uint64_t)w;
     if (until > now_ms + 60000)
         until = now_ms + 60000;
+    if (e->backlog) /* claimed timers still to absorb: no sleep */
+        until = now_ms;
     uint64_t wake = until * 1000u, cd = dispatch_deadline_us(e->d);
     if (e->limiter_next_us < wake) /* a rate-limited queue's next token */
         wake = e->limiter_next_us;
@@ -675,6 +800,7 @@ static void poll_once(engine *e, uint64_t wake_us)
     uint64_t cd = dispatch_deadline_us(e->d);
     if (cd && cd <= clock_now_us())
         dispatch_timeout(e->d);
+    flush(e);
 }
 
 static uint64_t housekeeping(engine *e, uint64_t now);
@@ -685,12 +811,14 @@ static void run(engine *e)
     while (!atomic_load(&e->stop)) {
         uint64_t now = clock_now_ms();
         uint64_t chores = housekeeping(e, now);
-        if ((now >= e->next_sweep_ms || e->sweep_more) && atomic_load(&e->pending_ops) == 0) {
+        if ((now >= e->next_sweep_ms || e->sweep_more) && atomic_load(&e->pending_ops) == 0 && !e->backlog) {
             sweep(e, now);
             e->next_sweep_ms = now + e->cfg->window_ms / 2;
         }
         apply_queue_settings(e);
         expire(e, now);
+        absorb(e);
+        flush(e);
         atomic_store_explicit(&e->in_wheel, (long)wheel_count(e->w), memory_order_relaxed);
         poll_once(e, next_wake_us(e, clock_now_ms(), chores));
     }
@@ -832,6 +960,12 @@ static void abandon_cb(job *j, void *arg)
 static void shutdown_engine(engine *e)
 {
     atomic_store(&e->accepting, 0);
+    while (e->backlog) { /* not in the wheel yet: the release hands them back */
+        job *j = e->backlog;
+        e->backlog = j->inbox_next;
+        job_free(e, j);
+    }
+    e->backlog_tail = &e->backlog;
     struct list_node *n, *next;
     for (n = e->all.next; n != &e->all; n = next) {
         next = n->next;
@@ -859,6 +993,7 @@ static void *engine_main(void *arg)
     pthread_setname_np(pthread_self(), "hw-engine");
     register_instance(e); /* before any claim, so a crash leaves claims the reaper finds */
     release_all(e);       /* claims a previous process with our id left behind */
+    migrate_all(e);
     e->next_sweep_ms = 0;
     e->next_reap_ms = clock_now_ms() + e->cfg->lease_ttl_ms / 2;
     run(e);
@@ -872,6 +1007,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     e->cfg = cfg;
     e->st = st;
     e->inbox_tail = &e->inbox;
+    e->backlog_tail = &e->backlog;
     list_init(&e->all);
     pthread_mutex_init(&e->mu, NULL);
     atomic_init(&e->stop, 0);
@@ -882,7 +1018,12 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     atomic_init(&e->resident, 0);
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng)
         e->rng = clock_now_us();
-    atomic_init(&e->next_token, (splitmix64_next(&e->rng) & ((1ULL << 40) - 1)) + 1);
+    atomic_init(&e->next_token, (unsigned)splitmix64_next(&e->rng) | 1u);
+    timers_config tc = {(uint32_t)cfg->partitions, cfg->instance_id, cfg->retention_s * 1000u,
+                        (uint32_t)cfg->attempt_history};
+    e->tm = timers_new(st, &tc);
+    e->begins = xcalloc(cfg->partitions, sizeof *e->begins);
+    e->finishes = xcalloc(cfg->partitions, sizeof *e->finishes);
     e->sweeps = xcalloc(cfg->partitions, sizeof *e->sweeps);
     for (uint32_t p = 0; p < cfg->partitions; p++) {
         e->sweeps[p].e = e;
@@ -890,7 +1031,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
         atomic_init(&e->sweeps[p].replay, 0);
     }
     e->wd = watchdog_create(st);
-    e->rp = reaper_create(st, cfg);
+    e->rp = reaper_create(st, e->tm, cfg);
     e->w = wheel_create((uint32_t)cfg->wheel_slots, (uint32_t)cfg->tick_ms, clock_now_ms());
     e->lim = limiter_create((uint32_t)cfg->max_inflight, (uint32_t)cfg->queue_parallelism);
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -912,6 +1053,8 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
 }
 
 void engine_set_metrics(engine *e, metrics *m) { e->m = m; }
+
+timers *engine_timers(engine *e) { return e->tm; }
 
 void engine_read_gauges(const engine *e, engine_gauges *g)
 {
@@ -962,5 +1105,12 @@ void engine_free(engine *e)
     free(e->queues_pending);
     pthread_mutex_destroy(&e->mu);
     free(e->sweeps);
+    for (uint32_t p = 0; e->begins && p < e->cfg->partitions; p++) {
+        free(e->begins[p]);
+        free(e->finishes[p]);
+    }
+    free(e->begins);
+    free(e->finishes);
+    timers_free(e->tm);
     free(e);
 }

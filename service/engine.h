@@ -19,6 +19,7 @@
 #include "sign.h"
 #include "spec.h"
 #include "store.h"
+#include "timers.h"
 
 typedef struct engine engine; /* opaque */
 
@@ -51,6 +52,10 @@ int engine_running(const engine *e);
 /* Counts timer events, attempts and lateness into m (NULL: nowhere); m
  * must outlive the engine. Call before engine_start. */
 void engine_set_metrics(engine *e, metrics *m);
+
+/* The engine's timer verbs (persistence/timers.h), for callers that create
+ * timers the engine may hold (oneshot.c). Any thread. */
+timers *engine_timers(engine *e);
 
 /* What the engine holds, for GET /metrics. */
 typedef struct engine_gauges {

@@ -18,6 +18,7 @@
 
 #include "limiter.h"
 #include "spec.h"
+#include "timers.h"
 #include "wheel.h"
 
 struct netpolicy;
@@ -25,7 +26,13 @@ struct netpolicy;
 enum job_phase { JOB_WHEEL, JOB_READY, JOB_BEGIN, JOB_RUNNING, JOB_FINISH, JOB_PARKED };
 /* OUT_NEXT: a recurring run succeeded (its successor is due); OUT_STOP: a
  * recurring run answered 410 Gone. */
-enum job_outcome { OUT_DELIVERED, OUT_RETRY, OUT_FAILED, OUT_NEXT, OUT_STOP };
+enum job_outcome {
+    OUT_DELIVERED = TIMER_DELIVERED,
+    OUT_RETRY = TIMER_RETRY,
+    OUT_FAILED = TIMER_FAILED,
+    OUT_NEXT = TIMER_NEXT,
+    OUT_STOP = TIMER_STOP,
+};
 enum job_msg { MSG_CLAIMED, MSG_BEGUN, MSG_FINISHED };
 
 /* What one HTTP attempt gave. */
@@ -61,7 +68,7 @@ typedef struct job {
     size_t raw_len;
     uint32_t attempts;         /* attempts recorded in Redis (of the current run) */
     uint64_t version;          /* the run line's version it was claimed under */
-    uint64_t token;            /* unique among this instance's jobs (begin.lua) */
+    uint32_t token;            /* unique among this instance's jobs (begin.lua) */
     enum job_phase phase;
     uint64_t due_ms;           /* due time of the current attempt (for lateness) */
 

@@ -1,4 +1,4 @@
-/* oneshot.c - create.lua for timers hookwheel makes itself; the same write
+/* oneshot.c - timers_create for timers hookwheel makes itself; the same write
  * and the same claim decision as api/timers.c's POST /timers. */
 #include "oneshot.h"
 
@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keys.h"
 #include "log.h"
 #include "xalloc.h"
 
@@ -16,13 +15,16 @@ typedef struct ctx {
     char *id;
     timer_spec *spec;
     int claim;
-    oneshot_cb cb;
+    oneshot_create_cb cb;
+    oneshot_cb simple_cb; /* oneshot_create_take's */
     void *arg;
+    char *rid;            /* the creating request's id, or NULL */
 } ctx;
 
 static void ctx_free(ctx *c)
 {
     free(c->id);
+    free(c->rid);
     spec_free(c->spec);
     free(c);
 }
@@ -30,47 +32,60 @@ static void ctx_free(ctx *c)
 /* Hands the timer to the engine; a claimed timer is this instance's to fire. */
 static void hold(ctx *c)
 {
-    engine_add_take(c->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0, NULL); /* a new timer: version 0 */
+    engine_add_take(c->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0, c->rid); /* a new timer: version 0 */
     c->id = NULL;
     c->spec = NULL;
 }
 
-static void created_cb(void *arg, const redisReply *reply)
+static void created_cb(void *arg, int status, const timer_view *v, const char *state)
 {
     ctx *c = arg;
-    long long code = store_reply_int(reply, 0, -1);
-    enum oneshot_outcome o = code == 1   ? ONESHOT_CREATED
-                             : code == 0 ? ONESHOT_EXISTS
-                             : code == 2 ? ONESHOT_CONFLICT
-                                         : ONESHOT_UNREACHABLE;
-    if (reply && reply->type == REDIS_REPLY_ERROR)
-        LOG(LOG_ERROR, "create failed", "\"timer\":\"%s\",\"error\":\"%.200s\"", c->id, reply->str);
-    /* As POST /timers: a lost reply may still have claimed the timer for us;
-     * if it was not written, its begin step finds nothing and drops it. */
-    if (c->claim && (o == ONESHOT_CREATED || !reply))
-        hold(c);
     if (c->cb)
-        c->cb(c->arg, o);
+        c->cb(c->arg, status, v, state, c->id, c->spec);
+    /* A lost reply may still have claimed the timer for us; if it was not
+     * written, its begin step finds nothing and drops it. */
+    if (c->claim && (status == TIMERS_OK || status == TIMERS_UNREACHABLE))
+        hold(c);
     ctx_free(c);
+}
+
+int oneshot_create(const config *cfg, engine *eng, char *id, timer_spec *spec, const char *when,
+                   const char *rid, uint64_t now_ms, oneshot_create_cb cb, void *arg)
+{
+    ctx *c = xcalloc(1, sizeof *c);
+    *c = (ctx){.eng = eng, .id = id, .spec = spec, .cb = cb, .arg = arg, .rid = rid && *rid ? xstrdup(rid) : NULL};
+    c->claim = engine_accepting(eng) && (uint64_t)spec->fire_at_ms <= now_ms + cfg->window_ms;
+    timer_new n = {id, spec->stored, spec->stored_len, when, spec->fire_at_ms, spec->every_ms, spec->queue,
+                   rid, now_ms, c->claim};
+    int rc = timers_create(engine_timers(eng), &n, created_cb, c);
+    if (rc < 0)
+        ctx_free(c);
+    return rc;
+}
+
+static void simple_cb(void *arg, int status, const timer_view *v, const char *state, const char *id,
+                      const timer_spec *spec)
+{
+    ctx *c = arg;
+    (void)v, (void)state, (void)id, (void)spec;
+    enum oneshot_outcome o = status == TIMERS_OK         ? ONESHOT_CREATED
+                             : status == TIMERS_EXISTS   ? ONESHOT_EXISTS
+                             : status == TIMERS_CONFLICT ? ONESHOT_CONFLICT
+                                                         : ONESHOT_UNREACHABLE;
+    if (c->simple_cb)
+        c->simple_cb(c->arg, o);
+    free(c);
 }
 
 int oneshot_create_take(const config *cfg, store *st, engine *eng, char *id, timer_spec *spec,
                         const char *when, uint64_t now_ms, oneshot_cb cb, void *arg)
 {
+    (void)st;
     ctx *c = xcalloc(1, sizeof *c);
-    *c = (ctx){eng, id, spec, 0, cb, arg};
-    uint32_t p = keys_partition(id, (uint32_t)cfg->partitions);
-    char tk[KEYS_MAX], fire[24], now[24];
-    keys_timer(tk, p, id);
-    snprintf(fire, sizeof fire, "%" PRId64, spec->fire_at_ms);
-    snprintf(now, sizeof now, "%" PRIu64, now_ms);
-    c->claim = engine_accepting(eng) && (uint64_t)spec->fire_at_ms <= now_ms + cfg->window_ms;
-    const char *argv[] = {tk, id, spec->stored, fire, now, c->claim ? "1" : "0", cfg->instance_id, when, ""};
-    size_t lens[9];
-    for (int i = 0; i < 9; i++)
-        lens[i] = i == 2 ? spec->stored_len : strlen(argv[i]);
-    int rc = store_eval(st, SCRIPT_CREATE, 1, 9, argv, lens, created_cb, c);
+    c->simple_cb = cb;
+    c->arg = arg;
+    int rc = oneshot_create(cfg, eng, id, spec, when, NULL, now_ms, simple_cb, c);
     if (rc < 0)
-        ctx_free(c);
+        free(c);
     return rc;
 }

@@ -17,6 +17,7 @@
 
 struct reaper {
     store *st;
+    timers *tm;
     const config *cfg;
     atomic_int steps; /* commands of the current round still waiting for a reply */
 };
@@ -33,10 +34,11 @@ void reaper_lease_key(char *buf, const char *id)
     snprintf(buf, KEYS_MAX, "hw:instance:%s", id);
 }
 
-reaper *reaper_create(store *st, const config *cfg)
+reaper *reaper_create(store *st, timers *tm, const config *cfg)
 {
     reaper *r = xcalloc(1, sizeof *r);
     r->st = st;
+    r->tm = tm;
     r->cfg = cfg;
     atomic_init(&r->steps, 0);
     return r;
@@ -67,11 +69,11 @@ static void forgotten_cb(void *arg, const redisReply *reply)
     step_done(arg);
 }
 
-static void released_cb(void *arg, const redisReply *reply)
+static void released_cb(void *arg, int status, long long n)
 {
     dead *d = arg;
     reaper *r = d->r;
-    long long n = store_reply_int(reply, -1, -1);
+    (void)status;
     if (n > 0)
         atomic_fetch_add(&d->handed, n);
     if (atomic_fetch_sub(&d->left, 1) == 1) {
@@ -85,32 +87,6 @@ static void released_cb(void *arg, const redisReply *reply)
     step_done(r);
 }
 
-uint32_t reaper_release(store *st, const config *cfg, const char *instance, const char *why,
-                        store_reply_cb cb, void *arg)
-{
-    char ck[KEYS_MAX], lk[KEYS_MAX], tp[KEYS_MAX], now[24], at[32], last[600], ret[24], hist[24];
-    uint32_t partitions = (uint32_t)cfg->partitions;
-    uint64_t t = clock_now_ms();
-    snprintf(now, sizeof now, "%" PRIu64, t);
-    snprintf(ret, sizeof ret, "%" PRIu64, cfg->retention_s * 1000u);
-    snprintf(hist, sizeof hist, "%" PRIu64, cfg->attempt_history);
-    clock_format_rfc3339(t, at, sizeof at);
-    snprintf(last, sizeof last,
-             "{\"at\":\"%s\",\"duration_ms\":0,\"status\":null,\"error\":\"attempt interrupted: %s\","
-             "\"response_snippet\":\"\",\"instance\":\"%s\"}",
-             at, why, instance);
-    uint32_t sent = 0;
-    for (uint32_t p = 0; p < partitions; p++) {
-        keys_claimed(ck, p, instance);
-        keys_lastclaim(lk, p, instance);
-        keys_timer_prefix(tp, p);
-        const char *argv[] = {ck, lk, tp, now, last, ret, hist, instance};
-        if (store_eval(st, SCRIPT_RELEASE, 2, 8, argv, NULL, cb, arg) == 0)
-            sent++;
-    }
-    return sent;
-}
-
 static void release_dead(reaper *r, dead *d)
 {
     char why[200];
@@ -120,7 +96,7 @@ static void release_dead(reaper *r, dead *d)
      * (they run on this same writer thread), so nothing frees d meanwhile. */
     atomic_store(&d->left, (int)parts);
     atomic_fetch_add(&r->steps, (int)parts);
-    uint32_t sent = reaper_release(r->st, r->cfg, d->id, why, released_cb, d);
+    uint32_t sent = timers_release(r->tm, d->id, why, clock_now_ms(), released_cb, d);
     atomic_fetch_sub(&r->steps, (int)(parts - sent));
     if (sent == 0)
         free(d); /* this round gives up; the next one retries */

@@ -14,12 +14,13 @@
 
 #include "config.h"
 #include "store.h"
+#include "timers.h"
 
 #define REAPER_REGISTRY "hw:instances" /* set of instance ids that may hold claims */
 
 typedef struct reaper reaper; /* opaque */
 
-reaper *reaper_create(store *st, const config *cfg);
+reaper *reaper_create(store *st, timers *tm, const config *cfg);
 void reaper_free(reaper *r); /* NULL is a no-op */
 
 /* Starts a round unless one is still running. Returns 0, or -EBUSY. */
@@ -27,14 +28,6 @@ int reaper_run(reaper *r);
 
 /* 1 while a round is running. */
 int reaper_busy(const reaper *r);
-
-/* Submits the release script for every claim of `instance`, one command per
- * partition (cfg->partitions), each reply going to cb(arg). Timers whose
- * attempt was in flight get a last_attempt saying it was interrupted, with
- * `why`. Returns the number of commands submitted (cb follows once for
- * each). Any thread. */
-uint32_t reaper_release(store *st, const config *cfg, const char *instance, const char *why,
-                        store_reply_cb cb, void *arg);
 
 /* Writes the lease key of instance id into buf (KEYS_MAX bytes). */
 void reaper_lease_key(char *buf, const char *id);

@@ -1,61 +1,125 @@
--- A timer is one string key hw:{P}:t:<id> holding nine lines:
---   state, fire_ms, attempts, created, owner, when, last, run, spec
--- (created is "created_ms request_id", or created_ms alone when the creating
--- request had no id)
--- (last and spec are compact JSON, so they hold no raw newline). One string
--- costs far less Redis memory than a hash of the same fields, whose spec
--- value is too long for the compact listpack encoding. This prelude is put
--- in front of every script.
-local ST, FIRE, ATT, CREATED, OWNER, WHEN, LAST, RUN, SPEC = 1, 2, 3, 4, 5, 6, 7, 8, 9
+-- The prelude: the timer's layout and the state machine's rules, written
+-- once and used by every function (persistence/timers.h is the C side).
+--
+-- A timer is one string key hw:{P}:t:<id>: a head of fixed size, changed in
+-- place (SETRANGE: no function copies or rewrites the rest), then a tail
+-- written once at create and never again:
+--   head (HEAD bytes, struct HEAD_FMT, little-endian):
+--     magic     MAGIC: this layout (an older one starts with a state word)
+--     state     one letter (STATE_CODE)
+--     attempts  attempts of the current run
+--     fire      due time of the next attempt (ms)
+--     owner     the holding instance's tag (16 hex digits; NO_OWNER: none);
+--               its claimed zset is hw:{P}:cl:<tag>
+--     version   bumped by fire, reschedule, pause, resume and retry; a run
+--               claimed under an older version may not start (begin)
+--     runs      runs started (a run is an attempt 1 and its retries)
+--     rf        bit 0 reserved (a fire arrived during a run: the next run
+--               starts right after it); bits 1-2 flag (what arrived during
+--               a run for after it: 1 pause, 2 cancel)
+--     planned   when the current run was due (fixed_rate counts from it)
+--     next      a reschedule during a run: when the next run is due
+--     token     the job (of the owner) whose attempt began: only it may
+--               begin again (a begin whose reply was lost is re-sent)
+--   tail: created_ms (i6), the creating request's id (length byte + text),
+--     then what idempotency compares: the due time as the client gave it
+--     (kind byte 'd' delay_ms | 'f' fire_at/fire_at_ms, value i6), every_ms
+--     (i6; 0: one-shot), the queue (length byte + name; empty: default) and
+--     the stored spec (compact JSON, the rest of the string).
+-- So the hot functions read and write HEAD bytes, and no function decodes
+-- user JSON: what they branch on (every_ms, queue) has a field of its own.
+-- The attempt history (newest first, compact JSON objects separated by
+-- tabs, at most attempt_history of them) is a key of its own,
+-- hw:{P}:h:<id>, written by finish and release only.
+local MAGIC = 178
+local HEAD_FMT, HEAD = '<BBHi6c16I4I4Bi6i6I4', 51
+local NO_OWNER = '0000000000000000'
+local STATE_CODE = {scheduled = 's', firing = 'f', retrying = 'r', delivered = 'd', failed = 'x',
+                    cancelled = 'c', paused = 'p'}
+local STATE_NAME = {[115] = 'scheduled', [102] = 'firing', [114] = 'retrying', [100] = 'delivered',
+                    [120] = 'failed', [99] = 'cancelled', [112] = 'paused'} -- by byte of STATE_CODE
 
-local function rec_parse(v)
-  local r, pos = {}, 1
-  for i = 1, SPEC - 1 do
-    local nl = string.find(v, '\n', pos, true)
-    if not nl then return nil end
-    r[i] = string.sub(v, pos, nl - 1)
-    pos = nl + 1
+-- The state machine. Waiting states are what sweeps claim and begin starts;
+-- final states keep their record for the retention period only.
+local function is_waiting(st) return st == 'scheduled' or st == 'retrying' end
+local function is_final(st) return st == 'delivered' or st == 'failed' or st == 'cancelled' end
+
+local function key_base(tkey) return string.match(tkey, '^(hw:{[^}]*}:)') end
+local function id_ns(id) return string.match(id, '^(.*)/') or '' end
+local function hist_key(tkey)
+  local base = key_base(tkey)
+  return base .. 'h:' .. string.sub(tkey, #base + 3)
+end
+
+local function head_decode(v)
+  local _, st, att, fire, owner, ver, runs, rf, plan, nxt, tok = struct.unpack(HEAD_FMT, v)
+  return {st = STATE_NAME[st], att = att, fire = fire, owner = owner, ver = ver, runs = runs,
+          rsv = rf % 2, flag = math.floor(rf / 2), plan = plan, next = nxt, tok = tok}
+end
+
+local function head_encode(r)
+  return struct.pack(HEAD_FMT, MAGIC, string.byte(STATE_CODE[r.st]), r.att, r.fire, r.owner, r.ver, r.runs,
+                     r.rsv + 2 * r.flag, r.plan, r.next, r.tok)
+end
+
+-- The fields of the tail a function may branch on, from the whole record.
+local function tail_decode(v)
+  local created, rlen = struct.unpack('<i6B', v, HEAD + 1)
+  local p = HEAD + 8 + rlen
+  local kind, when, every, qlen = struct.unpack('<Bi6i6B', v, p)
+  return {created = created, rid = string.sub(v, HEAD + 8, p - 1), every = every,
+          queue = qlen > 0 and string.sub(v, p + 14, p + 13 + qlen) or 'default',
+          same_from = p} -- where what idempotency compares starts
+end
+
+local upgrade -- below: an older layout is brought to this one on first read
+
+-- The head of the timer at tkey, or nil when there is none.
+local function head_get(tkey)
+  local v = redis.call('GETRANGE', tkey, 0, HEAD - 1)
+  if v == '' then return nil end
+  if string.byte(v, 1) ~= MAGIC then
+    upgrade(tkey)
+    v = redis.call('GETRANGE', tkey, 0, HEAD - 1)
   end
-  r[SPEC] = string.sub(v, pos)
-  return r
+  return head_decode(v)
 end
 
--- The id of the request that created the timer, or ''.
-local function rec_rid(r)
-  local sp = string.find(r[CREATED], ' ', 1, true)
-  return sp and string.sub(r[CREATED], sp + 1) or ''
+-- The whole record (head and tail) and its decoded head, or nil.
+local function rec_get(tkey)
+  local v = redis.call('GET', tkey)
+  if not v then return nil end
+  if string.byte(v, 1) ~= MAGIC then
+    upgrade(tkey)
+    v = redis.call('GET', tkey)
+  end
+  return head_decode(v), v
 end
 
-local function rec_load(key)
-  local v = redis.call('GET', key)
-  if not v then return nil, nil end
-  return rec_parse(v), v
+-- Writes the head in place; a finished timer keeps its retention countdown.
+local function head_put(tkey, r)
+  redis.call('SETRANGE', tkey, 0, head_encode(r))
 end
 
--- KEEPTTL: a finished timer keeps its retention countdown.
-local function rec_save(key, r)
-  redis.call('SET', key, table.concat(r, '\n'), 'KEEPTTL')
+-- The timer has finished: its record and history expire after retention.
+local function expire_after(tkey, retention_ms)
+  redis.call('PEXPIRE', tkey, retention_ms)
+  redis.call('PEXPIRE', hist_key(tkey), retention_ms)
 end
 
--- Saves a timer that has just finished, starting its retention countdown
--- (one SET with PX rather than a SET and a PEXPIRE).
-local function rec_save_final(key, r, retention_ms)
-  redis.call('SET', key, table.concat(r, '\n'), 'PX', retention_ms)
+-- The timer runs again (retry of a dead letter): it no longer expires.
+local function keep_forever(tkey)
+  redis.call('PERSIST', tkey)
+  redis.call('PERSIST', hist_key(tkey))
 end
 
--- The last line holds the latest attempts, newest first, as compact JSON
--- objects separated by tabs (compact JSON never holds a raw tab).
-local function rec_last(r)
-  local t = string.find(r[LAST], '\t', 1, true)
-  return t and string.sub(r[LAST], 1, t - 1) or r[LAST]
-end
-
--- Puts attempt a first, keeping at most `keep` attempts.
-local function rec_attempt(r, a, keep)
-  local h, n, pos = r[LAST], 1, 0
+-- Puts attempt a first in the history, keeping at most `keep` attempts.
+local function hist_add(tkey, a, keep)
+  local hk, n, pos = hist_key(tkey), 1, 0
   keep = tonumber(keep)
-  if h == '' or keep <= 1 then
-    r[LAST] = a
+  local h = keep > 1 and redis.call('GET', hk) or false
+  if not h or h == '' then
+    redis.call('SET', hk, a, 'KEEPTTL')
     return
   end
   while true do
@@ -68,94 +132,70 @@ local function rec_attempt(r, a, keep)
     end
     pos = t
   end
-  r[LAST] = a .. '\t' .. h
+  redis.call('SET', hk, a .. '\t' .. h, 'KEEPTTL')
 end
 
--- The run line is the Circulation Trigger's state word, as numbers
--- "version runs reserved flag planned_ms next_ms token" (trailing zeros left out,
--- so a fresh timer's line is empty):
---   version   bumped by fire, reschedule, pause and resume; a run claimed
---             under an older version may not start (begin checks it)
---   runs      runs started (a run is an attempt 1 and its retries)
---   reserved  1: a fire arrived during a run; the next run starts right after
---   flag      what arrived during a run for after it: 1 pause, 2 cancel
---   planned   when the current run was due (fixed_rate counts from it)
---   next      a reschedule during a run: when the next run is due
---   token     the job (of the owner instance) whose attempt began: only it
---             may begin again (a begin whose reply was lost is re-sent)
-local V, RUNS, RSV, FLAG, PLAN, NEXT, TOK = 1, 2, 3, 4, 5, 6, 7
-
--- Both run on every attempt, so they are kept cheap: a fresh timer's empty
--- line is not scanned, and numbers are joined as they are (every number here
--- stays below 10^14, which Lua prints exactly).
-local function run_get(r)
-  local t = {0, 0, 0, 0, 0, 0, 0}
-  if r[RUN] == '' then return t end
-  local i, pos, len = 1, 1, #r[RUN]
-  while pos <= len and i <= 7 do
-    local sp = string.find(r[RUN], ' ', pos, true) or len + 1
-    t[i] = tonumber(string.sub(r[RUN], pos, sp - 1)) or 0
-    i, pos = i + 1, sp + 1
-  end
-  return t
+-- The newest attempt of the history ('' when none).
+local function hist_last(tkey)
+  local h = redis.call('GET', hist_key(tkey))
+  if not h then return '' end
+  local t = string.find(h, '\t', 1, true)
+  return t and string.sub(h, 1, t - 1) or h
 end
 
-local function run_set(r, t)
-  local n = 7
-  while n > 0 and t[n] == 0 do n = n - 1 end
-  r[RUN] = table.concat(t, ' ', 1, n)
-end
+-- What a run resets: the reservations and instructions that arrived during
+-- it (the version stays: it moves only on instructions).
+local function run_clear(r) r.rsv, r.flag, r.next = 0, 0, 0 end
 
 -- Where a timer is found. A timer some instance holds (owner set: waiting
 -- in its wheel, or firing) is in that instance's claimed zset,
--- hw:{P}:claimed:<instance>, by due time, and nowhere else. Any other is in
--- the listing index of its namespace and state, hw:{P}:ix:<namespace>:<state>,
--- member its key id: by due time while waiting (scheduled, retrying; these
--- are what sweeps claim, so the index is the due set too), by the time it got
--- there otherwise (paused and finished states, listed newest first). So a
--- pending timer costs one zset entry, and a listing of a waiting state
--- merges the index with the claimed zsets (list.lua). Two registries let a
--- script find those zsets within the partition: hw:{P}:nss, the namespaces
--- that have waiting timers in an index (for sweeps), and hw:{P}:holders,
--- the instances that have a claimed zset (for listings). Every change of
+-- hw:{P}:cl:<tag>, by due time, and nowhere else. Any other is in the
+-- listing index of its namespace and state, hw:{P}:ix:<namespace>:<state>,
+-- member its key id: by due time while waiting (these are what sweeps
+-- claim, so the index is the due set too), by the time it got there
+-- otherwise (paused and finished states, listed newest first). So a pending
+-- timer costs one zset entry, and a listing of a waiting state merges the
+-- index with the claimed zsets (list.lua). Two registries let a function
+-- find those zsets within the partition: hw:{P}:nss, the namespaces that
+-- have waiting timers in an index (for sweeps), and hw:{P}:holders, the
+-- tags of instances that have a claimed zset (for listings). Every change of
 -- state or owner goes through unplace and place.
-local function key_base(tkey) return string.match(tkey, '^(hw:{[^}]*}:)') end
-local function id_ns(id) return string.match(id, '^(.*)/') or '' end
-
 local function ix_key(tkey, id, state)
   return key_base(tkey) .. 'ix:' .. id_ns(id) .. ':' .. state
 end
 
+local function claimed_key(tkey, owner) return key_base(tkey) .. 'cl:' .. owner end
+
 local function place_key(tkey, id, r)
-  if r[OWNER] ~= '' then return key_base(tkey) .. 'claimed:' .. r[OWNER] end
-  return ix_key(tkey, id, r[ST])
+  if r.owner ~= NO_OWNER then return claimed_key(tkey, r.owner) end
+  return ix_key(tkey, id, r.st)
 end
 
 -- Takes the timer out of where it is found; call before changing its state
--- or owner (a record being created has state '': nowhere yet).
+-- or owner.
 local function unplace(tkey, id, r)
-  if r[ST] ~= '' then redis.call('ZREM', place_key(tkey, id, r), id) end
+  redis.call('ZREM', place_key(tkey, id, r), id)
 end
 
 -- Puts the timer where its state and owner say, at score (its due time
 -- while it waits, else now).
 local function place(tkey, id, r, score)
   redis.call('ZADD', place_key(tkey, id, r), score, id)
-  if r[OWNER] ~= '' then
-    redis.call('SADD', key_base(tkey) .. 'holders', r[OWNER])
-  elseif r[ST] == 'scheduled' or r[ST] == 'retrying' then
+  if r.owner ~= NO_OWNER then
+    redis.call('SADD', key_base(tkey) .. 'holders', r.owner)
+  elseif is_waiting(r.st) then
     redis.call('SADD', key_base(tkey) .. 'nss', id_ns(id))
   end
 end
 
 -- Places a waiting timer (state already set) where its next attempt is
--- found: held by this instance when it is due within the horizon (the
--- caller then holds it in its wheel), else in its index for any instance's
--- sweep. Returns 1 when this instance holds it.
-local function rec_place(tkey, id, r, horizon, instance)
-  local held = tonumber(r[FIRE]) <= tonumber(horizon)
-  r[OWNER] = held and instance or ''
-  place(tkey, id, r, r[FIRE])
+-- found: held by this instance (owner tag) when it is due within the
+-- horizon (the caller then holds it in its wheel), else in its index for any
+-- instance's sweep. Returns 1 when this instance holds it.
+local function hold_or_index(tkey, id, r, horizon, owner)
+  local held = r.fire <= tonumber(horizon)
+  r.owner = held and owner or NO_OWNER
+  place(tkey, id, r, r.fire)
   return held and 1 or 0
 end
 
@@ -163,8 +203,8 @@ end
 -- attempt (firing) under the one it waited in, scheduled for a first attempt,
 -- retrying for a later one.
 local function waiting_state(r)
-  if r[ST] == 'firing' then return tonumber(r[ATT]) <= 1 and 'scheduled' or 'retrying' end
-  return r[ST]
+  if r.st == 'firing' then return r.att <= 1 and 'scheduled' or 'retrying' end
+  return r.st
 end
 
 -- Drops index entries of finished timers whose records have expired: on
@@ -173,4 +213,65 @@ end
 local function ix_trim(tkey, id, state, now, retention)
   if tonumber(now) % 64 ~= 0 then return end
   redis.call('ZREMRANGEBYSCORE', ix_key(tkey, id, state), '-inf', tonumber(now) - tonumber(retention))
+end
+
+-- A finished timer: out of its place, into the final state's index, its
+-- retention countdown started.
+local function to_final(tkey, id, r, state, now, retention)
+  unplace(tkey, id, r)
+  r.st, r.owner = state, NO_OWNER
+  run_clear(r)
+  place(tkey, id, r, now)
+  ix_trim(tkey, id, state, now, retention)
+  if state == 'failed' then redis.call('ZADD', key_base(tkey) .. 'failed', now, id) end
+  head_put(tkey, r)
+  expire_after(tkey, retention)
+end
+
+-- ---- the layout before this one ----
+-- Nine lines: state, fire_ms, attempts, "created_ms[ request_id]", owner
+-- (an instance id), when ("delay_ms=N" | "fire_at_ms=N"), the history, the
+-- run line "version runs reserved flag planned next token", the spec; held
+-- timers sat in hw:{P}:claimed:<instance>. An upgraded timer keeps its
+-- state, times and history; one an instance of the older build held is
+-- handed back as that build's release would (the README says to stop those
+-- instances first, so normally none is).
+upgrade = function(tkey)
+  local v = redis.call('GET', tkey)
+  local f, pos = {}, 1
+  for i = 1, 8 do
+    local nl = string.find(v, '\n', pos, true)
+    if not nl then error('hookwheel: unreadable timer record ' .. tkey) end
+    f[i] = string.sub(v, pos, nl - 1)
+    pos = nl + 1
+  end
+  local spec = string.sub(v, pos)
+  local run = {0, 0, 0, 0, 0, 0, 0}
+  local i = 1
+  for n in string.gmatch(f[8], '%d+') do run[i] = tonumber(n); i = i + 1 end
+  local created, rid = string.match(f[4], '^(%d+) ?(.*)$')
+  local kind, when = string.sub(f[6], 1, 6) == 'delay_' and 'd' or 'f', string.match(f[6], '=(%-?%d+)$')
+  local ok, s = pcall(cjson.decode, spec)
+  if not ok then s = {} end
+  local queue = type(s.queue) == 'string' and s.queue or ''
+  local every = type(s['repeat']) == 'table' and tonumber(s['repeat'].every_ms) or 0
+  local id = string.sub(tkey, #key_base(tkey) + 3)
+  local r = {st = f[1], att = tonumber(f[3]) or 0, fire = tonumber(f[2]) or 0, owner = NO_OWNER,
+             ver = run[1], runs = run[2], rsv = run[3], flag = run[4], plan = run[5], next = run[6],
+             tok = run[7] % 4294967296}
+  local old_owner = f[5]
+  if old_owner ~= '' then
+    redis.call('ZREM', key_base(tkey) .. 'claimed:' .. old_owner, id)
+    if r.st == 'firing' then r.st, r.fire = 'retrying', tonumber(redis.call('TIME')[1]) * 1000 end
+  end
+  local tail = struct.pack('<i6B', tonumber(created) or 0, #rid) .. rid ..
+               struct.pack('<Bi6i6B', string.byte(kind),
+                           tonumber(when) or 0, every, #queue) .. queue .. spec
+  redis.call('SET', tkey, head_encode(r) .. tail, 'KEEPTTL')
+  if f[7] ~= '' then
+    local ttl = redis.call('PTTL', tkey)
+    if ttl > 0 then redis.call('SET', hist_key(tkey), f[7], 'PX', ttl)
+    else redis.call('SET', hist_key(tkey), f[7]) end
+  end
+  if old_owner ~= '' and is_waiting(r.st) then place(tkey, id, r, r.fire) end
 end

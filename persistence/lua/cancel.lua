@@ -4,24 +4,21 @@
 -- run: the run completes and no other follows (the flag is read by finish).
 -- KEYS: 1 timer key
 -- ARGV: 1 id, 2 retention_ms, 3 now_ms
--- Returns {1, record} cancelled (now or before), {2, record} cancelled once
--- its current run ends, {0, record} too late, {-1} unknown.
--- A cancel made by this call (not before) carries a third element, 1.
-local r, raw = rec_load(KEYS[1])
-if not raw then return {-1} end
-if not r then return {0, raw} end
-if r[ST] == 'cancelled' then return {1, raw} end
-if r[ST] == 'firing' and cjson.decode(r[SPEC])['repeat'] then
-  local t = run_get(r)
-  t[FLAG], t[RSV], t[NEXT] = 2, 0, 0
-  run_set(r, t)
-  rec_save(KEYS[1], r)
-  return {2, table.concat(r, '\n')}
+-- Returns {code, record, history}: code 1 cancelled (now or before), 2
+-- cancelled once its current run ends, 0 too late; or {-1} unknown. A
+-- cancel made by this call (not before) carries a fourth element, 1.
+local r, v = rec_get(KEYS[1])
+if not r then return {-1} end
+local function answer(code, now)
+  return {code, redis.call('GET', KEYS[1]), redis.call('GET', hist_key(KEYS[1])) or '', now}
 end
-if r[ST] ~= 'scheduled' and r[ST] ~= 'retrying' and r[ST] ~= 'paused' then return {0, raw} end
-unplace(KEYS[1], ARGV[1], r)
-r[ST], r[OWNER] = 'cancelled', ''
-place(KEYS[1], ARGV[1], r, ARGV[3])
-ix_trim(KEYS[1], ARGV[1], 'cancelled', ARGV[3], ARGV[2])
-rec_save_final(KEYS[1], r, ARGV[2])
-return {1, table.concat(r, '\n'), 1} -- 1: cancelled by this call (counted once in metrics)
+if r.st == 'cancelled' then return answer(1) end
+if r.st == 'firing' and tail_decode(v).every > 0 then
+  r.flag = 2
+  r.rsv, r.next = 0, 0
+  head_put(KEYS[1], r)
+  return answer(2)
+end
+if not is_waiting(r.st) and r.st ~= 'paused' then return answer(0) end
+to_final(KEYS[1], ARGV[1], r, 'cancelled', ARGV[3], ARGV[2])
+return answer(1, 1) -- 1: cancelled by this call (counted once in metrics)

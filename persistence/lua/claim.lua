@@ -1,45 +1,28 @@
 -- claim: move timers due within the window from the partition's waiting
 -- indexes (every namespace's scheduled and retrying, see the prelude) to
--- this instance's claims, soonest due first.
+-- this instance's claims, soonest due first, at most `limit` of them (the
+-- caller keeps the limit small, so one call never holds Redis long).
 -- KEYS: 1 the partition's namespace registry (hw:{P}:nss), 2 this instance's
 --       claimed zset, 3 this instance's last claimed batch in this partition
 --       (a list of ids)
--- ARGV: 1 horizon_ms (claim fire_ms <= horizon), 2 limit, 3 instance id,
---       4 timer key prefix "hw:{P}:t:" (same hash tag, so the same slot),
---       5 replay ("1": the reply to the previous claim was lost; return its
---       timers again, those still waiting and still ours)
--- Returns {id, spec, fire_ms, attempts, version, request id, ...} for each
--- claimed timer (request id: of the request that created it, or '').
+-- ARGV: 1 horizon_ms (claim fire_ms <= horizon), 2 limit, 3 this instance's
+--       owner tag, 4 timer key prefix "hw:{P}:t:" (same hash tag, so the same
+--       slot), 5 replay ("1": the reply to the previous claim was lost;
+--       return its timers again, those still waiting and still ours)
+-- Returns {id, record, id, record, ...}, one pair per claimed timer.
 local out, batch = {}, {}
-local function take(id, r)
+local function take(id, v)
   out[#out + 1] = id
-  out[#out + 1] = r[SPEC]
-  out[#out + 1] = r[FIRE]
-  out[#out + 1] = r[ATT]
-  out[#out + 1] = run_get(r)[V]
-  out[#out + 1] = rec_rid(r)
+  out[#out + 1] = v
   batch[#batch + 1] = id
 end
 if ARGV[5] == '1' then
   for _, id in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
-    local r = rec_load(ARGV[4] .. id)
-    if r and r[OWNER] == ARGV[3] and (r[ST] == 'scheduled' or r[ST] == 'retrying') then take(id, r) end
+    local r, v = rec_get(ARGV[4] .. id)
+    if r and r.owner == ARGV[3] and is_waiting(r.st) then take(id, v) end
   end
 end
 local limit, base = tonumber(ARGV[2]), key_base(ARGV[4])
--- Earlier releases also kept a waiting timer no instance held in a due zset,
--- hw:{P}:due: its timers move into the waiting indexes, a batch a sweep,
--- and the zset goes once empty.
-local old = base .. 'due'
-if redis.call('EXISTS', old) == 1 then
-  local ids = redis.call('ZRANGE', old, 0, limit - 1)
-  for _, id in ipairs(ids) do
-    local tk = ARGV[4] .. id
-    local r = rec_load(tk)
-    if r and (r[ST] == 'scheduled' or r[ST] == 'retrying') and r[OWNER] == '' then place(tk, id, r, r[FIRE]) end
-  end
-  if #ids > 0 then redis.call('ZREM', old, unpack(ids)) end
-end
 -- The due entries of every waiting index, soonest first (ties by id, as a
 -- zset orders them), at most limit in all.
 local due = {}
@@ -57,13 +40,14 @@ table.sort(due, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[
 local claimed = 0
 for i = 1, math.min(#due, limit) do
   local id, tk = due[i][2], ARGV[4] .. due[i][2]
-  local r = rec_load(tk)
+  local r, v = rec_get(tk)
   redis.call('ZREM', due[i][3], id) -- (an entry of a timer gone or not waiting there is stale)
-  if r and (r[ST] == 'scheduled' or r[ST] == 'retrying') and r[OWNER] == '' then
-    redis.call('ZADD', KEYS[2], r[FIRE], id) -- place(), with the holder registered once below
-    r[OWNER] = ARGV[3]
-    rec_save(tk, r)
-    take(id, r)
+  if r and is_waiting(r.st) and r.owner == NO_OWNER then
+    redis.call('ZADD', KEYS[2], r.fire, id) -- place(), with the holder registered once below
+    r.owner = ARGV[3]
+    local h = head_encode(r)
+    redis.call('SETRANGE', tk, 0, h)
+    take(id, h .. string.sub(v, HEAD + 1))
     claimed = claimed + 1
   end
 end

@@ -13,26 +13,23 @@ while examined < limit do
   for _, id in ipairs(ids) do
     examined = examined + 1
     local tk = ARGV[1] .. id
-    local r = rec_load(tk)
-    if not r or r[ST] ~= 'failed' then
+    local r, v = rec_get(tk)
+    if not r or r.st ~= 'failed' then
       redis.call('ZREM', KEYS[1], id) -- expired or moved on: not a dead letter
-    elseif ARGV[3] == '' or (cjson.decode(r[SPEC]).queue or 'default') == ARGV[3] then
+    elseif ARGV[3] == '' or tail_decode(v).queue == ARGV[3] then
       redis.call('ZREM', KEYS[2], id)
       if ARGV[2] == 'purge' then
         redis.call('ZREM', KEYS[1], id)
-        redis.call('DEL', tk)
+        redis.call('DEL', tk, hist_key(tk))
       else -- a new series of attempts, due now, under the same id
-        local t = run_get(r)
-        t[V] = t[V] + 1
-        t[RSV], t[FLAG], t[NEXT] = 0, 0, 0
-        run_set(r, t)
-        r[ATT] = '0'
-        r[FIRE] = ARGV[4]
+        r.ver = r.ver + 1
+        run_clear(r)
+        r.att, r.fire = 0, tonumber(ARGV[4])
         unplace(tk, id, r)
-        r[ST], r[OWNER] = 'scheduled', ''
+        r.st, r.owner = 'scheduled', NO_OWNER
         place(tk, id, r, ARGV[4])
-        rec_save(tk, r)
-        redis.call('PERSIST', tk)
+        head_put(tk, r)
+        keep_forever(tk)
       end
       done = done + 1
     else

@@ -13,8 +13,8 @@
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 'asc' | 'desc', 3 cursor score
 --       ('' for the first page), 4 cursor key id, 5 limit, 6 queue ('' any),
 --       7 budget, 8 the namespace, 9 the state
--- Returns {more, last_score, last_id, id, score, record, id, score, record, ...}
--- for up to limit matches; more is 1 when the sources hold entries after the
+-- Returns {more, last_score, last_id, id, score, record, history, ...} for up
+-- to limit matches; more is 1 when the sources hold entries after the
 -- last one examined (last_score, last_id; '' when none was).
 local asc = ARGV[2] == 'asc'
 local limit, budget = tonumber(ARGV[5]), tonumber(ARGV[7])
@@ -58,14 +58,14 @@ local waiting = ARGV[9] == 'scheduled' or ARGV[9] == 'retrying'
 add_source(KEYS[1], false)
 if waiting then
   local base = key_base(ARGV[1])
-  for _, h in ipairs(redis.call('SMEMBERS', base .. 'holders')) do add_source(base .. 'claimed:' .. h, true) end
+  for _, h in ipairs(redis.call('SMEMBERS', base .. 'holders')) do add_source(base .. 'cl:' .. h, true) end
 end
 
 -- Whether a record belongs in this listing: an index entry must still be
 -- in the state (a waiting one also unheld); a claimed entry must be the
 -- namespace's and wait in, or fire from, the state.
 local function belongs(r, held, id)
-  if not held then return r[ST] == ARGV[9] and (not waiting or r[OWNER] == '') end
+  if not held then return r.st == ARGV[9] and (not waiting or r.owner == NO_OWNER) end
   return id_ns(id) == ARGV[8] and waiting_state(r) == ARGV[9]
 end
 
@@ -86,15 +86,15 @@ while found < limit and scanned < budget do
   local score = best.buf[best.i + 1]
   best.i, best.rank, scanned = best.i + 2, best.rank + 1, scanned + 1
   out[2], out[3] = score, bid
-  local raw = redis.call('GET', ARGV[1] .. bid)
-  local r = raw and rec_parse(raw)
+  local r, raw = rec_get(ARGV[1] .. bid)
   if not r then
     if not best.held then stale[#stale + 1] = bid end -- its record expired: drop the entry after the scan
   elseif belongs(r, best.held, bid) then
-    if ARGV[6] == '' or (cjson.decode(r[SPEC]).queue or 'default') == ARGV[6] then
+    if ARGV[6] == '' or tail_decode(raw).queue == ARGV[6] then
       out[#out + 1] = bid
       out[#out + 1] = score
       out[#out + 1] = raw
+      out[#out + 1] = redis.call('GET', hist_key(ARGV[1] .. bid)) or ''
       found = found + 1
     end
   elseif not best.held then

@@ -5,40 +5,43 @@
 -- once, unless a pause or cancel arrived during that run (then it is paused
 -- or cancelled).
 -- KEYS: 1 the instance's claimed zset, 2 the instance's last claimed batch
---       (deleted: nothing is left to replay)
--- ARGV: 1 timer key prefix "hw:{P}:t:", 2 now_ms, 3 last-attempt JSON for
---       interrupted attempts, 4 retention_ms, 5 attempts kept in the
---       history, 6 the instance id
+--       (deleted: nothing is left to replay), 3 and 4 the same two under
+--       the names of the layout before this one (claimed:<instance>,
+--       lastclaim:<instance>)
+-- ARGV: 1 timer key prefix "hw:{P}:t:", 2 now_ms, 3 the attempt (JSON) an
+--       interrupted attempt is recorded as, 4 retention_ms, 5 attempts kept
+--       in the history, 6 the instance's owner tag, 7 the instance id
 -- Returns the number of timers handed back.
-local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
-local n = 0
-for _, id in ipairs(ids) do
+local n, now = 0, tonumber(ARGV[2])
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local tk = ARGV[1] .. id
-  local r = rec_load(tk)
+  local r = head_get(tk)
   -- (the claimed zset itself is deleted below, so nothing is unplaced)
-  if r and (r[ST] == 'scheduled' or r[ST] == 'retrying') then
-    r[OWNER] = ''
-    place(tk, id, r, r[FIRE])
-    rec_save(tk, r)
+  if r and r.owner == ARGV[6] and is_waiting(r.st) then
+    r.owner = NO_OWNER
+    place(tk, id, r, r.fire)
+    head_put(tk, r)
     n = n + 1
-  elseif r and r[ST] == 'firing' then
-    local t = run_get(r)
-    r[OWNER] = ''
-    rec_attempt(r, ARGV[3], ARGV[5])
-    if t[FLAG] == 0 then
-      r[FIRE] = ARGV[2]
-      r[ST] = 'retrying'
+  elseif r and r.owner == ARGV[6] and r.st == 'firing' then
+    r.owner = NO_OWNER
+    hist_add(tk, ARGV[3], ARGV[5])
+    if r.flag == 0 then
+      r.fire, r.st = now, 'retrying'
     else
-      r[ST] = t[FLAG] == 1 and 'paused' or 'cancelled'
-      r[ATT] = '0'
-      t[FLAG], t[RSV], t[NEXT] = 0, 0, 0
-      run_set(r, t)
+      r.st, r.att = r.flag == 1 and 'paused' or 'cancelled', 0
+      run_clear(r)
     end
-    place(tk, id, r, ARGV[2])
-    if r[ST] == 'cancelled' then rec_save_final(tk, r, ARGV[4]) else rec_save(tk, r) end
+    place(tk, id, r, now)
+    head_put(tk, r)
+    if r.st == 'cancelled' then expire_after(tk, ARGV[4]) end
     n = n + 1
   end
 end
-redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('SREM', key_base(ARGV[1]) .. 'holders', ARGV[6])
+-- Claims an instance of the older build left: reading the record upgrades
+-- it, and the upgrade hands such a claim back.
+for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  if head_get(ARGV[1] .. id) then n = n + 1 end
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('SREM', key_base(ARGV[1]) .. 'holders', ARGV[6], ARGV[7])
 return n

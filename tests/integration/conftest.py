@@ -57,6 +57,15 @@ def scaled(seconds):
     return seconds * TIME_SCALE
 
 
+def owner_tag(instance_id):
+    """The tag an instance's claims are kept under in Redis (hw:{P}:cl:<tag>):
+    16 hex digits of the 64-bit FNV-1a of its id (persistence/keys.c)."""
+    h = 14695981039346656037
+    for b in instance_id.encode():
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return f"{h or 1:016x}"
+
+
 def now_ms():
     return time.time() * 1000.0
 

@@ -798,7 +798,7 @@ def test_a_redis_stall_longer_than_the_redis_timeout_strands_no_timer(
     for tid in ids:
         timer = hw.get(tid)[2]
         if not isinstance(timer, dict) or timer.get("state") != "delivered":
-            claimed_by = [k for k in redis.keys("hw:*:claimed:*") if tid in redis.cmd("ZRANGE", k, 0, -1)]
+            claimed_by = [k for k in redis.keys("hw:*:cl:*") if tid in redis.cmd("ZRANGE", k, 0, -1)]
             stranded[tid] = {"state": timer.get("state") if isinstance(timer, dict) else timer,
                              "attempts": timer.get("attempts") if isinstance(timer, dict) else None,
                              "fire_at_ms - now": (int(timer["fire_at_ms"] - now_ms())

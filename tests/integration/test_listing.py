@@ -171,6 +171,6 @@ def test_held_and_firing_timers_are_listed_with_the_others_in_due_order_and_only
     assert sum(int(redis.cmd("ZCARD", k)) for k in redis.keys("hw:*:ix:team-a:scheduled")) == 20
     assert sum(int(redis.cmd("ZCARD", k)) for k in redis.keys("hw:*:ix:team-a:retrying")) == 1
     held = set()
-    for k in redis.keys("hw:*:claimed:*"):
+    for k in redis.keys("hw:*:cl:*"):
         held |= set(redis.cmd("ZRANGE", k, 0, -1))
     assert {f"team-a/near-{i:02d}" for i in range(20)} | {"team-a/retry-held"} <= held

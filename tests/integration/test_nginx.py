@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, scaled, stop_process, tail, wait_until
+from conftest import free_port, owner_tag, scaled, stop_process, tail, wait_until
 from contract import assert_matches_contract
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -337,7 +337,7 @@ def test_with_one_instance_killed_requests_through_nginx_succeed_once_and_its_ti
         status, _, body = request(nginx.port, "POST", "/timers",
                                   {"id": tid, "url": receiver.url("/k"), "delay_ms": 2500 + 25 * i})
         assert status == 201, body
-    held_by_a = redis.keys(f"hw:*:claimed:{a.instance_id}")
+    held_by_a = redis.keys(f"hw:*:cl:{owner_tag(a.instance_id)}")
     assert held_by_a, "instance a holds no claims: nothing to take over"
     assert a.kill9() == -9
     dead = f"127.0.0.1:{a.port}"

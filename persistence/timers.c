@@ -1,0 +1,737 @@
+/* timers.c - the timer verbs over the store (timers.h), and the record's
+ * byte layout on the C side (persistence/lua/_record.lua is the other).
+ *
+ * Design. Each verb lays out one FCALL: the keys of one partition (so one
+ * Redis Cluster slot), then its arguments as text, and decodes the reply
+ * into the verb's structs before calling back. The engine's verbs take
+ * batches: every timer of a partition that falls due (or finishes) in one
+ * turn of the engine's loop is one call, which is most of what makes a
+ * delivery cheap in Redis. Argument vectors are built in one allocation per
+ * call: the pointer and length arrays and a text arena the numbers are
+ * written into. */
+#include "timers.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "keys.h"
+#include "log.h"
+#include "xalloc.h"
+
+#define HEAD 51          /* the record's head: HEAD_FMT in _record.lua */
+#define MAGIC 178
+#define NO_OWNER "0000000000000000"
+
+struct timers {
+    store *st;
+    uint32_t partitions;
+    char *instance;
+    char tag[17];        /* this instance's owner tag */
+    char retention[24];  /* ms, as text */
+    char history[24];
+};
+
+/* ---- the record ---- */
+
+static uint64_t get_le(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static int64_t get_i6(const unsigned char *p)
+{
+    uint64_t v = get_le(p, 6);
+    return v & 0x800000000000ULL ? (int64_t)(v | 0xFFFF000000000000ULL) : (int64_t)v;
+}
+
+static void put_le(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+
+static const char *state_name(unsigned char code)
+{
+    switch (code) {
+    case 's': return "scheduled";
+    case 'f': return "firing";
+    case 'r': return "retrying";
+    case 'd': return "delivered";
+    case 'x': return "failed";
+    case 'c': return "cancelled";
+    case 'p': return "paused";
+    default: return NULL;
+    }
+}
+
+int timers_decode(const char *rec, size_t rec_len, const char *history, size_t history_len, timer_view *v)
+{
+    const unsigned char *p = (const unsigned char *)rec;
+    if (!rec || rec_len < HEAD + 8 || p[0] != MAGIC || !state_name(p[1]))
+        return -EINVAL;
+    size_t rlen = p[HEAD + 6], at = HEAD + 7 + rlen; /* the kind byte of the due time as given */
+    if (rec_len < at + 14 || rec_len < at + 14 + p[at + 13])
+        return -EINVAL;
+    size_t qlen = p[at + 13];
+    memset(v, 0, sizeof *v);
+    snprintf(v->state, sizeof v->state, "%s", state_name(p[1]));
+    v->attempts = (uint32_t)get_le(p + 2, 2);
+    v->fire_ms = get_i6(p + 4);
+    v->version = get_le(p + 26, 4);
+    v->runs = get_le(p + 30, 4);
+    v->created_ms = get_i6(p + HEAD);
+    v->request_id = rec + HEAD + 7;
+    v->request_id_len = rlen;
+    v->every_ms = (uint64_t)get_i6(p + at + 7);
+    v->queue = qlen ? rec + at + 14 : "default";
+    v->queue_len = qlen ? qlen : 7;
+    v->spec = rec + at + 14 + qlen;
+    v->spec_len = rec_len - (at + 14 + qlen);
+    v->history = history ? history : "";
+    v->history_len = history ? history_len : 0;
+    return 0;
+}
+
+/* The record of a new timer: its head (scheduled, no attempt yet) and the
+ * tail written once. Returns its length; *out is freed by the caller. */
+static size_t record_new(const timers *t, const timer_new *n, unsigned char **out)
+{
+    size_t rlen = n->request_id ? strnlen(n->request_id, 255) : 0;
+    const char *q = n->queue && strcmp(n->queue, "default") ? n->queue : "";
+    size_t qlen = strnlen(q, 255);
+    int delay = strncmp(n->when, "delay_ms=", 9) == 0;
+    const char *eq = strchr(n->when, '=');
+    int64_t when = eq ? strtoll(eq + 1, NULL, 10) : n->fire_ms;
+    size_t len = HEAD + 7 + rlen + 14 + qlen + n->spec_len;
+    unsigned char *r = xmalloc(len), *p = r;
+    memset(r, 0, HEAD);
+    p[0] = MAGIC;
+    p[1] = 's';
+    put_le(p + 4, (uint64_t)n->fire_ms, 6);
+    memcpy(p + 10, n->hold ? t->tag : NO_OWNER, 16);
+    p += HEAD;
+    put_le(p, n->now_ms, 6);
+    p[6] = (unsigned char)rlen;
+    memcpy(p + 7, n->request_id ? n->request_id : "", rlen);
+    p += 7 + rlen;
+    p[0] = delay ? 'd' : 'f';
+    put_le(p + 1, (uint64_t)when, 6);
+    put_le(p + 7, n->every_ms, 6);
+    p[13] = (unsigned char)qlen;
+    memcpy(p + 14, q, qlen);
+    memcpy(p + 14 + qlen, n->spec, n->spec_len);
+    *out = r;
+    return len;
+}
+
+/* ---- argument vectors ---- */
+
+typedef struct args {
+    const char **v;
+    size_t *len;
+    int n;
+    char *arena; /* numbers and keys, written once, never moved */
+    size_t used, cap;
+} args;
+
+static void args_init(args *a, int max, size_t arena)
+{
+    a->v = xmalloc((size_t)max * sizeof *a->v);
+    a->len = xmalloc((size_t)max * sizeof *a->len);
+    a->n = 0;
+    a->arena = xmalloc(arena);
+    a->used = 0;
+    a->cap = arena;
+}
+
+static void args_free(args *a)
+{
+    free(a->v);
+    free(a->len);
+    free(a->arena);
+}
+
+static void add_arg(args *a, const char *s, size_t len)
+{
+    a->v[a->n] = s;
+    a->len[a->n++] = len;
+}
+
+static void arg_str(args *a, const char *s) { add_arg(a, s ? s : "", s ? strlen(s) : 0); }
+
+/* Appends a text made by fmt into the arena (the caller sized it). */
+__attribute__((format(printf, 2, 3))) static void arg_fmt(args *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(a->arena + a->used, a->cap - a->used, fmt, ap);
+    va_end(ap);
+    size_t len = k < 0 ? 0 : (size_t)k >= a->cap - a->used ? a->cap - a->used - 1 : (size_t)k;
+    add_arg(a, a->arena + a->used, len);
+    a->used += len + 1;
+}
+
+static void arg_i64(args *a, int64_t v) { arg_fmt(a, "%" PRId64, v); }
+static void arg_u64(args *a, uint64_t v) { arg_fmt(a, "%" PRIu64, v); }
+
+static int submit(timers *t, enum store_script s, int nkeys, args *a, store_reply_cb cb, void *ctx)
+{
+    int rc = store_eval(t->st, s, nkeys, a->n, a->v, a->len, cb, ctx);
+    args_free(a);
+    return rc;
+}
+
+/* The status of a reply that is not the verb's: none, or an error. */
+static int reply_status(const redisReply *r, const char *verb)
+{
+    if (!r)
+        return TIMERS_UNREACHABLE;
+    if (r->type == REDIS_REPLY_ERROR) {
+        LOG(LOG_ERROR, "Redis refused a timer call", "\"call\":\"%s\",\"error\":\"%.200s\"", verb, r->str);
+        return TIMERS_FAILED;
+    }
+    return r->type == REDIS_REPLY_ARRAY ? TIMERS_OK : TIMERS_FAILED;
+}
+
+/* ---- set-up ---- */
+
+timers *timers_new(store *st, const timers_config *c)
+{
+    if (!st || !c || !c->partitions || !c->instance_id)
+        return NULL;
+    timers *t = xcalloc(1, sizeof *t);
+    t->st = st;
+    t->partitions = c->partitions;
+    t->instance = xstrdup(c->instance_id);
+    keys_owner_tag(t->tag, c->instance_id);
+    snprintf(t->retention, sizeof t->retention, "%" PRIu64, c->retention_ms);
+    snprintf(t->history, sizeof t->history, "%" PRIu32, c->history);
+    return t;
+}
+
+void timers_free(timers *t)
+{
+    if (!t)
+        return;
+    free(t->instance);
+    free(t);
+}
+
+uint32_t timers_partition(const timers *t, const char *id) { return keys_partition(id, t->partitions); }
+
+/* ---- verbs with one timer: create, get, cancel, control ---- */
+
+typedef struct one_ctx {
+    void (*done)(struct one_ctx *c, const redisReply *r);
+    const char *verb;
+    union {
+        timers_create_cb create;
+        timers_view_cb view;
+    } cb;
+    void *arg;
+} one_ctx;
+
+static void one_cb(void *arg, const redisReply *r)
+{
+    one_ctx *c = arg;
+    c->done(c, r);
+    free(c);
+}
+
+static one_ctx *one_new(const char *verb, void (*done)(one_ctx *, const redisReply *), void *arg)
+{
+    one_ctx *c = xcalloc(1, sizeof *c);
+    c->verb = verb;
+    c->done = done;
+    c->arg = arg;
+    return c;
+}
+
+/* Decodes elements i (record) and i + 1 (history) of r into v. */
+static int view_at(const redisReply *r, int i, timer_view *v)
+{
+    size_t len = 0, hlen = 0;
+    const char *rec = store_reply_str(r, i, &len), *hist = store_reply_str(r, i + 1, &hlen);
+    if (!rec || timers_decode(rec, len, hist, hlen, v) < 0) {
+        LOG(LOG_ERROR, "stored timer unreadable", "\"bytes\":%zu", len);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static void create_done(one_ctx *c, const redisReply *r)
+{
+    int st = reply_status(r, c->verb);
+    timer_view v;
+    if (st != TIMERS_OK) {
+        c->cb.create(c->arg, st, NULL, NULL);
+        return;
+    }
+    long long code = store_reply_int(r, 0, -1);
+    if (code == 1)
+        c->cb.create(c->arg, TIMERS_OK, NULL, NULL);
+    else if (code == 0 && view_at(r, 1, &v) == 0)
+        c->cb.create(c->arg, TIMERS_EXISTS, &v, NULL);
+    else if (code == 2)
+        c->cb.create(c->arg, TIMERS_CONFLICT, NULL, store_reply_str(r, 1, NULL));
+    else
+        c->cb.create(c->arg, TIMERS_FAILED, NULL, NULL);
+}
+
+int timers_create(timers *t, const timer_new *n, timers_create_cb cb, void *arg)
+{
+    unsigned char *rec;
+    size_t len = record_new(t, n, &rec);
+    char tk[KEYS_MAX];
+    size_t tklen = keys_timer(tk, timers_partition(t, n->id), n->id);
+    one_ctx *c = one_new("create", create_done, arg);
+    c->cb.create = cb;
+    const char *argv[] = {tk, n->id, (const char *)rec};
+    size_t lens[] = {tklen, strlen(n->id), len};
+    int rc = store_eval(t->st, SCRIPT_CREATE, 1, 3, argv, lens, one_cb, c);
+    free(rec);
+    if (rc < 0)
+        free(c);
+    return rc;
+}
+
+/* Replies {code, record, history, flag} (cancel, control) or {record,
+ * history} / {} (get). */
+static void view_done(one_ctx *c, const redisReply *r)
+{
+    int st = reply_status(r, c->verb);
+    timer_view v;
+    if (st != TIMERS_OK) {
+        c->cb.view(c->arg, st, NULL, 0);
+        return;
+    }
+    if (!strcmp(c->verb, "get")) {
+        if (r->elements == 0)
+            c->cb.view(c->arg, TIMERS_UNKNOWN, NULL, 0);
+        else
+            c->cb.view(c->arg, view_at(r, 0, &v) == 0 ? TIMERS_OK : TIMERS_FAILED, &v, 0);
+        return;
+    }
+    long long code = store_reply_int(r, 0, -9);
+    int flag = (int)store_reply_int(r, 3, 0);
+    if (code == -1)
+        c->cb.view(c->arg, TIMERS_UNKNOWN, NULL, 0);
+    else if (view_at(r, 1, &v) < 0)
+        c->cb.view(c->arg, TIMERS_FAILED, NULL, 0);
+    else if (code == 1)
+        c->cb.view(c->arg, TIMERS_OK, &v, flag);
+    else if (code == 2)
+        c->cb.view(c->arg, TIMERS_AFTER_RUN, &v, 0);
+    else
+        c->cb.view(c->arg, TIMERS_TOO_LATE, &v, 0);
+}
+
+static int one_timer(timers *t, const char *verb, enum store_script s, const char *id, args *a, timers_view_cb cb,
+                     void *ctx)
+{
+    one_ctx *c = one_new(verb, view_done, ctx);
+    c->cb.view = cb;
+    int rc = submit(t, s, 1, a, one_cb, c);
+    if (rc < 0)
+        free(c);
+    (void)id;
+    return rc;
+}
+
+/* An argument vector of the timer's key then room for `more`. */
+static void args_timer(timers *t, args *a, const char *id, int more)
+{
+    args_init(a, 1 + more, KEYS_MAX + (size_t)more * 24 + 64);
+    char *k = a->arena;
+    size_t len = keys_timer(k, timers_partition(t, id), id);
+    add_arg(a, k, len);
+    a->used = len + 1;
+}
+
+int timers_get(timers *t, const char *id, timers_view_cb cb, void *arg)
+{
+    args a;
+    args_timer(t, &a, id, 0);
+    return one_timer(t, "get", SCRIPT_GET, id, &a, cb, arg);
+}
+
+int timers_cancel(timers *t, const char *id, uint64_t now_ms, timers_view_cb cb, void *arg)
+{
+    args a;
+    args_timer(t, &a, id, 3);
+    arg_str(&a, id);
+    arg_str(&a, t->retention);
+    arg_u64(&a, now_ms);
+    return one_timer(t, "cancel", SCRIPT_CANCEL, id, &a, cb, arg);
+}
+
+int timers_control(timers *t, const char *id, const char *op, uint64_t now_ms, int64_t fire_ms,
+                   uint64_t hold_until_ms, timers_view_cb cb, void *arg)
+{
+    args a;
+    args_timer(t, &a, id, 6);
+    arg_str(&a, id);
+    arg_str(&a, op);
+    arg_u64(&a, now_ms);
+    arg_i64(&a, fire_ms);
+    arg_i64(&a, hold_until_ms ? (int64_t)hold_until_ms : -1);
+    arg_str(&a, t->tag);
+    return one_timer(t, "control", SCRIPT_CONTROL, id, &a, cb, arg);
+}
+
+/* ---- listings and dead letters ---- */
+
+typedef struct list_ctx {
+    timers_list_cb cb;
+    void *arg;
+} list_ctx;
+
+static void list_done(void *arg, const redisReply *r)
+{
+    list_ctx *c = arg;
+    int st = reply_status(r, "list");
+    if (st != TIMERS_OK || r->elements < 3) {
+        c->cb(c->arg, st != TIMERS_OK ? st : TIMERS_FAILED, 0, NULL, NULL, 0, NULL);
+        free(c);
+        return;
+    }
+    size_t n = (r->elements - 3) / 4, k = 0;
+    timer_listed *items = xmalloc((n ? n : 1) * sizeof *items);
+    for (size_t i = 3; i + 3 < r->elements; i += 4) {
+        timer_listed *it = &items[k];
+        it->id = store_reply_str(r, (int)i, NULL);
+        it->score = store_reply_str(r, (int)i + 1, NULL);
+        it->rec = store_reply_str(r, (int)i + 2, &it->rec_len);
+        it->history = store_reply_str(r, (int)i + 3, &it->history_len);
+        if (it->id && it->score && it->rec)
+            k++;
+    }
+    c->cb(c->arg, TIMERS_OK, store_reply_int(r, 0, 0) == 1, store_reply_str(r, 1, NULL), store_reply_str(r, 2, NULL),
+          k, items);
+    free(items);
+    free(c);
+}
+
+int timers_list(timers *t, uint32_t partition, const char *ns, const char *state, int asc,
+                const char *cursor_score, const char *cursor_id, uint32_t limit, const char *queue,
+                uint32_t budget, timers_list_cb cb, void *arg)
+{
+    args a;
+    args_init(&a, 10, 2 * KEYS_MAX + 64);
+    char *ik = a.arena;
+    size_t n = keys_index(ik, partition, ns, state);
+    add_arg(&a, ik, n);
+    a.used = n + 1;
+    char *tp = a.arena + a.used;
+    n = keys_timer_prefix(tp, partition);
+    add_arg(&a, tp, n);
+    a.used += n + 1;
+    arg_str(&a, asc ? "asc" : "desc");
+    arg_str(&a, cursor_score ? cursor_score : "");
+    arg_str(&a, cursor_score ? cursor_id : "");
+    arg_u64(&a, limit);
+    arg_str(&a, queue);
+    arg_u64(&a, budget);
+    arg_str(&a, ns);
+    arg_str(&a, state);
+    list_ctx *c = xmalloc(sizeof *c);
+    *c = (list_ctx){cb, arg};
+    int rc = submit(t, SCRIPT_LIST, 1, &a, list_done, c);
+    if (rc < 0)
+        free(c);
+    return rc;
+}
+
+typedef struct dl_ctx {
+    timers_deadletters_cb cb;
+    void *arg;
+} dl_ctx;
+
+static void dl_done(void *arg, const redisReply *r)
+{
+    dl_ctx *c = arg;
+    int st = reply_status(r, "deadletters");
+    if (st == TIMERS_OK)
+        c->cb(c->arg, st, store_reply_int(r, 0, 0), store_reply_int(r, 1, 0) == 1);
+    else
+        c->cb(c->arg, st, 0, 0);
+    free(c);
+}
+
+int timers_deadletters(timers *t, uint32_t partition, const char *ns, const char *op, const char *queue,
+                       uint64_t now_ms, uint32_t limit, timers_deadletters_cb cb, void *arg)
+{
+    args a;
+    args_init(&a, 7, 3 * KEYS_MAX + 64);
+    char *k = a.arena;
+    size_t n = keys_index(k, partition, ns, "failed");
+    add_arg(&a, k, n);
+    a.used = n + 1;
+    k = a.arena + a.used;
+    n = keys_failed(k, partition);
+    add_arg(&a, k, n);
+    a.used += n + 1;
+    k = a.arena + a.used;
+    n = keys_timer_prefix(k, partition);
+    add_arg(&a, k, n);
+    a.used += n + 1;
+    arg_str(&a, op);
+    arg_str(&a, queue);
+    arg_u64(&a, now_ms);
+    arg_u64(&a, limit);
+    dl_ctx *c = xmalloc(sizeof *c);
+    *c = (dl_ctx){cb, arg};
+    int rc = submit(t, SCRIPT_DEADLETTERS, 2, &a, dl_done, c);
+    if (rc < 0)
+        free(c);
+    return rc;
+}
+
+/* ---- the engine's verbs ---- */
+
+typedef struct batch_ctx {
+    void *cb;
+    void *arg;
+    size_t n;
+} batch_ctx;
+
+static batch_ctx *batch_new(void *cb, void *arg, size_t n)
+{
+    batch_ctx *c = xmalloc(sizeof *c);
+    *c = (batch_ctx){cb, arg, n};
+    return c;
+}
+
+static int submit_batch(timers *t, enum store_script s, int nkeys, args *a, store_reply_cb done, batch_ctx *c)
+{
+    int rc = submit(t, s, nkeys, a, done, c);
+    if (rc < 0)
+        free(c);
+    return rc;
+}
+
+static void claim_done(void *arg, const redisReply *r)
+{
+    batch_ctx *c = arg;
+    timers_claim_cb cb = (timers_claim_cb)c->cb;
+    int st = reply_status(r, "claim");
+    size_t n = st == TIMERS_OK ? r->elements / 2 : 0, k = 0;
+    timer_claimed *items = xmalloc((n ? n : 1) * sizeof *items);
+    for (size_t i = 0; i < n; i++) {
+        timer_view v;
+        size_t len;
+        const char *id = store_reply_str(r, (int)(2 * i), NULL), *rec = store_reply_str(r, (int)(2 * i + 1), &len);
+        if (!id || !rec || timers_decode(rec, len, NULL, 0, &v) < 0) {
+            LOG(LOG_ERROR, "claimed timer unreadable", "\"timer\":\"%s\"", id ? id : "");
+            continue;
+        }
+        items[k++] = (timer_claimed){id, v.spec, v.spec_len, v.fire_ms, v.attempts, v.version, v.request_id,
+                                     v.request_id_len};
+    }
+    cb(c->arg, st, k, items);
+    free(items);
+    free(c);
+}
+
+int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t limit, int replay,
+                 timers_claim_cb cb, void *arg)
+{
+    args a;
+    args_init(&a, 8, 4 * KEYS_MAX + 64);
+    char *k = a.arena;
+    size_t n = keys_namespaces(k, partition);
+    add_arg(&a, k, n);
+    a.used = n + 1;
+    k = a.arena + a.used;
+    n = keys_claimed(k, partition, t->tag);
+    add_arg(&a, k, n);
+    a.used += n + 1;
+    k = a.arena + a.used;
+    n = keys_lastclaim(k, partition, t->tag);
+    add_arg(&a, k, n);
+    a.used += n + 1;
+    arg_u64(&a, horizon_ms);
+    arg_u64(&a, limit);
+    arg_str(&a, t->tag);
+    k = a.arena + a.used;
+    n = keys_timer_prefix(k, partition);
+    add_arg(&a, k, n);
+    a.used += n + 1;
+    arg_str(&a, replay ? "1" : "0");
+    return submit_batch(t, SCRIPT_CLAIM, 3, &a, claim_done, batch_new((void *)cb, arg, 0));
+}
+
+static void begin_done(void *arg, const redisReply *r)
+{
+    batch_ctx *c = arg;
+    timers_begin_cb cb = (timers_begin_cb)c->cb;
+    int st = reply_status(r, "begin");
+    if (st == TIMERS_OK && r->elements != c->n)
+        st = TIMERS_FAILED;
+    int32_t res[TIMERS_BATCH_MAX];
+    for (size_t i = 0; st == TIMERS_OK && i < c->n; i++)
+        res[i] = (int32_t)store_reply_int(r, (int)i, TIMERS_GONE);
+    cb(c->arg, st, st == TIMERS_OK ? c->n : 0, res);
+    free(c);
+}
+
+/* Writes the timer keys of items (ids at offset id_off of each item of
+ * size `stride`) as the first n arguments. */
+static void arg_timer_keys(args *a, uint32_t partition, size_t n, const void *items, size_t stride)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *id = *(const char *const *)((const char *)items + i * stride);
+        char *k = a->arena + a->used;
+        size_t len = keys_timer(k, partition, id);
+        add_arg(a, k, len);
+        a->used += len + 1;
+    }
+}
+
+int timers_begin(timers *t, uint32_t partition, size_t n, const timer_begin *items, timers_begin_cb cb, void *arg)
+{
+    if (n == 0 || n > TIMERS_BATCH_MAX)
+        return -EINVAL;
+    args a;
+    args_init(&a, (int)(1 + 4 * n), n * (KEYS_MAX + 3 * 24) + 64);
+    arg_timer_keys(&a, partition, n, items, sizeof *items);
+    arg_str(&a, t->tag);
+    for (size_t i = 0; i < n; i++) {
+        arg_u64(&a, items[i].version);
+        arg_u64(&a, items[i].token);
+        arg_str(&a, items[i].recurring ? "1" : "0");
+    }
+    return submit_batch(t, SCRIPT_BEGIN, (int)n, &a, begin_done, batch_new((void *)cb, arg, n));
+}
+
+static void finish_done(void *arg, const redisReply *r)
+{
+    batch_ctx *c = arg;
+    timers_finish_cb cb = (timers_finish_cb)c->cb;
+    int st = reply_status(r, "finish");
+    if (st == TIMERS_OK && r->elements != 5 * c->n)
+        st = TIMERS_FAILED;
+    timer_finished res[TIMERS_BATCH_MAX];
+    for (size_t i = 0; st == TIMERS_OK && i < c->n; i++) {
+        int k = (int)(5 * i);
+        res[i] = (timer_finished){
+            .ok = store_reply_int(r, k, 0) == 1,
+            .fire_ms = store_reply_int(r, k + 1, 0),
+            .version = (uint64_t)store_reply_int(r, k + 2, 0),
+            .kept = store_reply_int(r, k + 3, 0) == 1,
+            .attempts = (uint32_t)store_reply_int(r, k + 4, 0),
+        };
+    }
+    cb(c->arg, st, st == TIMERS_OK ? c->n : 0, res);
+    free(c);
+}
+
+int timers_finish(timers *t, uint32_t partition, uint64_t now_ms, uint64_t hold_until_ms, size_t n,
+                  const timer_finish *items, timers_finish_cb cb, void *arg)
+{
+    static const char *const outcomes[] = {"delivered", "retry", "failed", "next", "stop"};
+    if (n == 0 || n > TIMERS_BATCH_MAX)
+        return -EINVAL;
+    args a;
+    args_init(&a, (int)(5 + 10 * n), n * (KEYS_MAX + 6 * 24) + 5 * 24);
+    arg_timer_keys(&a, partition, n, items, sizeof *items);
+    arg_str(&a, t->tag);
+    arg_u64(&a, now_ms);
+    arg_str(&a, t->retention);
+    arg_u64(&a, hold_until_ms);
+    arg_str(&a, t->history);
+    for (size_t i = 0; i < n; i++) {
+        const timer_finish *f = &items[i];
+        arg_str(&a, f->id);
+        arg_str(&a, outcomes[f->outcome]);
+        arg_str(&a, f->attempt);
+        arg_i64(&a, f->next_fire_ms);
+        arg_str(&a, f->keep ? "1" : "0");
+        arg_u64(&a, f->every_ms);
+        arg_str(&a, f->fixed_rate ? "1" : "0");
+        arg_u64(&a, f->times);
+        arg_i64(&a, f->next_delay_ms);
+    }
+    return submit_batch(t, SCRIPT_FINISH, (int)n, &a, finish_done, batch_new((void *)cb, arg, n));
+}
+
+static void migrate_done(void *arg, const redisReply *r)
+{
+    batch_ctx *c = arg;
+    timers_migrate_cb cb = (timers_migrate_cb)c->cb;
+    int st = reply_status(r, "migrate");
+    cb(c->arg, st, st == TIMERS_OK ? store_reply_int(r, 0, 0) : 0, st == TIMERS_OK && store_reply_int(r, 1, 0) == 1);
+    free(c);
+}
+
+int timers_migrate(timers *t, uint32_t partition, uint32_t limit, timers_migrate_cb cb, void *arg)
+{
+    args a;
+    args_init(&a, 3, 2 * KEYS_MAX + 24);
+    add_arg(&a, a.arena, (size_t)snprintf(a.arena, KEYS_MAX, "hw:{%" PRIu32 "}:due", partition));
+    a.used = a.len[0] + 1;
+    char *k = a.arena + a.used;
+    size_t n = keys_timer_prefix(k, partition);
+    add_arg(&a, k, n);
+    a.used += n + 1;
+    arg_u64(&a, limit);
+    return submit_batch(t, SCRIPT_MIGRATE, 1, &a, migrate_done, batch_new((void *)cb, arg, partition));
+}
+
+static void release_done(void *arg, const redisReply *r)
+{
+    batch_ctx *c = arg;
+    timers_release_cb cb = (timers_release_cb)c->cb;
+    if (r && r->type == REDIS_REPLY_INTEGER)
+        cb(c->arg, TIMERS_OK, r->integer);
+    else
+        cb(c->arg, r ? TIMERS_FAILED : TIMERS_UNREACHABLE, 0);
+    free(c);
+}
+
+uint32_t timers_release(timers *t, const char *instance, const char *why, uint64_t now_ms,
+                        timers_release_cb cb, void *arg)
+{
+    char tag[17], at[32];
+    keys_owner_tag(tag, instance);
+    clock_format_rfc3339(now_ms, at, sizeof at);
+    uint32_t sent = 0;
+    for (uint32_t p = 0; p < t->partitions; p++) {
+        args a;
+        args_init(&a, 11, 5 * KEYS_MAX + 1024 + 2 * strlen(why) + 2 * strlen(instance));
+        char *k = a.arena;
+        size_t n = keys_claimed(k, p, tag);
+        add_arg(&a, k, n);
+        a.used = n + 1;
+        k = a.arena + a.used;
+        n = keys_lastclaim(k, p, tag);
+        add_arg(&a, k, n);
+        a.used += n + 1;
+        arg_fmt(&a, "hw:{%" PRIu32 "}:claimed:%s", p, instance);   /* the layout before this one */
+        arg_fmt(&a, "hw:{%" PRIu32 "}:lastclaim:%s", p, instance);
+        k = a.arena + a.used;
+        n = keys_timer_prefix(k, p);
+        add_arg(&a, k, n);
+        a.used += n + 1;
+        arg_u64(&a, now_ms);
+        arg_fmt(&a,
+                "{\"at\":\"%s\",\"duration_ms\":0,\"status\":null,\"error\":\"attempt interrupted: %s\","
+                "\"response_snippet\":\"\",\"instance\":\"%s\"}",
+                at, why, instance);
+        arg_str(&a, t->retention);
+        arg_str(&a, t->history);
+        arg_str(&a, tag);
+        arg_str(&a, instance);
+        if (submit_batch(t, SCRIPT_RELEASE, 4, &a, release_done, batch_new((void *)cb, arg, 0)) == 0)
+            sent++;
+    }
+    return sent;
+}

@@ -1,0 +1,224 @@
+/* timers.h - the durable timer: its verbs, and the only code that knows its
+ * Redis layout (key names, the record's bytes, the functions' argument
+ * vectors and the decoding of their replies; persistence/lua/_record.lua is
+ * the Redis side).
+ *
+ * Any thread may call a verb. A verb that returns 0 calls its callback
+ * exactly once, later, on the store's writer thread; one that returns an
+ * error (-EAGAIN: the store's queue is full; -ESHUTDOWN: the store is
+ * stopping) never calls it. Callbacks must be quick (answer an HTTP request,
+ * post to the engine's inbox). Everything a callback is given points into
+ * the reply and is valid during the callback only.
+ *
+ * Statuses a callback gets: TIMERS_UNREACHABLE when no reply came (the call
+ * may still have run: every verb is safe to repeat for its caller's
+ * purposes), TIMERS_FAILED when Redis answered with an error (logged here;
+ * nothing was written), else the verb's own results. */
+#ifndef HW_TIMERS_H
+#define HW_TIMERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+typedef struct timers timers; /* opaque */
+
+enum timers_status {
+    TIMERS_UNREACHABLE = -2,
+    TIMERS_FAILED = -1,
+    TIMERS_OK = 0,        /* created / cancelled / done / found */
+    TIMERS_EXISTS = 1,    /* create: the same timer exists (an idempotent repeat) */
+    TIMERS_CONFLICT = 2,  /* create: another timer holds the id */
+    TIMERS_TOO_LATE = 3,  /* cancel, control: not possible in the timer's state */
+    TIMERS_AFTER_RUN = 4, /* cancel: a recurring timer, cancelled once its run ends */
+    TIMERS_UNKNOWN = 5,   /* no timer has this id */
+};
+
+/* A stored timer, decoded. Pointers are into the bytes decoded. */
+typedef struct timer_view {
+    char state[12];
+    uint32_t attempts;     /* of the current run */
+    int64_t fire_ms;       /* due time of the next attempt */
+    int64_t created_ms;
+    uint64_t version;      /* moved by every instruction (fire, reschedule, ...) */
+    uint64_t runs;         /* runs started */
+    uint64_t every_ms;     /* 0: one-shot */
+    const char *request_id; /* of the request that created it ("" none) */
+    size_t request_id_len;
+    const char *queue;     /* "default" when the spec names none */
+    size_t queue_len;
+    const char *spec;      /* the stored spec (spec.h), compact JSON */
+    size_t spec_len;
+    const char *history;   /* attempts, newest first, JSON objects separated by tabs ("" none) */
+    size_t history_len;
+} timer_view;
+
+/* Decodes a record and its history (history may be NULL). Returns 0, or
+ * -EINVAL when rec is not a record of this layout. Any thread; pure. */
+int timers_decode(const char *rec, size_t rec_len, const char *history, size_t history_len, timer_view *v);
+
+typedef struct timers_config {
+    uint32_t partitions;     /* the same for every instance, never changed while data exists */
+    const char *instance_id; /* this instance (copied) */
+    uint64_t retention_ms;   /* how long a finished timer stays readable */
+    uint32_t history;        /* attempts kept per timer */
+} timers_config;
+
+/* Returns the verbs' handle over st (not owned), or NULL when c is invalid. */
+timers *timers_new(store *st, const timers_config *c);
+void timers_free(timers *t); /* NULL is a no-op */
+
+/* The partition of a timer id (a key id: "<namespace>/<id>" or "<id>"). */
+uint32_t timers_partition(const timers *t, const char *id);
+
+/* ---- the API's verbs ---- */
+
+typedef struct timer_new {
+    const char *id;         /* key id */
+    const char *spec;       /* stored spec (spec.h) */
+    size_t spec_len;
+    const char *when;       /* the due time as given: "delay_ms=N" or "fire_at_ms=N" */
+    int64_t fire_ms;
+    uint64_t every_ms;      /* repeat.every_ms, 0: one-shot */
+    const char *queue;      /* the queue ("default" or NULL: the default) */
+    const char *request_id; /* the creating request's id, or NULL */
+    uint64_t now_ms;
+    int hold;               /* 1: this instance holds it in its wheel at once */
+} timer_new;
+
+/* status TIMERS_OK (created), TIMERS_EXISTS (v: the existing timer),
+ * TIMERS_CONFLICT (state: the holder's state), or an error status. */
+typedef void (*timers_create_cb)(void *arg, int status, const timer_view *v, const char *state);
+int timers_create(timers *t, const timer_new *n, timers_create_cb cb, void *arg)
+    __attribute__((warn_unused_result));
+
+/* status TIMERS_OK with v, TIMERS_UNKNOWN, or an error status; flag is the
+ * verb's: cancel's "cancelled by this call", control's "this instance now
+ * holds the run" (0 otherwise). */
+typedef void (*timers_view_cb)(void *arg, int status, const timer_view *v, int flag);
+
+int timers_get(timers *t, const char *id, timers_view_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* Exact cancel (DESIGN §1): TIMERS_OK (cancelled; flag 1 when by this
+ * call), TIMERS_AFTER_RUN, TIMERS_TOO_LATE (v: as it is), TIMERS_UNKNOWN. */
+int timers_cancel(timers *t, const char *id, uint64_t now_ms, timers_view_cb cb, void *arg)
+    __attribute__((warn_unused_result));
+
+/* op: "fire", "reschedule" (fire_ms), "pause", "resume", "retry". A run due
+ * by hold_until_ms (0: none) is held by this instance at once (flag 1).
+ * TIMERS_OK, TIMERS_TOO_LATE (v: as it is), TIMERS_UNKNOWN. */
+int timers_control(timers *t, const char *id, const char *op, uint64_t now_ms, int64_t fire_ms,
+                   uint64_t hold_until_ms, timers_view_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* One partition's part of a listing page (list.lua): up to limit timers of
+ * namespace ns in state, after the cursor (cursor_score NULL: from the
+ * start), asc (soonest due first) or newest first, of queue (NULL: any),
+ * examining at most budget entries. more: the partition has entries after
+ * (last_score, last_id), the last one examined. */
+typedef struct timer_listed {
+    const char *id;       /* key id */
+    const char *score;    /* its position's score */
+    const char *rec;      /* the record and history, for timers_decode */
+    size_t rec_len;
+    const char *history;
+    size_t history_len;
+} timer_listed;
+typedef void (*timers_list_cb)(void *arg, int status, int more, const char *last_score, const char *last_id,
+                               size_t n, const timer_listed *items);
+int timers_list(timers *t, uint32_t partition, const char *ns, const char *state, int asc,
+                const char *cursor_score, const char *cursor_id, uint32_t limit, const char *queue,
+                uint32_t budget, timers_list_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* Replays ("replay") or purges ("purge") up to limit dead letters of
+ * namespace ns in one partition (queue NULL: any). done: how many; more: 1
+ * when some may be left. */
+typedef void (*timers_deadletters_cb)(void *arg, int status, long long done, int more);
+int timers_deadletters(timers *t, uint32_t partition, const char *ns, const char *op, const char *queue,
+                       uint64_t now_ms, uint32_t limit, timers_deadletters_cb cb, void *arg)
+    __attribute__((warn_unused_result));
+
+/* ---- the engine's verbs ---- */
+
+/* Claims up to limit timers of one partition due by horizon_ms for this
+ * instance (replay: the previous claim's reply was lost; its timers come
+ * again). items[i].spec is the stored spec. */
+typedef struct timer_claimed {
+    const char *id;
+    const char *spec;
+    size_t spec_len;
+    int64_t fire_ms;
+    uint32_t attempts;
+    uint64_t version;
+    const char *request_id;
+    size_t request_id_len;
+} timer_claimed;
+typedef void (*timers_claim_cb)(void *arg, int status, size_t n, const timer_claimed *items);
+int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t limit, int replay,
+                 timers_claim_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* Begins the attempts of n timers of one partition (at most
+ * TIMERS_BATCH_MAX): results[i] is the attempt number (>= 1) of items[i]
+ * when it may start, else one of enum timers_refusal. */
+#define TIMERS_BATCH_MAX 256
+typedef struct timer_begin {
+    const char *id;
+    uint64_t version;  /* the version its run was claimed under */
+    uint32_t token;    /* unique among this instance's jobs */
+    int recurring;
+} timer_begin;
+enum timers_refusal { TIMERS_GONE = 0, TIMERS_NOT_WAITING = -1, TIMERS_NOT_OURS = -2, TIMERS_MOVED = -3 };
+typedef void (*timers_begin_cb)(void *arg, int status, size_t n, const int32_t *results);
+int timers_begin(timers *t, uint32_t partition, size_t n, const timer_begin *items, timers_begin_cb cb, void *arg)
+    __attribute__((warn_unused_result));
+
+/* What an attempt's result means for its timer (the engine decides). */
+enum timer_outcome {
+    TIMER_DELIVERED,
+    TIMER_RETRY,
+    TIMER_FAILED,
+    TIMER_NEXT, /* a recurring run succeeded: its successor is due */
+    TIMER_STOP, /* a recurring run answered 410 Gone */
+};
+typedef struct timer_finish {
+    const char *id;
+    enum timer_outcome outcome;
+    const char *attempt;    /* the attempt, as JSON (the API's last_attempt) */
+    int64_t next_fire_ms;   /* TIMER_RETRY: when */
+    int keep;               /* its next attempt may stay claimed by this instance */
+    uint64_t every_ms;
+    int fixed_rate;
+    uint32_t times;
+    int64_t next_delay_ms;  /* TIMER_NEXT: the callback's Hookwheel-Next-Delay-Ms, or -1 */
+} timer_finish;
+typedef struct timer_finished {
+    int ok;           /* 0: no longer this instance's firing timer */
+    int kept;         /* 1: waits in this instance's claims for fire_ms */
+    int64_t fire_ms;
+    uint64_t version;
+    uint32_t attempts;
+} timer_finished;
+typedef void (*timers_finish_cb)(void *arg, int status, size_t n, const timer_finished *results);
+
+/* Records the outcomes of n attempts of one partition (at most
+ * TIMERS_BATCH_MAX); hold_until_ms: what is due by then stays claimed. */
+int timers_finish(timers *t, uint32_t partition, uint64_t now_ms, uint64_t hold_until_ms, size_t n,
+                  const timer_finish *items, timers_finish_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* Brings one partition's keys of an earlier layout to this one, up to
+ * limit of them: cb gets how many moved and whether more are left (then
+ * call again). */
+typedef void (*timers_migrate_cb)(void *arg, int status, long long moved, int more);
+int timers_migrate(timers *t, uint32_t partition, uint32_t limit, timers_migrate_cb cb, void *arg)
+    __attribute__((warn_unused_result));
+
+/* Hands every claim of instance (this one or a lapsed one) back, in every
+ * partition, recording a firing timer's attempt as interrupted (why).
+ * cb gets each partition's count of timers handed back (status < 0: that
+ * partition failed). Returns the number of partitions whose call was
+ * queued: cb is called that many times. */
+typedef void (*timers_release_cb)(void *arg, int status, long long handed);
+uint32_t timers_release(timers *t, const char *instance, const char *why, uint64_t now_ms,
+                        timers_release_cb cb, void *arg);
+
+#endif

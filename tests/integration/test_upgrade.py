@@ -1,0 +1,126 @@
+"""Timers written by the build before the lean record layout are read,
+delivered and controlled by this one (README "Upgrading").
+
+The earlier layout is laid out here byte for byte as that build wrote it
+(its persistence/lua/_record.lua): one string per timer of nine lines
+(state, fire_ms, attempts, "created_ms request_id", owner, when, the
+attempt history, the run line, the stored spec), waiting timers in the
+index hw:{P}:ix:<ns>:<state> with the namespace in hw:{P}:nss, a held
+timer in hw:{P}:claimed:<instance> and that instance in hw:instances.
+Then this build starts on that Redis: every timer must behave as it would
+have under the old one. Real redis-server, real binary, real receiver."""
+import json
+import time
+
+from conftest import Reply, now_ms, scaled, wait_until
+
+PARTITIONS = 16
+
+
+def partition(key_id):
+    """keys_partition: 32-bit FNV-1a of the key id, modulo the partitions."""
+    h = 2166136261
+    for b in key_id.encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h % PARTITIONS
+
+
+def old_record(state, fire_ms, spec, attempts=0, owner="", history="", run="", created=None, rid="",
+               when=None):
+    created = created or int(now_ms()) - 60_000
+    return "\n".join([state, str(fire_ms), str(attempts), f"{created} {rid}" if rid else str(created), owner,
+                      when or f"fire_at_ms={fire_ms}", history, run, json.dumps(spec, separators=(",", ":"))])
+
+
+def lay_out(redis, tid, record, index_state=None, score=None, ns="", claimed_by=None, px=None):
+    p = partition(tid)
+    key = f"hw:{{{p}}}:t:{tid}"
+    if px:
+        redis.cmd("SET", key, record, "PX", str(px))
+    else:
+        redis.cmd("SET", key, record)
+    if claimed_by:
+        redis.cmd("ZADD", f"hw:{{{p}}}:claimed:{claimed_by}", str(score), tid)
+        redis.cmd("SADD", f"hw:{{{p}}}:holders", claimed_by)
+    elif index_state:
+        redis.cmd("ZADD", f"hw:{{{p}}}:ix:{ns}:{index_state}", str(score), tid)
+        if index_state in ("scheduled", "retrying"):
+            redis.cmd("SADD", f"hw:{{{p}}}:nss", ns)
+    return key
+
+
+def test_timers_of_the_earlier_layout_are_delivered_listed_and_controlled(redis, receiver, hookwheel_factory):
+    receiver.default("/old", Reply(204))
+    due = int(now_ms()) + 2500
+    # waiting one-shots, one with a queue and a request id
+    for i in range(10):
+        spec = {"body": f"old body {i}", "url": receiver.url("/old")}
+        if i == 0:
+            spec["queue"] = "q1"
+        lay_out(redis, f"old-{i}", old_record("scheduled", due + i * 10, spec, rid="feedc0de00000001"),
+                "scheduled", due + i * 10)
+    # a timer an instance of the older build held when it died (no lease)
+    lay_out(redis, "old-held", old_record("scheduled", due, {"url": receiver.url("/old")}, owner="old-box-1"),
+            score=due, claimed_by="old-box-1")
+    redis.cmd("SADD", "hw:instances", "old-box-1")
+    # a dead letter with two attempts in its history, expiring
+    a1 = {"at": "2026-11-20T10:00:00.000Z", "duration_ms": 3, "status": 500, "error": None,
+          "response_snippet": "boom", "instance": "old-box-1"}
+    a0 = dict(a1, at="2026-11-20T09:59:00.000Z", status=502)
+    hist = json.dumps(a1, separators=(",", ":")) + "\t" + json.dumps(a0, separators=(",", ":"))
+    lay_out(redis, "old-failed", old_record("failed", due - 100_000, {"url": receiver.url("/old")}, attempts=2,
+                                            history=hist, run="0 1"),
+            "failed", due - 100_000, px=3_600_000)
+    redis.cmd("ZADD", f"hw:{{{partition('old-failed')}}}:failed", str(due - 100_000), "old-failed")
+    # a recurring timer, every 400 ms, run once already (version 2, one run)
+    lay_out(redis, "old-every", old_record("scheduled", due, {"repeat": {"every_ms": 400, "mode": "fixed_delay"},
+                                                              "url": receiver.url("/every")},
+                                           run="2 1"),
+            "scheduled", due)
+    # far in the future, in a queue: listed, and cancellable
+    lay_out(redis, "old-far", old_record("scheduled", due + 3_600_000, {"queue": "q2", "url": receiver.url("/old")}),
+            "scheduled", due + 3_600_000)
+
+    hw = hookwheel_factory(redis, args=("--lease-ttl-ms", "1500"))
+
+    # the dead letter reads as it did, history and all
+    status, _, t = hw.get("old-failed")
+    assert status == 200, t
+    assert t["state"] == "failed" and t["attempts"] == 2 and t["runs"] == 1, t
+    assert t["last_attempt"] == a1 and t["attempt_history"] == [a1, a0], t
+    ttl = int(redis.cmd("PTTL", f"hw:{{{partition('old-failed')}}}:t:old-failed"))
+    assert 0 < ttl <= 3_600_000, ttl  # its retention countdown kept
+
+    # listed under its queue (the queue is read from the old spec)
+    status, _, body = hw.api.request("GET", "/timers?state=scheduled&queue=q2")
+    assert status == 200 and [x["id"] for x in body["items"]] == ["old-far"], body
+
+    got = receiver.wait_for(11, path="/old", timeout=max(0.0, (due - now_ms()) / 1000) + scaled(10))
+    ids = sorted(r.timer_id for r in got)
+    assert ids == sorted([f"old-{i}" for i in range(10)] + ["old-held"]), ids
+    for r in got:
+        if r.timer_id.startswith("old-") and r.timer_id[4:].isdigit():
+            assert r.body == f"old body {r.timer_id[4:]}".encode(), r
+            assert r.wall_ms >= due + int(r.timer_id[4:]) * 10 - 1, "delivered early"
+    for tid in [f"old-{i}" for i in range(10)] + ["old-held"]:
+        done = hw.wait_state(tid, ("delivered", "failed"), timeout=scaled(5))
+        assert done["state"] == "delivered", done
+    assert hw.get("old-0")[2]["queue"] == "q1"
+
+    # the recurring timer keeps its version and counts runs on from 1
+    assert receiver.wait_for(3, path="/every", timeout=scaled(10))
+    t = hw.get("old-every")[2]
+    assert t["runs"] >= 3 and t["version"] == 2, t
+    status, _, t = hw.api.request("POST", "/timers/old-every/pause")
+    assert status == 200 and t["state"] in ("paused", "firing"), t
+
+    # the dead letter replays, and the far one cancels
+    status, _, t = hw.api.request("POST", "/timers/old-failed/retry")
+    assert status == 200, t
+    assert hw.wait_state("old-failed", ("delivered",), timeout=scaled(5))["state"] == "delivered"
+    assert hw.cancel("old-far")[0] == 200
+
+    # nothing of the earlier layout is left behind by what was read
+    assert redis.keys("hw:*:claimed:*") == set()
+    for k in redis.keys("hw:*:t:*"):
+        assert redis.cmd("GETRANGE", k, "0", "0") != "s", k  # no nine-line record starting with "scheduled"

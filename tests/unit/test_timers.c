@@ -1,0 +1,474 @@
+/* test_timers.c - the timer verbs (persistence/timers.h) against a real
+ * redis-server: each verb's decoded reply, batches of mixed results, the
+ * lost-reply rules (a begin or finish sent again answers as the first did),
+ * and the record layout as _record.lua writes it.
+ *
+ * Each test starts its own redis-server (the embedded child, on a unix
+ * socket in a fresh directory) and a store on it; callbacks run on the
+ * store's writer thread and hand their result to the test through a
+ * mutex-protected slot. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "clock.h"
+#include "keys.h"
+#include "log.h"
+#include "redis_child.h"
+#include "store.h"
+#include "timers.h"
+
+typedef struct fixture {
+    char dir[64];
+    redis_child *rc;
+    store *st;
+    timers *a, *b; /* two instances on the same Redis */
+} fixture;
+
+/* ---- waiting for a callback ---- */
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int done;
+
+typedef struct result {
+    int status, flag, more;
+    size_t n;
+    char state[16];
+    timer_view v;
+    char spec[512], history[2048];
+    int32_t begun[TIMERS_BATCH_MAX];
+    timer_finished fin[TIMERS_BATCH_MAX];
+    timer_claimed claimed[64];
+    char ids[64][64];
+    long long count;
+} result;
+
+static result res;
+
+static void signal_done(void)
+{
+    pthread_mutex_lock(&mu);
+    done = 1;
+    pthread_cond_signal(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+static void wait_done(void)
+{
+    pthread_mutex_lock(&mu);
+    while (!done)
+        pthread_cond_wait(&cv, &mu);
+    done = 0;
+    pthread_mutex_unlock(&mu);
+}
+
+static void keep_view(const timer_view *v)
+{
+    if (!v)
+        return;
+    res.v = *v;
+    snprintf(res.spec, sizeof res.spec, "%.*s", (int)v->spec_len, v->spec);
+    snprintf(res.history, sizeof res.history, "%.*s", (int)v->history_len, v->history);
+    res.v.spec = res.spec;
+    res.v.history = res.history;
+    res.v.request_id = res.v.queue = NULL; /* point into the reply */
+}
+
+static void create_cb(void *arg, int status, const timer_view *v, const char *state)
+{
+    (void)arg;
+    memset(&res, 0, sizeof res);
+    res.status = status;
+    keep_view(v);
+    snprintf(res.state, sizeof res.state, "%s", state ? state : "");
+    signal_done();
+}
+
+static void view_cb(void *arg, int status, const timer_view *v, int flag)
+{
+    (void)arg;
+    memset(&res, 0, sizeof res);
+    res.status = status;
+    res.flag = flag;
+    keep_view(v);
+    signal_done();
+}
+
+static void begin_cb(void *arg, int status, size_t n, const int32_t *r)
+{
+    (void)arg;
+    memset(&res, 0, sizeof res);
+    res.status = status;
+    res.n = n;
+    memcpy(res.begun, r, n * sizeof *r);
+    signal_done();
+}
+
+static void finish_cb(void *arg, int status, size_t n, const timer_finished *r)
+{
+    (void)arg;
+    memset(&res, 0, sizeof res);
+    res.status = status;
+    res.n = n;
+    memcpy(res.fin, r, n * sizeof *r);
+    signal_done();
+}
+
+static void claim_cb(void *arg, int status, size_t n, const timer_claimed *items)
+{
+    (void)arg;
+    memset(&res, 0, sizeof res);
+    res.status = status;
+    res.n = n;
+    for (size_t i = 0; i < n && i < 64; i++) {
+        snprintf(res.ids[i], sizeof res.ids[i], "%s", items[i].id);
+        res.claimed[i] = items[i];
+        res.claimed[i].id = res.ids[i];
+        res.claimed[i].spec = res.claimed[i].request_id = NULL;
+    }
+    signal_done();
+}
+
+static void release_cb(void *arg, int status, long long n)
+{
+    (void)arg;
+    pthread_mutex_lock(&mu);
+    if (status == TIMERS_OK)
+        res.count += n;
+    res.n++;
+    pthread_mutex_unlock(&mu);
+}
+
+/* ---- set-up ---- */
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/hw_test_timers_XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    f->rc = redis_child_start(f->dir, "redis-server", 10000);
+    if (!f->rc)
+        return -1;
+    char url[128];
+    snprintf(url, sizeof url, "unix://%s", redis_child_socket(f->rc));
+    f->st = store_create(url, 2000, 1000);
+    if (!f->st || store_start(f->st) < 0)
+        return -1;
+    timers_config ca = {16, "box-a", 60000, 3}, cb = {16, "box-b", 60000, 3};
+    f->a = timers_new(f->st, &ca);
+    f->b = timers_new(f->st, &cb);
+    *state = f;
+    return 0;
+}
+
+static int rm_cb(const char *p, const struct stat *s, int fl, struct FTW *w)
+{
+    (void)s, (void)fl, (void)w;
+    return remove(p);
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    timers_free(f->a);
+    timers_free(f->b);
+    store_free(f->st);
+    redis_child_stop(f->rc);
+    nftw(f->dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
+    free(f);
+    return 0;
+}
+
+static const char SPEC[] = "{\"body\":\"hello\",\"url\":\"http://127.0.0.1:9/x\"}";
+
+static void create(timers *t, const char *id, int64_t fire_ms, int hold, const char *when, int expect)
+{
+    timer_new n = {id, SPEC, strlen(SPEC), when ? when : "fire_at_ms=0", fire_ms, 0, "q7", "req-1",
+                   clock_now_ms(), hold};
+    assert_int_equal(timers_create(t, &n, create_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, expect);
+}
+
+static void get(timers *t, const char *id)
+{
+    assert_int_equal(timers_get(t, id, view_cb, NULL), 0);
+    wait_done();
+}
+
+static void begin(timers *t, size_t n, const timer_begin *items)
+{
+    assert_int_equal(timers_begin(t, timers_partition(t, items[0].id), n, items, begin_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+    assert_int_equal(res.n, n);
+}
+
+static void finish(timers *t, size_t n, const timer_finish *items)
+{
+    uint64_t now = clock_now_ms();
+    assert_int_equal(timers_finish(t, timers_partition(t, items[0].id), now, now + 5000, n, items, finish_cb, NULL),
+                     0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+    assert_int_equal(res.n, n);
+}
+
+/* Three ids of one partition, so one batch may hold them. */
+static void same_partition(timers *t, char ids[][16], int n)
+{
+    uint32_t want = timers_partition(t, "p-0");
+    int k = 0;
+    for (int i = 0; k < n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "p-%d", i);
+        if (timers_partition(t, id) == want)
+            snprintf(ids[k++], 16, "%s", id);
+    }
+}
+
+/* ---- tests ---- */
+
+static void test_a_created_timer_reads_back_as_it_was_written(void **state)
+{
+    fixture *f = *state;
+    int64_t fire = (int64_t)clock_now_ms() + 60000;
+    create(f->a, "t-1", fire, 0, "delay_ms=60000", TIMERS_OK);
+    get(f->a, "t-1");
+    assert_int_equal(res.status, TIMERS_OK);
+    assert_string_equal(res.v.state, "scheduled");
+    assert_int_equal(res.v.fire_ms, fire);
+    assert_int_equal(res.v.attempts, 0);
+    assert_int_equal(res.v.version, 0);
+    assert_string_equal(res.spec, SPEC);
+    assert_string_equal(res.history, "");
+    get(f->a, "no-such-timer");
+    assert_int_equal(res.status, TIMERS_UNKNOWN);
+}
+
+static void test_the_same_create_again_is_an_idempotent_repeat_and_another_spec_conflicts(void **state)
+{
+    fixture *f = *state;
+    int64_t fire = (int64_t)clock_now_ms() + 60000;
+    create(f->a, "t-2", fire, 0, "delay_ms=60000", TIMERS_OK);
+    /* the same delay asked later (another due instant): the same timer */
+    create(f->a, "t-2", fire + 5, 0, "delay_ms=60000", TIMERS_EXISTS);
+    assert_int_equal(res.v.fire_ms, fire);
+    create(f->a, "t-2", fire, 0, "delay_ms=60001", TIMERS_CONFLICT);
+    assert_string_equal(res.state, "scheduled");
+}
+
+static void test_a_batch_begin_answers_each_timer_begun_cancelled_or_held_elsewhere(void **state)
+{
+    fixture *f = *state;
+    char ids[3][16];
+    same_partition(f->a, ids, 3);
+    int64_t fire = (int64_t)clock_now_ms() + 1000;
+    create(f->a, ids[0], fire, 1, NULL, TIMERS_OK); /* held by a */
+    create(f->a, ids[1], fire, 1, NULL, TIMERS_OK); /* held by a, then cancelled */
+    create(f->b, ids[2], fire, 1, NULL, TIMERS_OK); /* held by b */
+    assert_int_equal(timers_cancel(f->a, ids[1], clock_now_ms(), view_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+    assert_int_equal(res.flag, 1);
+    timer_begin items[3] = {{ids[0], 0, 11, 0}, {ids[1], 0, 12, 0}, {ids[2], 0, 13, 0}};
+    begin(f->a, 3, items);
+    assert_int_equal(res.begun[0], 1);
+    assert_int_equal(res.begun[1], TIMERS_NOT_WAITING);
+    assert_int_equal(res.begun[2], TIMERS_NOT_OURS);
+    /* a begin whose reply was lost, sent again by the same job: the same
+     * attempt; by another job of the same timer: refused */
+    begin(f->a, 1, items);
+    assert_int_equal(res.begun[0], 1);
+    timer_begin other = {ids[0], 0, 99, 0};
+    begin(f->a, 1, &other);
+    assert_int_equal(res.begun[0], TIMERS_NOT_WAITING);
+    /* the cancel that comes after the begin is too late */
+    assert_int_equal(timers_cancel(f->a, ids[0], clock_now_ms(), view_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_TOO_LATE);
+    assert_string_equal(res.v.state, "firing");
+}
+
+static void test_a_begin_under_an_older_version_is_refused_as_moved(void **state)
+{
+    fixture *f = *state;
+    create(f->a, "t-moved", (int64_t)clock_now_ms() + 1000, 1, NULL, TIMERS_OK);
+    assert_int_equal(timers_control(f->a, "t-moved", "reschedule", clock_now_ms(), (int64_t)clock_now_ms() + 2000,
+                                    clock_now_ms() + 5000, view_cb, NULL),
+                     0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+    assert_int_equal(res.flag, 1); /* due within the horizon: held again */
+    assert_int_equal(res.v.version, 1);
+    timer_begin old = {"t-moved", 0, 5, 0}, cur = {"t-moved", 1, 6, 0};
+    begin(f->a, 1, &old);
+    assert_int_equal(res.begun[0], TIMERS_MOVED);
+    begin(f->a, 1, &cur);
+    assert_int_equal(res.begun[0], 1);
+}
+
+static void test_a_batch_finish_records_each_outcome_and_a_repeat_answers_the_same(void **state)
+{
+    fixture *f = *state;
+    char ids[3][16];
+    same_partition(f->a, ids, 3);
+    int64_t fire = (int64_t)clock_now_ms();
+    for (int i = 0; i < 3; i++)
+        create(f->a, ids[i], fire, 1, NULL, TIMERS_OK);
+    timer_begin b[3] = {{ids[0], 0, 1, 0}, {ids[1], 0, 2, 0}, {ids[2], 0, 3, 0}};
+    begin(f->a, 3, b);
+    int64_t retry_at = (int64_t)clock_now_ms() + 600000; /* beyond the horizon: back to the index */
+    timer_finish fin[3] = {
+        {ids[0], TIMER_DELIVERED, "{\"n\":0}", 0, 1, 0, 0, 0, -1},
+        {ids[1], TIMER_RETRY, "{\"n\":1}", retry_at, 1, 0, 0, 0, -1},
+        {ids[2], TIMER_FAILED, "{\"n\":2}", 0, 1, 0, 0, 0, -1},
+    };
+    finish(f->a, 3, fin);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(res.fin[i].ok, 1);
+    assert_int_equal(res.fin[1].fire_ms, retry_at);
+    assert_int_equal(res.fin[1].kept, 0);
+    get(f->a, ids[0]);
+    assert_string_equal(res.v.state, "delivered");
+    assert_string_equal(res.history, "{\"n\":0}");
+    get(f->a, ids[1]);
+    assert_string_equal(res.v.state, "retrying");
+    assert_int_equal(res.v.attempts, 1);
+    get(f->a, ids[2]);
+    assert_string_equal(res.v.state, "failed");
+    /* the same finish again (its reply was lost): the same answers */
+    finish(f->a, 3, fin);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(res.fin[i].ok, 1);
+    assert_int_equal(res.fin[1].fire_ms, retry_at);
+    /* a finish for an attempt that is not this instance's: refused */
+    timer_finish stray = {ids[1], TIMER_DELIVERED, "{\"n\":9}", 0, 1, 0, 0, 0, -1};
+    finish(f->b, 1, &stray);
+    assert_int_equal(res.fin[0].ok, 0);
+}
+
+static void test_the_history_keeps_the_newest_attempts_only(void **state)
+{
+    fixture *f = *state; /* the fixture keeps 3 attempts */
+    create(f->a, "t-hist", (int64_t)clock_now_ms(), 1, NULL, TIMERS_OK);
+    char json[5][16];
+    for (uint32_t i = 0; i < 5; i++) {
+        timer_begin b = {"t-hist", 0, 100 + i, 0};
+        begin(f->a, 1, &b);
+        assert_int_equal(res.begun[0], (int32_t)i + 1);
+        snprintf(json[i], sizeof json[i], "{\"a\":%u}", i);
+        timer_finish fin = {"t-hist", TIMER_RETRY, json[i], (int64_t)clock_now_ms(), 1, 0, 0, 0, -1};
+        finish(f->a, 1, &fin);
+        assert_int_equal(res.fin[0].kept, 1);
+    }
+    get(f->a, "t-hist");
+    assert_string_equal(res.history, "{\"a\":4}\t{\"a\":3}\t{\"a\":2}");
+    assert_int_equal(res.v.attempts, 5);
+}
+
+static void test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_back(void **state)
+{
+    fixture *f = *state;
+    int64_t now = (int64_t)clock_now_ms();
+    create(f->a, "c-late", now + 3000, 0, NULL, TIMERS_OK);
+    create(f->a, "c-early", now + 1000, 0, NULL, TIMERS_OK);
+    create(f->a, "c-far", now + 600000, 0, NULL, TIMERS_OK);
+    size_t got = 0;
+    char seen[3][16];
+    for (uint32_t p = 0; p < 16; p++) {
+        assert_int_equal(timers_claim(f->b, p, (uint64_t)now + 5000, 10, 0, claim_cb, NULL), 0);
+        wait_done();
+        assert_int_equal(res.status, TIMERS_OK);
+        for (size_t i = 0; i < res.n; i++)
+            snprintf(seen[got++], 16, "%s", res.ids[i]);
+    }
+    assert_int_equal(got, 2);
+    assert_true((!strcmp(seen[0], "c-late") && !strcmp(seen[1], "c-early")) ||
+                (!strcmp(seen[1], "c-late") && !strcmp(seen[0], "c-early")));
+    /* held by b: a's begin is refused; after b's release, a's sweep gets them */
+    timer_begin x = {"c-early", 0, 7, 0};
+    begin(f->a, 1, &x);
+    assert_int_equal(res.begun[0], TIMERS_NOT_OURS);
+    memset(&res, 0, sizeof res);
+    assert_int_equal(timers_release(f->b, "box-b", "test", clock_now_ms(), release_cb, NULL), 16);
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&mu);
+        size_t n = res.n;
+        pthread_mutex_unlock(&mu);
+        if (n == 16)
+            break;
+        usleep(2000);
+    }
+    assert_int_equal(res.n, 16);
+    assert_int_equal(res.count, 2);
+    uint32_t p = timers_partition(f->a, "c-early");
+    assert_int_equal(timers_claim(f->a, p, (uint64_t)now + 5000, 10, 0, claim_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.n, 1);
+    assert_string_equal(res.ids[0], "c-early");
+    assert_int_equal(res.claimed[0].fire_ms, now + 1000);
+}
+
+static void test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable(void **state)
+{
+    (void)state;
+    store *st = store_create("redis://127.0.0.1:1", 200, 10);
+    assert_non_null(st);
+    assert_int_equal(store_start(st), 0);
+    timers_config c = {16, "box-z", 1000, 1};
+    timers *t = timers_new(st, &c);
+    assert_int_equal(timers_get(t, "x", view_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_UNREACHABLE);
+    timers_free(t);
+    store_free(st);
+}
+
+static void test_a_record_of_another_layout_does_not_decode(void **state)
+{
+    (void)state;
+    timer_view v;
+    assert_int_equal(timers_decode("scheduled\n1\n0\n", 14, NULL, 0, &v), -EINVAL);
+    assert_int_equal(timers_decode("", 0, NULL, 0, &v), -EINVAL);
+    unsigned char head[58] = {178, 's'};
+    assert_int_equal(timers_decode((const char *)head, sizeof head, NULL, 0, &v), -EINVAL); /* cut short */
+}
+
+int main(void)
+{
+    log_min_level = LOG_WARN;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_a_created_timer_reads_back_as_it_was_written, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_same_create_again_is_an_idempotent_repeat_and_another_spec_conflicts,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_batch_begin_answers_each_timer_begun_cancelled_or_held_elsewhere, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_begin_under_an_older_version_is_refused_as_moved, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_batch_finish_records_each_outcome_and_a_repeat_answers_the_same, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_the_history_keeps_the_newest_attempts_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_back,
+                                        setup, teardown),
+        cmocka_unit_test(test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable),
+        cmocka_unit_test(test_a_record_of_another_layout_does_not_decode),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
