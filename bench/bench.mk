@@ -22,7 +22,7 @@ $(BUILD)/bench/sink: bench/sink.c
 
 $(BUILD)/bench/loadgen: bench/loadgen.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -lcurl
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $<
 
 BENCH_ENV = $(if $(BASE),BASE='$(BASE)')
 
