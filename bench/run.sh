@@ -782,6 +782,14 @@ write_report() {
         row "M redis-server CPU meanwhile, % of one core" M redis_idle_cpu_pct 2 "—" - 0
         row "M create rate for the $M_N timers, timers/s" M create_rate 0 "—" - 0
         echo
+        if [[ $(stat L20 create_rate) != nan* ]]; then
+            echo "L20 is open loop: create n goes out at start + n/$L20_RATE s, or once one of $L20_CONNS keep-alive"
+            echo "connections (each waiting for its answer) is free. The load generator alone sustains $L20_RATE creates/s"
+            echo "on this box (~13 µs of CPU per create); an achieved rate below it means the answers came too"
+            echo "slowly for $L20_CONNS connections (see \"L20 create latency\" and the CPU table), and each timer"
+            echo "is then due 2 s after its actual send."
+            echo
+        fi
         d_per_run
         echo "## What saturates"
         echo
@@ -1046,7 +1054,7 @@ main() {
     if [[ -s $WORK/discarded.txt ]]; then
         cat "$WORK/discarded.txt" >>"$RAWOUT"
     fi
-    log "wrote $MD, $PNG, $RAWOUT"
+    log "wrote $MD$([[ -s $PNG ]] && echo ", $PNG"), $RAWOUT"
 }
 
 main "$@"
