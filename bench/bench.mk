@@ -1,8 +1,11 @@
 # bench.mk - build rules for hookwheel's benchmark tools; included by the main
 # Makefile (include bench/bench.mk), which defines BUILD, CC, CFLAGS, LDLIBS.
 #
-#   bench:        bash bench/run.sh            (3 runs per workload, ~25 min)
+#   bench:        bash bench/run.sh            (3 runs per workload, ~30 min)
 #   bench-quick:  QUICK=1 bash bench/run.sh    (1 run each, shorter, ~3 min)
+#   BASE=<git ref> (make bench BASE=main): an A/B run against that ref, built
+#   in a temporary git worktree, base and current alternating (twice as long).
+#   ONLY, RUNS and the other settings of run.sh pass through the same way.
 #
 # run.sh builds the service with `make` and these two tools itself
 # (make -f Makefile -f bench/bench.mk when the main Makefile does not include
@@ -19,10 +22,12 @@ $(BUILD)/bench/sink: bench/sink.c
 
 $(BUILD)/bench/loadgen: bench/loadgen.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -lcurl
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $<
+
+BENCH_ENV = $(if $(BASE),BASE='$(BASE)')
 
 bench: all
-	bash bench/run.sh
+	$(BENCH_ENV) bash bench/run.sh
 
 bench-quick: all
-	QUICK=1 bash bench/run.sh
+	QUICK=1 $(BENCH_ENV) bash bench/run.sh

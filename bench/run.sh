@@ -1,28 +1,39 @@
 #!/usr/bin/env bash
-# run.sh - hookwheel's benchmark suite: registration (R), lateness (L), drain
-# (D) and memory/scale (M) against a real Redis, the real binary and a real
-# receiver, all on this machine; writes bench/results/<date>.md and
-# bench/results/<date>-lateness.png (<date>-run2.md and so on when the day
-# already has a run of the same kind).
+# run.sh - hookwheel's benchmark suite: registration (R), lateness (L at
+# 5,000 timers/s, L20 at 20,000 timers/s), drain (D) and memory/scale (M)
+# against a real Redis, the real binary and a real receiver, all on this
+# machine; writes bench/results/<date>.md and bench/results/<date>-lateness.png
+# (<date>-run2.md and so on when the day already has a run of the same kind).
 #
 # Usage: bash bench/run.sh            3 runs per workload (RUNS=n to change)
-#        QUICK=1 bash bench/run.sh    1 run each, shorter (~1-2 min); writes
+#        QUICK=1 bash bench/run.sh    1 run each, shorter (~2-3 min); writes
 #                                     <date>-quick.md and <date>-quick-lateness.png
-# Environment: RUNS, QUICK, KEEP=1 (keep the work directory with all logs),
-# BUILD (default build), ONLY (workloads to run, default "R L D M W"; W is
-# the wheel microbenchmark; rows of workloads not run say "not run"),
-# HW_EXTRA (extra hookwheel flags, e.g. "--window-ms 5000"; shown in the
-# report), QUIET_WAIT_S (default 60: before each run, wait up to this long for
-# the machine to be idle, since other work on a shared box skews figures),
+#        BASE=<git ref> bash bench/run.sh
+#                                     A/B: also builds <ref> in a temporary git
+#                                     worktree and, for every workload and run,
+#                                     runs the base binary, then the current one
+#                                     (base, current, base, current, ...); the
+#                                     report gives both and current/base.
+#                                     Writes <date>-ab.md (or -quick-ab, ...).
+# Environment: RUNS, QUICK, BASE, KEEP=1 (keep the work directory with all
+# logs), BUILD (default build), ONLY (workloads to run, default
+# "R L L20 D M W"; W is the wheel microbenchmark, current tree only; rows of
+# workloads not run say "not run"), HW_EXTRA (extra hookwheel flags, e.g.
+# "--window-ms 5000", given to both binaries; shown in the report),
+# QUIET_WAIT_S (default 60: before each run, wait up to this long for the
+# machine to be idle, since other work on a shared box skews figures),
 # NOISE_MAX (default 30: a run during which other processes used more than
 # this % of one core is discarded and repeated, at most twice).
 #
 # Every workload run gets a fresh redis-server (AOF everysec, loopback, temp
-# dir) and a fresh hookwheel, so runs do not affect each other. Everything
+# dir) and a fresh hookwheel, so runs do not affect each other (and a base
+# with another Redis layout starts from an empty Redis too). Everything
 # listens on 127.0.0.1 only. Every process this script starts is recorded by
 # pid and stopped by pid on exit (trap), also on failure; every wait is
-# bounded. The service binary is copied once at start, so a rebuild by
-# someone else during the run does not change what is measured.
+# bounded; the base worktree is removed on exit. The service binaries are
+# copied once at start, so a rebuild by someone else during the run does not
+# change what is measured. The load generator and receiver are always those
+# of the current tree: they are the harness, the same for both binaries.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -35,11 +46,14 @@ else
     RUNS=${RUNS:-3} R_DUR=10 L_SECS=10 D_N=100000 M_N=1000000 SUFFIX=
 fi
 L_RATE=5000 L_DELAY=2000 R_CONNS=64 M_IDLE_S=10
-ONLY=" ${ONLY:-R L D M W} "
-if [[ $ONLY != " R L D M W " ]]; then # a partial run is named apart from a full one
-    SUFFIX+="-only-$(tr -cd 'RLDMW' <<<"$ONLY")"
+L20_RATE=20000 L20_SECS=$L_SECS L20_CONNS=128
+ONLY=" $(echo ${ONLY:-R L L20 D M W}) " # words, one space apart
+if [[ $ONLY != " R L L20 D M W " ]]; then # a partial run is named apart from a full one
+    SUFFIX+="-only-$(tr -cd 'A-Z0-9' <<<"$ONLY")"
 fi
 [[ -z ${HW_EXTRA:-} ]] || SUFFIX+="-custom" # nor does a run with non-default flags
+BASE=${BASE:-}
+[[ -z $BASE ]] || SUFFIX+="-ab" # nor does an A/B run
 HW_FLAGS=(--log-level warn --max-inflight 1024 --queue-parallelism 1024 --destination-allowlist 127.0.0.0/8 ${HW_EXTRA:-})
 QUIET_WAIT_S=${QUIET_WAIT_S:-60}
 NOISE_MAX=${NOISE_MAX:-30}
@@ -60,6 +74,8 @@ RAWOUT=$RESULTS/$DATE$SUFFIX-raw.txt
 WORK=$(mktemp -d /tmp/hookwheel-bench.XXXXXX)
 RAW=$WORK/raw.txt
 PIDS=()
+BASE_WT=""    # the base's temporary git worktree, once added
+VARIANT=cur   # which binary the running workload measures: cur or base
 
 log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
 
@@ -94,6 +110,10 @@ cleanup() {
     done
     if pgrep -af "$WORK/|$ROOT/$BUILD/bench/" >&2; then
         log "WARNING: the processes above (started by this run) are still running"
+    fi
+    if [[ -n $BASE_WT ]]; then
+        git -C "$ROOT" worktree remove --force "$BASE_WT" 2>/dev/null ||
+            { log "WARNING: could not remove the worktree $BASE_WT"; rm -rf "$BASE_WT"; }
     fi
     if [[ ${KEEP:-0} == 1 || $rc != 0 ]]; then
         log "work directory kept: $WORK"
@@ -234,7 +254,8 @@ cpu_snap() {
         done
         echo "ours:$$"
         # every process, for the CPU of those this script did not start
-        cat /proc/[0-9]*/stat 2>/dev/null |
+        # (a process may exit between the glob and the read: not an error)
+        { cat /proc/[0-9]*/stat 2>/dev/null || true; } |
             awk '{ p = $1; sub(/.*\) /, ""); split($0, f, " "); print "pid:" p, f[12] + f[13] }'
     } >"$out"
 }
@@ -303,7 +324,44 @@ top_snap() {
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 redis_used() { redis-cli -p "$RPORT" info memory | tr -d '\r' | sed -n 's/^used_memory://p'; }
 
-result() { echo "RESULT $*" | tee -a "$RAW" >&2; }
+# result WORDS...: one RESULT line; the first word names the workload (R,
+# CPU_R, ...), tagged @base while the base binary is measured.
+result() {
+    local line="$*"
+    [[ $VARIANT == cur ]] || line="${line%% *}@$VARIANT ${line#* }"
+    echo "RESULT $line" | tee -a "$RAW" >&2
+}
+
+# redis_cost: "usec cpu_us" of the run's Redis so far: usec summed over every
+# cmdstat_* line of INFO commandstats, and used_cpu_sys + used_cpu_user.
+redis_cost() {
+    { redis-cli -p "$RPORT" info commandstats; redis-cli -p "$RPORT" info cpu; } | tr -d '\r' |
+        awk -F'[:,=]' '/^cmdstat_/ { for (i = 2; i < NF; i++) if ($i == "usec") u += $(i + 1) }
+            /^used_cpu_(sys|user):/ { c += $2 * 1e6 }
+            END { printf "%.0f %.0f\n", u, c }'
+}
+
+# redis_calls: calls summed over every cmdstat_* line of INFO commandstats.
+redis_calls() {
+    redis-cli -p "$RPORT" info commandstats | tr -d '\r' |
+        awk -F'[:,=]' '/^cmdstat_/ { for (i = 2; i < NF; i++) if ($i == "calls") n += $(i + 1) }
+            END { printf "%.0f\n", n }'
+}
+
+# redis_settle SECS: until Redis's command count grows by at most 100 in
+# 0.5 s (hookwheel wrote the outcomes of the last deliveries), SECS at most.
+# An idle hookwheel makes ~40 in 0.5 s (nested calls of its functions
+# included); a drain makes thousands.
+redis_settle() {
+    local deadline=$((SECONDS + $1)) a b
+    b=$(redis_calls)
+    while ((SECONDS < deadline)); do
+        sleep 0.5
+        a=$b b=$(redis_calls)
+        ((b - a <= 100)) && return 0
+    done
+    log "Redis still busy after $1 s"
+}
 
 # ---- workloads ---------------------------------------------------------------
 
@@ -311,7 +369,8 @@ result() { echo "RESULT $*" | tee -a "$RAW" >&2; }
 run_r() {
     local quiet
     quiet=$(wait_quiet)
-    local run=$1 d=$WORK/r$run line wpid n2xx scan zsum p
+    local run=$1 d line wpid n2xx scan zsum p
+    d=$WORK/r$run
     start_redis "$d"
     start_hookwheel "r$run"
     wait_ready "$HPORT" "$HPID"
@@ -346,25 +405,28 @@ run_r() {
     stop_pid "$RPID"
 }
 
-# L: L_RATE timers/s for L_SECS s, each due L_DELAY ms after its create.
-run_l() {
+# run_lat W NAME RATE SECS CONNS RUN: RATE timers/s for SECS s, each due
+# L_DELAY ms after its create, body 100 bytes; lateness at the receiver.
+# Files are $WORK/NAME<RUN>.*; the command goes to CMD_<W>.
+run_lat() {
     local quiet
     quiet=$(wait_quiet)
-    local run=$1 d=$WORK/l$run n=$((L_RATE * L_SECS)) lg sk line secs lgp skp
+    local w=$1 name=$2$6 rate=$3 secs=$4 conns=$5 run=$6 d n lg sk line lgp skp
+    d=$WORK/$name n=$((rate * secs))
     start_redis "$d"
-    start_hookwheel "l$run"
+    start_hookwheel "$name"
     wait_ready "$HPORT" "$HPID"
-    start_sink "l$run" "$n" $((L_SECS + L_DELAY / 1000 + 30)) "$WORK/l$run.csv"
-    CMD_L="loadgen --url http://127.0.0.1:$HPORT/timers --sink-url http://127.0.0.1:$SPORT/hook --rate $L_RATE --count $n --delay-ms $L_DELAY --body-bytes 100 --connections 32 --run-id l$run"
+    start_sink "$name" "$n" $((secs + L_DELAY / 1000 + 30)) "$d.csv"
+    printf -v "CMD_$w" '%s' "loadgen --url http://127.0.0.1:$HPORT/timers --sink-url http://127.0.0.1:$SPORT/hook --rate $rate --count $n --delay-ms $L_DELAY --body-bytes 100 --connections $conns --run-id $name"
     cpu_snap "$d.cpu0" hookwheel="$HPID" redis="$RPID"
     "$LOADGEN" --url "http://127.0.0.1:$HPORT/timers" --sink-url "http://127.0.0.1:$SPORT/hook" \
-        --rate "$L_RATE" --count "$n" --delay-ms "$L_DELAY" --body-bytes 100 --connections 32 \
-        --run-id "l$run" >"$d.lg" 2>&1 || { log "loadgen failed"; cat "$d.lg" >&2; return 1; }
+        --rate "$rate" --count "$n" --delay-ms "$L_DELAY" --body-bytes 100 --connections "$conns" \
+        --run-id "$name" >"$d.lg" 2>&1 || { log "loadgen failed"; cat "$d.lg" >&2; return 1; }
     wait_pid "$SPID" $((L_DELAY / 1000 + 35)) || { log "sink did not exit"; stop_pid "$SPID"; }
     cpu_snap "$d.cpu1" hookwheel="$HPID" redis="$RPID"
-    lg=$(grep '^LOADGEN ' "$d.lg") sk=$(grep '^SINK ' "$WORK/l$run.sink") ||
+    lg=$(grep '^LOADGEN ' "$d.lg") sk=$(grep '^SINK ' "$WORK/$name.sink") ||
         { log "missing LOADGEN/SINK line"; return 1; }
-    result "L run=$run create_rate=$(kv "$lg" rate) create_ok=$(kv "$lg" ok) create_non2xx=$(kv "$lg" non2xx)" \
+    result "$w run=$run create_rate=$(kv "$lg" rate) create_ok=$(kv "$lg" ok) create_non2xx=$(kv "$lg" non2xx)" \
         "create_errors=$(kv "$lg" errors) create_p99_ms=$(kv "$lg" p99_ms) p50_ms=$(kv "$sk" p50_ms)" \
         "p99_ms=$(kv "$sk" p99_ms) p999_ms=$(kv "$sk" p999_ms) max_ms=$(kv "$sk" max_ms) early=$(kv "$sk" early)" \
         "lost=$(($(kv "$lg" ok) - $(kv "$sk" unique))) dupes=$(kv "$sk" dupes) unique=$(kv "$sk" unique)" \
@@ -372,16 +434,26 @@ run_l() {
     line=$(cpu_diff "$d.cpu0" "$d.cpu1")
     secs=$(kv "$line" secs)
     lgp=$(pct_of "$(kv "$lg" cpu_ms)" "$secs") skp=$(pct_of "$(kv "$sk" cpu_ms)" "$secs")
-    result "CPU_L run=$run $line cpu_loadgen=$lgp cpu_sink=$skp others_pct=$(others "$line" "$lgp" "$skp")"
+    result "CPU_$w run=$run $line cpu_loadgen=$lgp cpu_sink=$skp others_pct=$(others "$line" "$lgp" "$skp")"
     stop_pid "$HPID" 20
     stop_pid "$RPID"
 }
 
-# D: D_N timers all due at one instant T; deliveries/s from T to the last one.
+# L: L_RATE timers/s for L_SECS s, each due L_DELAY ms after its create.
+run_l() { run_lat L l "$L_RATE" "$L_SECS" 32 "$1"; }
+
+# L20: L20_RATE timers/s for L20_SECS s, the same way.
+run_l20() { run_lat L20 l20_ "$L20_RATE" "$L20_SECS" "$L20_CONNS" "$1"; }
+
+# D: D_N timers all due at one instant T; deliveries/s from T to the last
+# one, the first delivery's lateness after T, and Redis's cost per delivered
+# timer: INFO commandstats usec and INFO cpu from all creates acknowledged to
+# the drain done (Redis settled), divided by the timers delivered.
 run_d() {
     local quiet
     quiet=$(wait_quiet)
-    local run=$1 d=$WORK/d$run lead t lg sk wait_s first last line skp
+    local run=$1 d lead t lg sk wait_s first last line skp cost0 cost1 n
+    d=$WORK/d$run
     start_redis "$d"
     start_hookwheel "d$run"
     wait_ready "$HPORT" "$HPID"
@@ -392,6 +464,7 @@ run_d() {
     "$LOADGEN" --url "http://127.0.0.1:$HPORT/timers" --sink-url "http://127.0.0.1:$SPORT/hook" \
         --rate 0 --count "$D_N" --at-ms "$t" --body-bytes 100 --connections 32 \
         --run-id "d$run" >"$d.lg" 2>&1 || { log "loadgen failed"; cat "$d.lg" >&2; return 1; }
+    cost0=$(redis_cost)
     lg=$(grep '^LOADGEN ' "$d.lg")
     wait_s=$(((t - $(now_ms)) / 1000))
     ((wait_s > 0)) && sleep "$wait_s"
@@ -401,8 +474,10 @@ run_d() {
     wait_pid "$SPID" 180 || { log "sink did not exit"; }
     cpu_snap "$d.cpu1" hookwheel="$HPID" redis="$RPID"
     alive "$SPID" && stop_pid "$SPID"
+    redis_settle 15
+    cost1=$(redis_cost)
     sk=$(grep '^SINK ' "$WORK/d$run.sink") || { log "no SINK line"; return 1; }
-    first=$(kv "$sk" first_us) last=$(kv "$sk" last_us)
+    first=$(kv "$sk" first_us) last=$(kv "$sk" last_us) n=$(kv "$sk" unique)
     result "D run=$run deliveries_per_s=$(awk -v n="$(kv "$sk" unique)" -v l="$last" -v t="$t" \
         'BEGIN { s = (l - t * 1000) / 1e6; printf "%.0f", (s > 0 ? n / s : 0) }')" \
         "drain_s=$(awk -v l="$last" -v t="$t" 'BEGIN { printf "%.3f", (l - t * 1000) / 1e6 }')" \
@@ -413,6 +488,10 @@ run_d() {
         "first_to_last_per_s=$(awk -v n="$(kv "$sk" unique)" -v f="$first" -v l="$last" \
             'BEGIN { s = (l - f) / 1e6; printf "%.0f", (s > 0 ? n / s : 0) }')" \
         "busy_before=$quiet create_codes=$(kv "$lg" codes)"
+    result "D run=$run $(awk -v a="$cost0" -v b="$cost1" -v n="$n" 'BEGIN {
+        split(a, x, " "); split(b, y, " ")
+        printf "redis_cmd_us_per_timer=%.2f redis_cpu_us_per_timer=%.2f redis_cmd_usec=%.0f redis_cpu_us=%.0f delivered=%d",
+            (n > 0 ? (y[1] - x[1]) / n : -1), (n > 0 ? (y[2] - x[2]) / n : -1), y[1] - x[1], y[2] - x[2], n }')"
     line=$(cpu_diff "$d.cpu0" "$d.cpu1")
     skp=$(pct_of "$(kv "$sk" cpu_ms)" "$(kv "$line" secs)")
     result "CPU_D run=$run $line cpu_sink=$skp others_pct=$(others "$line" "$skp")"
@@ -430,7 +509,8 @@ run_d() {
 run_m() {
     local quiet
     quiet=$(wait_quiet)
-    local run=$1 d=$WORK/m$run mem0 mem1 rss0 rss1 lg c0 c1 r0 r1 t0 due exec_us sk port ok secs
+    local run=$1 d mem0 mem1 rss0 rss1 lg c0 c1 r0 r1 t0 due exec_us sk port ok secs
+    d=$WORK/m$run
     start_redis "$d"
     start_hookwheel "m$run"
     port=$HPORT
@@ -488,28 +568,52 @@ stat() {
 }
 
 # row LABEL W KEY DECIMALS TARGET_TEXT OP LIMIT [all]: a table row; "met?"
-# compares the median (or, with "all", every run) with LIMIT using OP.
+# compares the median (or, with "all", every run) with LIMIT using OP. OP
+# x>= and x<= compare current/base (of the medians) with LIMIT; without BASE
+# such a row shows the figure and no verdict. With BASE the row also has the
+# base's median and min–max and current/base.
 row() {
-    local label=$1 w=$2 key=$3 dec=$4 ttext=$5 op=$6 limit=$7 mode=${8:-median} med lo hi met
+    local label=$1 w=$2 key=$3 dec=$4 ttext=$5 op=$6 limit=$7 mode=${8:-median} med lo hi bmed blo bhi met
     read -r med lo hi < <(stat "$w" "$key")
+    read -r bmed blo bhi < <(stat "$w@base" "$key")
+    if [[ $op == x* && -z $BASE ]]; then
+        op=- ttext+=" (needs BASE)"
+    fi
     if [[ $med == nan ]]; then
-        printf '| %s | not run | | %s | |\n' "$label" "$ttext"
+        if [[ -n $BASE ]]; then
+            printf '| %s | not run | | | | | %s | |\n' "$label" "$ttext"
+        else
+            printf '| %s | not run | | %s | |\n' "$label" "$ttext"
+        fi
         return 0
     fi
     if [[ $op == - ]]; then
         met=""
     else
-        met=$(awk -v m="$med" -v lo="$lo" -v hi="$hi" -v op="$op" -v l="$limit" -v mode="$mode" 'BEGIN {
-            if (m == "nan") { print "no data"; exit }
-            if (mode == "all")
+        met=$(awk -v m="$med" -v lo="$lo" -v hi="$hi" -v b="$bmed" -v op="$op" -v l="$limit" -v mode="$mode" 'BEGIN {
+            if (op ~ /^x/) {
+                if (b == "nan" || b == 0) { print "no base"; exit }
+                r = m / b
+                ok = op == "x>=" ? r >= l : r <= l
+            } else if (mode == "all")
                 ok = op == "<=" ? hi <= l : op == ">=" ? lo >= l : op == "<" ? hi < l : lo == l && hi == l
             else
                 ok = op == "<=" ? m <= l : op == ">=" ? m >= l : op == "<" ? m < l : m == l
             print ok ? "met" : "**not met**" }')
     fi
-    awk -v l="$label" -v m="$med" -v lo="$lo" -v hi="$hi" -v d="$dec" -v t="$ttext" -v met="$met" 'BEGIN {
+    awk -v l="$label" -v m="$med" -v lo="$lo" -v hi="$hi" -v d="$dec" -v t="$ttext" -v met="$met" \
+        -v ab="${BASE:+1}" -v bm="$bmed" -v blo="$blo" -v bhi="$bhi" 'BEGIN {
         f = "%." d "f"
-        printf "| %s | " f " | " f "–" f " | %s | %s |\n", l, m, lo, hi, t, met }'
+        printf "| %s | " f " | " f "–" f " |", l, m, lo, hi
+        if (ab) {
+            if (bm == "nan") printf " not run | | |"
+            else {
+                printf " " f " | " f "–" f " |", bm, blo, bhi
+                if (bm != 0) printf " %.2f× |", m / bm
+                else printf " — |"
+            }
+        }
+        printf " %s | %s |\n", t, met }'
 }
 
 # cpu_row W LABEL NAME...: medians of the CPU samples of W; NAME... are the
@@ -547,20 +651,74 @@ saturation_note() {
         printf "\n" }'
 }
 
+# noise_list PREFIX KEY W...: "W: v1,v2; ..." of KEY in the lines PREFIX<W>.
+noise_list() {
+    local pre=$1 key=$2 w v out=""
+    shift 2
+    for w in "$@"; do
+        v=$(vals "$pre$w" "$key" | paste -sd, -)
+        [[ -z $v ]] || out+="${out:+; }${w%@base}: $v"
+    done
+    echo "$out"
+}
+
+# d_per_run: D's per-run figures (current and base, in the order they ran).
+d_per_run() {
+    grep -q '^RESULT D\(@base\)\? ' "$RAW" || return 0
+    echo "D per run (the first delivery after T must be ≤ 50 ms in every run; Redis µs from all creates"
+    echo "acknowledged to the drain done, divided by the timers delivered; the command µs sum INFO"
+    echo "commandstats over every command, so a command a Redis function calls counts inside the"
+    echo "FCALL and again on its own line):"
+    echo
+    echo "| Binary | Run | Deliveries/s | First delivery after T, ms | Redis command µs per timer | Redis CPU µs per timer | Delivered |"
+    echo "|---|---|---:|---:|---:|---:|---:|"
+    awk '$1 == "RESULT" && ($2 == "D" || $2 == "D@base") {
+            for (i = 3; i <= NF; i++) { split($i, f, "="); v[$2 " " $3, f[1]] = f[2] }
+            if (!(($2 " " $3) in seen)) { seen[$2 " " $3] = 1; order[++n] = $2 " " $3 }
+        }
+        END {
+            for (k = 1; k <= n; k++) {
+                split(order[k], p, " ")
+                r = substr(p[2], 5)
+                sub(/-base$/, "", r)
+                printf "| %s | %s | %s | %s | %s | %s | %s |\n", (p[1] == "D" ? "current" : "base"),
+                    r, v[order[k], "deliveries_per_s"], v[order[k], "first_ms"],
+                    v[order[k], "redis_cmd_us_per_timer"], v[order[k], "redis_cpu_us_per_timer"],
+                    v[order[k], "delivered"]
+            }
+        }' "$RAW"
+    echo
+    echo "Worst first delivery after T: current $(stat D first_ms | awk '{ print $3 }') ms${BASE:+, base $(stat D@base first_ms | awk '{ print $3 }') ms}."
+    echo
+}
+
 write_report() {
     local mdtmp=$WORK/report.md
     {
         echo "# hookwheel benchmark — $DATE${SUFFIX:+ ($SUFFIX)}"
         echo
-        echo "Generated by \`$([[ $QUICK == 1 ]] && echo 'QUICK=1 ')bash bench/run.sh\` ($RUNS run(s) per workload)."
+        echo "Generated by \`$([[ $QUICK == 1 ]] && echo 'QUICK=1 ')${BASE:+BASE=$BASE }bash bench/run.sh\` ($RUNS run(s) per workload)."
         echo "Every figure: median over the runs, and min–max. \"met?\" compares the median with the"
-        echo "target, except the zero-count targets (early, lost, missing), which every run must meet."
+        echo "target, except the zero-count targets (early, lost, missing) and the first delivery of D,"
+        echo "which every run must meet."
+        if [[ -n $BASE ]]; then
+            echo
+            echo "A/B: for every workload and run, the base binary ($BASE) ran first, then the current one,"
+            echo "alternately, with the same load generator and receiver (the current tree's), each run on a"
+            echo "fresh redis-server. Targets written \"× base\" compare current/base of the medians; \"met?\""
+            echo "judges the current binary. The wheel microbenchmark (W) measures the current tree only."
+            echo "R's \"missing\"/\"extra\" rows count keys of the current Redis layout, so for a base"
+            echo "with another layout their base column means nothing."
+        fi
         echo
         echo "## Machine"
         echo
         echo "- nproc: $NCPU; CPU: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | awk 'NR <= 1'); kernel: $(uname -r)"
         echo "- $(redis-server --version | cut -d' ' -f1-3); $(curl --version | awk 'NR == 1' | cut -d' ' -f1-2); libmicrohttpd $(pkg-config --modversion libmicrohttpd); $(wrk -v 2>&1 | awk 'NR == 1' | cut -d' ' -f1-2); gnuplot $(gnuplot --version | cut -d' ' -f2)"
-        echo "- hookwheel binary: sha256 ${HW_SHA:0:16}… (copied at start; built from the working tree)"
+        echo "- hookwheel binary: sha256 ${HW_SHA:0:16}… (copied at start; built from the working tree at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' with uncommitted changes'))"
+        if [[ -n $BASE ]]; then
+            echo "- base binary: \`$BASE\` = $BASE_DESC, sha256 ${BASE_SHA:0:16}… (built in a temporary git worktree)"
+        fi
         echo "- load before the run (1/5/15 min): $LOAD0; busiest other processes at start:"
         echo
         echo '```'
@@ -572,9 +730,14 @@ write_report() {
         echo
         echo "## Results"
         echo
-        echo "| Metric | Median | Min–max | Target | Met? |"
-        echo "|---|---:|---:|---|---|"
-        row "R registration, timers/s" R rps 0 "≥ 40,000" ">=" 40000
+        if [[ -n $BASE ]]; then
+            echo "| Metric | Median | Min–max | Base median | Base min–max | Current/base | Target | Met? |"
+            echo "|---|---:|---:|---:|---:|---:|---|---|"
+        else
+            echo "| Metric | Median | Min–max | Target | Met? |"
+            echo "|---|---:|---:|---|---|"
+        fi
+        row "R registration, timers/s" R rps 0 "≥ 1.5× base" "x>=" 1.5
         row "R create latency p99, ms" R p99_ms 2 "≤ 10" "<=" 10
         row "R create latency p50, ms" R p50_ms 2 "—" - 0
         row "R non-2xx answers + socket errors" R bad 0 "0" "==" 0 all
@@ -583,22 +746,34 @@ write_report() {
         row "L creates answered 2xx" L create_ok 0 "$((L_RATE * L_SECS))" "==" $((L_RATE * L_SECS)) all
         row "L create rate achieved, timers/s" L create_rate 0 "$L_RATE" - 0
         row "L lateness p50, ms" L p50_ms 3 "—" - 0
-        row "L lateness p99, ms" L p99_ms 3 "≤ 5" "<=" 5
+        row "L lateness p99, ms" L p99_ms 3 "≤ 3" "<=" 3
         row "L lateness p99.9, ms" L p999_ms 3 "≤ 20" "<=" 20
         row "L lateness max, ms" L max_ms 3 "—" - 0
         row "L early" L early 0 "0" "==" 0 all
         row "L lost (2xx creates − distinct deliveries)" L lost 0 "0" "==" 0 all
         row "L duplicate deliveries" L dupes 0 "—" - 0
+        row "L20 creates answered 2xx" L20 create_ok 0 "$((L20_RATE * L20_SECS))" "==" $((L20_RATE * L20_SECS)) all
+        row "L20 create rate achieved, timers/s" L20 create_rate 0 "$L20_RATE" - 0
+        row "L20 create latency p99, ms" L20 create_p99_ms 3 "—" - 0
+        row "L20 lateness p50, ms" L20 p50_ms 3 "—" - 0
+        row "L20 lateness p99, ms" L20 p99_ms 3 "≤ 10" "<=" 10
+        row "L20 lateness p99.9, ms" L20 p999_ms 3 "—" - 0
+        row "L20 lateness max, ms" L20 max_ms 3 "—" - 0
+        row "L20 early" L20 early 0 "0" "==" 0 all
+        row "L20 lost (2xx creates − distinct deliveries)" L20 lost 0 "0" "==" 0 all
+        row "L20 duplicate deliveries" L20 dupes 0 "—" - 0
         row "D creates answered 2xx" D create_ok 0 "$D_N" "==" "$D_N" all
-        row "D deliveries/s (T → last delivery)" D deliveries_per_s 0 "≥ 20,000" ">=" 20000
+        row "D deliveries/s (T → last delivery)" D deliveries_per_s 0 "≥ 2.5× base" "x>=" 2.5
         row "D deliveries/s (first → last delivery)" D first_to_last_per_s 0 "—" - 0
         row "D drain time, s" D drain_s 3 "—" - 0
-        row "D first delivery after T, ms" D first_ms 3 "—" - 0
+        row "D first delivery after T, ms (max = worst run)" D first_ms 3 "≤ 50 in every run" "<=" 50 all
+        row "D Redis command µs per delivered timer (Σ cmdstat usec)" D redis_cmd_us_per_timer 2 "≤ 1/3 of base" "x<=" 0.3333
+        row "D Redis CPU µs per delivered timer (used_cpu_sys+user)" D redis_cpu_us_per_timer 2 "≤ 1/3 of base" "x<=" 0.3333
         row "D lost" D lost 0 "0" "==" 0 all
         row "D early" D early 0 "0" "==" 0 all
         row "D all created before T (1 = yes)" D created_before_t 0 "1" "==" 1 all
         row "M creates answered 2xx" M created 0 "$M_N" "==" "$M_N" all
-        row "M Redis bytes per pending timer (200-byte body)" M redis_bytes_per_timer 0 "≤ 600" "<=" 600
+        row "M Redis bytes per pending timer (200-byte body)" M redis_bytes_per_timer 0 "≤ 350" "<=" 350
         row "M hookwheel RSS before creating, MiB" M rss_before_mib 1 "—" - 0
         row "M hookwheel RSS with $M_N pending, MiB" M rss_after_mib 1 "—" - 0
         row "M RSS growth, MiB (independent of far-future timers)" M rss_growth_mib 1 "≤ 10" "<=" 10
@@ -607,6 +782,15 @@ write_report() {
         row "M redis-server CPU meanwhile, % of one core" M redis_idle_cpu_pct 2 "—" - 0
         row "M create rate for the $M_N timers, timers/s" M create_rate 0 "—" - 0
         echo
+        if [[ $(stat L20 create_rate) != nan* ]]; then
+            echo "L20 is open loop: create n goes out at start + n/$L20_RATE s, or once one of $L20_CONNS keep-alive"
+            echo "connections (each waiting for its answer) is free. The load generator alone sustains $L20_RATE creates/s"
+            echo "on this box (~13 µs of CPU per create); an achieved rate below it means the answers came too"
+            echo "slowly for $L20_CONNS connections (see \"L20 create latency\" and the CPU table), and each timer"
+            echo "is then due 2 s after its actual send."
+            echo
+        fi
+        d_per_run
         echo "## What saturates"
         echo
         echo "CPU over each run's measuring window, as % of one core (the machine has $((NCPU * 100))%), medians"
@@ -619,19 +803,23 @@ write_report() {
         echo
         echo "| Workload | machine | hookwheel | redis-server | load generator / receiver | other processes | busiest hookwheel threads (run 1) |"
         echo "|---|---:|---:|---:|---|---:|---|"
-        cpu_row CPU_R "R" wrk
-        cpu_row CPU_L "L (loadgen start → last delivery)" loadgen sink
-        cpu_row CPU_D "D (receiver answers 204)" sink
+        for v in "" @base; do
+            [[ -z $v || -n $BASE ]] || continue
+            cpu_row "CPU_R$v" "R${v:+ (base)}" wrk
+            cpu_row "CPU_L$v" "L${v:+ (base)} (loadgen start → last delivery)" loadgen sink
+            cpu_row "CPU_L20$v" "L20${v:+ (base)} (loadgen start → last delivery)" loadgen sink
+            cpu_row "CPU_D$v" "D${v:+ (base)} (receiver answers 204)" sink
+        done
         echo
         [[ $(stat CPU_R machine_pct) == nan* ]] || saturation_note CPU_R R wrk
         [[ $(stat CPU_D machine_pct) == nan* ]] || saturation_note CPU_D D sink
         echo
         echo "Noise from other work on this machine, per run (% of one core): CPU of processes this run did"
-        echo "not start, during the measuring window — R: $(vals CPU_R others_pct | paste -sd, -);"
-        echo "L: $(vals CPU_L others_pct | paste -sd, -); D: $(vals CPU_D others_pct | paste -sd, -). Machine busy just before"
-        echo "each run (after waiting up to ${QUIET_WAIT_S}s for < 15%) — R: $(vals R busy_before | paste -sd, -); L: $(vals L busy_before | paste -sd, -);"
-        echo "D: $(vals D busy_before | paste -sd, -); M: $(vals M busy_before | paste -sd, -). Runs with tens of % here were disturbed; CPU"
+        echo "not start, during the measuring window — $(noise_list CPU_ others_pct R L L20 D)."
+        echo "Machine busy just before each run (after waiting up to ${QUIET_WAIT_S}s for < 15%) —"
+        echo "$(noise_list "" busy_before R L L20 D M). Runs with tens of % here were disturbed; CPU"
         echo "times are sampled per tick, so values within ±20 of 0 mean \"no noise\"."
+        [[ -z $BASE ]] || echo "Base runs, in the same order: $(noise_list CPU_ others_pct R@base L@base L20@base D@base)."
         if [[ -s $WORK/discarded.txt ]]; then
             echo
             echo "Runs discarded and repeated because other processes used more than ${NOISE_MAX}% of one core"
@@ -683,7 +871,10 @@ write_report() {
         echo "R: ${CMD_R:-not run}"
         echo "   then: redis-cli --scan --pattern 'hw:*:t:*' | sort -u | wc -l  (and sum of ZCARD hw:{0..15}:ix::scheduled)"
         echo "L: ${CMD_L:-not run}"
+        echo "L20: ${CMD_L20:-not run}"
         echo "D: ${CMD_D:-not run}"
+        echo "   then INFO commandstats (usec summed over cmdstat_*) and INFO cpu (used_cpu_sys+used_cpu_user) after the last"
+        echo "   create's answer and again after the drain (the receiver had all, Redis settled: ≤ 100 commands in 0.5 s)"
         echo "M: ${CMD_M:-not run}"
         echo "   then INFO memory used_memory and /proc/<pid>/status VmRSS before/after, /proc/<pid>/stat utime+stime over ${M_IDLE_S}s,"
         echo "   ${CMD_M2:-not run}"
@@ -695,8 +886,9 @@ write_report() {
 }
 
 plot_lateness() {
-    local csvs=() f i=0 plots=() minlat maxlat
-    for f in "$WORK"/l*.csv; do
+    local csvs=() f i=0 plots=() minlat maxlat run
+    for ((run = 1; run <= RUNS; run++)); do # the current binary's L runs
+        f=$WORK/l$run.csv
         [[ -s $f ]] || continue
         i=$((i + 1))
         tail -n +2 "$f" | awk -F, '{ printf "%.3f\n", ($3 - $2 * 1000) / 1000 }' | sort -g >"$WORK/lat$i.txt"
@@ -722,8 +914,8 @@ plot_lateness() {
         echo "set format y '10^{%L}'"
         echo "set grid xtics ytics mxtics mytics"
         echo "set key bottom left box opaque"
-        echo "set arrow from 5, graph 0 to 5, graph 1 nohead dt 2 lc rgb 'red'"
-        echo "set label 'p99 target 5 ms' at 5, graph 0.95 right offset -0.5,0 tc rgb 'red'"
+        echo "set arrow from 3, graph 0 to 3, graph 1 nohead dt 2 lc rgb 'red'"
+        echo "set label 'p99 target 3 ms' at 3, graph 0.95 right offset -0.5,0 tc rgb 'red'"
         echo "set arrow from 20, graph 0 to 20, graph 1 nohead dt 2 lc rgb 'dark-red'"
         echo "set label 'p99.9 target 20 ms' at 20, graph 0.88 right offset -0.5,0 tc rgb 'dark-red'"
         echo "set arrow from graph 0, first 0.01 to graph 1, first 0.01 nohead dt 3 lc rgb 'gray40'"
@@ -756,25 +948,65 @@ wheel_section() {
 # run_workload W FN: RUNS runs of FN. A run during whose measuring window
 # processes this script did not start used more than NOISE_MAX % of one core
 # is discarded and repeated, at most twice; the report lists discarded runs.
+# With BASE, each run is a pair: the base binary first (run label <n>-base,
+# RESULT lines tagged @base), then the current one.
 run_workload() {
-    local w=$1 fn=$2 run try n0 noise
+    local w=$1 fn=$2 run v
     [[ $ONLY == *" $w "* ]] || return 0
     for ((run = 1; run <= RUNS; run++)); do
-        for ((try = 1; try <= 3; try++)); do
-            log "$w run $run/$RUNS$( ((try > 1)) && echo " (try $try)")"
-            n0=$(wc -l <"$RAW")
-            "$fn" "$run"
-            noise=$(tail -n +$((n0 + 1)) "$RAW" | awk '$2 ~ /^CPU_/ {
-                for (i = 3; i <= NF; i++) if ($i ~ /^others_pct=/) print substr($i, 12) }')
-            if [[ -z $noise ]] || ((noise <= NOISE_MAX || try == 3)); then
-                break
+        for v in base cur; do
+            [[ $v == cur || -n $BASE ]] || continue
+            VARIANT=$v
+            if [[ $v == base ]]; then
+                HW=$HW_BASE
+                run_once "$w" "$fn" "$run-base"
+            else
+                HW=$HW_CUR
+                run_once "$w" "$fn" "$run"
             fi
-            log "discarding $w run $run: other processes used ${noise}% of one core meanwhile"
-            tail -n +$((n0 + 1)) "$RAW" | sed 's/^RESULT /DISCARDED /' >>"$WORK/discarded.txt"
-            head -n "$n0" "$RAW" >"$RAW.tmp"
-            mv "$RAW.tmp" "$RAW"
+            VARIANT=cur HW=$HW_CUR
         done
     done
+}
+
+# run_once W FN LABEL: one run of FN (file and id label LABEL), repeated up
+# to twice while other processes used more than NOISE_MAX % of one core.
+run_once() {
+    local w=$1 fn=$2 label=$3 try n0 noise
+    for ((try = 1; try <= 3; try++)); do
+        log "$w run $label/$RUNS$( ((try > 1)) && echo " (try $try)")"
+        n0=$(wc -l <"$RAW")
+        "$fn" "$label"
+        noise=$(tail -n +$((n0 + 1)) "$RAW" | awk '$2 ~ /^CPU_/ {
+            for (i = 3; i <= NF; i++) if ($i ~ /^others_pct=/) print substr($i, 12) }')
+        if [[ -z $noise ]] || ((noise <= NOISE_MAX || try == 3)); then
+            break
+        fi
+        log "discarding $w run $label: other processes used ${noise}% of one core meanwhile"
+        tail -n +$((n0 + 1)) "$RAW" | sed 's/^RESULT /DISCARDED /' >>"$WORK/discarded.txt"
+        head -n "$n0" "$RAW" >"$RAW.tmp"
+        mv "$RAW.tmp" "$RAW"
+    done
+}
+
+# build_base: BASE's hookwheel, built in a temporary detached worktree
+# (removed on exit by cleanup); sets HW_BASE, BASE_SHA, BASE_DESC.
+build_base() {
+    local rev
+    rev=$(git rev-parse --verify --quiet "$BASE^{commit}") || { log "BASE=$BASE is not a commit"; return 1; }
+    BASE_DESC="$(git log -1 --format='%h %s' "$rev")"
+    BASE_WT=$WORK/base-src
+    log "base: $BASE = $BASE_DESC; building in $BASE_WT"
+    git worktree add --detach "$BASE_WT" "$rev" >"$WORK/base-make.log" 2>&1 ||
+        { log "git worktree add failed"; cat "$WORK/base-make.log" >&2; return 1; }
+    if ! timeout 900 make -C "$BASE_WT" -s -j"$NCPU" BUILD=build build/hookwheel >>"$WORK/base-make.log" 2>&1; then
+        log "base build failed"
+        tail -5 "$WORK/base-make.log" >&2
+        return 1
+    fi
+    cp "$BASE_WT/build/hookwheel" "$WORK/hookwheel-base"
+    HW_BASE=$WORK/hookwheel-base
+    BASE_SHA=$(sha256sum "$HW_BASE" | cut -d' ' -f1)
 }
 
 build() {
@@ -796,20 +1028,22 @@ build() {
 
 main() {
     local run w
-    for w in wrk redis-server redis-cli gnuplot curl python3 top; do
+    for w in wrk redis-server redis-cli gnuplot curl python3 top git; do
         command -v "$w" >/dev/null || { log "missing tool: $w"; exit 1; }
     done
     mkdir -p "$RESULTS"
     log "building (work dir $WORK)"
     build
     cp "$BUILD/hookwheel" "$WORK/hookwheel"
-    HW=$WORK/hookwheel SINK=$ROOT/$BUILD/bench/sink LOADGEN=$ROOT/$BUILD/bench/loadgen
+    HW_CUR=$WORK/hookwheel HW=$WORK/hookwheel SINK=$ROOT/$BUILD/bench/sink LOADGEN=$ROOT/$BUILD/bench/loadgen
     HW_SHA=$(sha256sum "$HW" | cut -d' ' -f1)
+    [[ -z $BASE ]] || build_base
     LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
     OTHERS=$(top -b -n 2 -d 1 -w 160 2>/dev/null | awk '/^top -/ { n++ } n == 2 && ++k <= 14')
     : >"$RAW"
     run_workload R run_r
     run_workload L run_l
+    run_workload L20 run_l20
     run_workload D run_d
     run_workload M run_m
     WHEEL_MD=""
@@ -820,7 +1054,7 @@ main() {
     if [[ -s $WORK/discarded.txt ]]; then
         cat "$WORK/discarded.txt" >>"$RAWOUT"
     fi
-    log "wrote $MD, $PNG, $RAWOUT"
+    log "wrote $MD$([[ -s $PNG ]] && echo ", $PNG"), $RAWOUT"
 }
 
 main "$@"
