@@ -260,7 +260,7 @@ static void pump(engine *e)
     if (atomic_load(&e->stop))
         return;
     ljob *lj;
-    e->limiter_next_us = limiter_tick(e->lim, clock_now_us());
+    e->limiter_next_us = limiter_tick(e->lim, clock_now_us(), e->cfg->tick_ms * 1000u);
     while ((lj = limiter_pop_ready(e->lim)))
         send_begin(e, container_of(lj, job, lj));
 }
@@ -628,7 +628,12 @@ static void release_all(engine *e)
 /* ---- the loop ---- */
 
 /* Wall-clock microseconds of the next thing to do: the next wheel tick with
- * a timer, curl's deadline or the next sweep (at most a minute away). */
+ * a timer, curl's deadline, the next sweep (at most a minute away) or a
+ * rate-limited queue's next token. The token's wake-up is never sooner than
+ * one tick from now: pump has just started everything that could start, so
+ * nothing is ready before then, and a queue's rate (a client's number) must
+ * not be able to make the engine spin (limiter_tick sizes the buckets so
+ * that waking once a tick keeps every rate). */
 static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
 {
     uint64_t until = e->next_sweep_ms < chores_ms ? e->next_sweep_ms : chores_ms;
@@ -638,8 +643,11 @@ static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
     if (until > now_ms + 60000)
         until = now_ms + 60000;
     uint64_t wake = until * 1000u, cd = dispatch_deadline_us(e->d);
-    if (e->limiter_next_us < wake) /* a rate-limited queue's next token */
-        wake = e->limiter_next_us;
+    uint64_t token = e->limiter_next_us, soonest = clock_now_us() + e->cfg->tick_ms * 1000u;
+    if (token < soonest)
+        token = soonest;
+    if (token < wake)
+        wake = token;
     return cd && cd < wake ? cd : wake;
 }
 
