@@ -354,14 +354,17 @@ static int retryable(const attempt_result *res)
 {
     if (res->refused_by_policy)
         return 0; /* the same address would be refused again */
-    return res->status == 0 || res->status == 408 || res->status == 429 || res->status >= 500;
+    return res->status == 0 || res->status == 408 || res->status == 429 ||
+           (res->status >= 500 && res->status <= 599); /* not 600-999: no such class */
 }
 
 /* Decides what an attempt's result means for the timer (DESIGN §6): 2xx
  * delivers; connection errors, timeouts, 408, 429 and 5xx retry while
  * attempts remain (Retry-After, when given, replaces the backoff, capped at
  * max_backoff_ms); anything else, including a destination the policy
- * refused, fails at once. */
+ * refused, fails at once. A recurring timer's Hookwheel-Next-Delay-Ms is
+ * raised to the minimum period, as repeat.every_ms is: the target must not
+ * be able to make a timer run back to back. */
 static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
 {
     const timer_spec *s = j->spec;
@@ -370,7 +373,7 @@ static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
     if (res->status >= 200 && res->status < 300) {
         j->outcome = s->every_ms ? OUT_NEXT : OUT_DELIVERED;
         if (s->every_ms && res->next_delay_ms >= 0 && (uint64_t)res->next_delay_ms <= e->cfg->max_delay_ms)
-            j->next_delay_ms = res->next_delay_ms;
+            j->next_delay_ms = res->next_delay_ms < SPEC_MIN_EVERY_MS ? SPEC_MIN_EVERY_MS : res->next_delay_ms;
         return;
     }
     if (s->every_ms && res->status == 410) {
