@@ -1,6 +1,6 @@
 # hookwheel - build, run and test. Targets: all (default), run, test, deps,
-# unit, integration, test-sanitize, test-fuzz, fuzz, bench, bench-quick, clean. SANITIZER=address,undefined builds
-# into build/sanitize.
+# unit, integration, test-sanitize, test-fuzz, fuzz, bench, bench-quick, clean. SANITIZER=address,undefined
+# (test-sanitize adds float-cast-overflow,float-divide-by-zero) builds into build/sanitize.
 
 CC        ?= cc
 SANITIZER ?=
@@ -83,9 +83,11 @@ unit: check-deps $(UNIT_BINS)
 integration: check-deps $(BIN)
 	HOOKWHEEL_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q tests/integration
 
-# The same suites under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The same suites under AddressSanitizer and UndefinedBehaviorSanitizer, with
+# UBSan's float checks too (not in `undefined`): an out-of-range float to
+# integer conversion, and a float division by zero.
 test-sanitize:
-	$(MAKE) SANITIZER=address,undefined OPT="-O1 -g" unit integration
+	$(MAKE) SANITIZER=address,undefined,float-cast-overflow,float-divide-by-zero OPT="-O1 -g" unit integration
 
 # The fuzz target: every kept input once (regressions), then 60 s of fuzzing.
 test-fuzz: fuzz-regress fuzz-ci

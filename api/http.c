@@ -443,15 +443,43 @@ static void request_id_set(http_req *r)
     r->rid[16] = '\0';
 }
 
+/* Client errors (4xx) logged at info per second, at most; the rest are
+ * counted and the count is logged with the next second's first one. */
+#define CLIENT_ERROR_LINES_PER_S 10
+
+/* 1 when a client error's line may be written at info now. One client
+ * sending bad requests in a loop must not flood the log (it got its answer
+ * in the problem document), yet an operator still finds the request id of
+ * an occasional one. Lock-free and approximate under races, which is all a
+ * log budget needs. */
+static bool client_error_line_allowed(void)
+{
+    static atomic_uint_fast64_t window_s, in_window, suppressed;
+    uint64_t now_s = mono_us() / 1000000u, w = atomic_load(&window_s);
+    if (now_s != w && atomic_compare_exchange_strong(&window_s, &w, now_s)) {
+        atomic_store(&in_window, 0);
+        uint64_t n = atomic_exchange(&suppressed, 0);
+        if (n)
+            LOG(LOG_INFO, "client error requests not logged", "\"suppressed\":%" PRIu64 ",\"per_second\":%d",
+                n, CLIENT_ERROR_LINES_PER_S);
+    }
+    if (atomic_fetch_add(&in_window, 1) < CLIENT_ERROR_LINES_PER_S)
+        return true;
+    atomic_fetch_add(&suppressed, 1);
+    return false;
+}
+
 /* One line per finished request. Requests that failed (a 4xx or 5xx, or a
  * connection that died before the answer went out) are logged at info, so an
  * operator finds their request id (http_req_id: the client's X-Request-Id,
  * which nginx sets, docker/nginx.conf, or one made here) at the default
- * level; successes stay at debug. 429 and 503 are the exception: they shed
- * load, a line each would add work exactly when there is too much
- * of it, and their cause (a full write queue, Redis down) is logged where it
- * is decided; nginx's access log has them all with their request ids. Costs
- * one comparison when the level is off; no allocation either way. */
+ * level; successes stay at debug. 4xx lines are rate-limited
+ * (client_error_line_allowed); at debug every request has its line. 429 and
+ * 503 are the exception: they shed load, a line each would add work exactly
+ * when there is too much of it, and their cause (a full write queue, Redis
+ * down) is logged where it is decided; nginx's access log has them all with
+ * their request ids. Costs one comparison when the level is off; no
+ * allocation either way. */
 static void log_request(const http_req *r, enum MHD_RequestTerminationCode toe)
 {
     char method[32], path[512];
@@ -459,6 +487,9 @@ static void log_request(const http_req *r, enum MHD_RequestTerminationCode toe)
     bool failed = !completed || (r->status >= 400 && r->status != 429 && r->status != 503);
     int level = failed ? LOG_INFO : LOG_DEBUG;
     if (level < log_min_level)
+        return;
+    if (level == LOG_INFO && completed && r->status < 500 && log_min_level > LOG_DEBUG &&
+        !client_error_line_allowed())
         return;
     LOG(level, "http request",
         "\"method\":\"%s\",\"path\":\"%s\",\"status\":%u,\"duration_us\":%llu,"

@@ -184,7 +184,7 @@ static void acquire_cb(void *arg, const redisReply *reply)
     long long code = store_reply_int(reply, 0, -9);
     char owner[LEASE_OWNER_MAX * 2 + 8];
     if (code == 1) {
-        LOG(LOG_INFO, "lease acquired", "\"lease\":\"%s\",\"owner\":\"%s\",\"token\":%lld", c->lid,
+        LOG(LOG_DEBUG, "lease acquired", "\"lease\":\"%s\",\"owner\":\"%s\",\"token\":%lld", c->lid,
             log_json_escape(c->owner, owner, sizeof owner), store_reply_int(reply, D_TOKEN, 0));
         respond_lease(c->r, 201, c->key, reply);
     } else if (code == 0) {
@@ -320,7 +320,7 @@ static void release_cb(void *arg, const redisReply *reply)
     long long code = store_reply_int(reply, 0, -9);
     char owner[LEASE_OWNER_MAX * 2 + 8];
     if (code == 1) {
-        LOG(LOG_INFO, "lease released", "\"lease\":\"%s\",\"owner\":\"%s\",\"token\":%lld", c->lid,
+        LOG(LOG_DEBUG, "lease released", "\"lease\":\"%s\",\"owner\":\"%s\",\"token\":%lld", c->lid,
             log_json_escape(c->owner, owner, sizeof owner), store_reply_int(reply, 1, 0));
         http_respond_json(c->r, 204, NULL, NULL);
     } else if (code == 0) {

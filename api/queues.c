@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,12 +164,11 @@ static int parse_put(http_req *r, const config *cfg, queuecfg *q)
             }
             q->paused = json_is_true(v);
         } else if (strcmp(key, "max_dispatches_per_second") == 0) {
-            double d = json_number_value(v);
-            if (!json_is_number(v) || !isfinite(d) || d < 0 || d > QUEUECFG_MAX_RATE) {
-                rc = bad(r, key, "max_dispatches_per_second must be a number from 0 (no limit) to 100000");
+            if (!json_is_number(v) || !queuecfg_rate_valid(json_number_value(v))) {
+                rc = bad(r, key, "max_dispatches_per_second must be 0 (no limit) or a number from 0.001 to 100000");
                 break;
             }
-            q->rate = d;
+            q->rate = json_number_value(v);
         } else {
             rc = bad(r, key, "unknown field");
             break;

@@ -313,7 +313,7 @@ static void pump(engine *e)
     if (atomic_load(&e->stop))
         return;
     ljob *lj;
-    e->limiter_next_us = limiter_tick(e->lim, clock_now_us());
+    e->limiter_next_us = limiter_tick(e->lim, clock_now_us(), e->cfg->tick_ms * 1000u);
     while ((lj = limiter_pop_ready(e->lim)))
         send_begin(e, container_of(lj, job, lj));
 }
@@ -432,14 +432,17 @@ static int retryable(const attempt_result *res)
 {
     if (res->refused_by_policy)
         return 0; /* the same address would be refused again */
-    return res->status == 0 || res->status == 408 || res->status == 429 || res->status >= 500;
+    return res->status == 0 || res->status == 408 || res->status == 429 ||
+           (res->status >= 500 && res->status <= 599); /* not 600-999: no such class */
 }
 
 /* Decides what an attempt's result means for the timer (DESIGN §6): 2xx
  * delivers; connection errors, timeouts, 408, 429 and 5xx retry while
  * attempts remain (Retry-After, when given, replaces the backoff, capped at
  * max_backoff_ms); anything else, including a destination the policy
- * refused, fails at once. */
+ * refused, fails at once. A recurring timer's Hookwheel-Next-Delay-Ms is
+ * raised to the minimum period, as repeat.every_ms is: the target must not
+ * be able to make a timer run back to back. */
 static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
 {
     const timer_spec *s = j->spec;
@@ -448,7 +451,7 @@ static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
     if (res->status >= 200 && res->status < 300) {
         j->outcome = s->every_ms ? OUT_NEXT : OUT_DELIVERED;
         if (s->every_ms && res->next_delay_ms >= 0 && (uint64_t)res->next_delay_ms <= e->cfg->max_delay_ms)
-            j->next_delay_ms = res->next_delay_ms;
+            j->next_delay_ms = res->next_delay_ms < SPEC_MIN_EVERY_MS ? SPEC_MIN_EVERY_MS : res->next_delay_ms;
         return;
     }
     if (s->every_ms && res->status == 410) {
@@ -751,7 +754,12 @@ static void release_all(engine *e)
 /* ---- the loop ---- */
 
 /* Wall-clock microseconds of the next thing to do: the next wheel tick with
- * a timer, curl's deadline or the next sweep (at most a minute away). */
+ * a timer, curl's deadline, the next sweep (at most a minute away) or a
+ * rate-limited queue's next token. The token's wake-up is never sooner than
+ * one tick from now: pump has just started everything that could start, so
+ * nothing is ready before then, and a queue's rate (a client's number) must
+ * not be able to make the engine spin (limiter_tick sizes the buckets so
+ * that waking once a tick keeps every rate). */
 static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
 {
     uint64_t until = e->next_sweep_ms < chores_ms ? e->next_sweep_ms : chores_ms;
@@ -763,8 +771,11 @@ static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
     if (e->backlog) /* claimed timers still to absorb: no sleep */
         until = now_ms;
     uint64_t wake = until * 1000u, cd = dispatch_deadline_us(e->d);
-    if (e->limiter_next_us < wake) /* a rate-limited queue's next token */
-        wake = e->limiter_next_us;
+    uint64_t token = e->limiter_next_us, soonest = clock_now_us() + e->cfg->tick_ms * 1000u;
+    if (token < soonest)
+        token = soonest;
+    if (token < wake)
+        wake = token;
     return cd && cd < wake ? cd : wake;
 }
 

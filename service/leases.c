@@ -244,7 +244,7 @@ static void expired_cb(void *arg, enum oneshot_outcome o)
 {
     expiry *x = arg;
     if (o == ONESHOT_CREATED)
-        LOG(LOG_INFO, "lease expired", "\"lease\":\"%s\",\"token\":%s,\"on_expire\":\"%s\"", x->lid, x->token,
+        LOG(LOG_DEBUG, "lease expired", "\"lease\":\"%s\",\"token\":%s,\"on_expire\":\"%s\"", x->lid, x->token,
             x->id);
     else if (o == ONESHOT_CONFLICT)
         LOG(LOG_ERROR, "lease expired, but another timer holds its on_expire id; on_expire dropped",
@@ -422,7 +422,7 @@ static void run_actions(leases *l)
         else if (a->kind == ACT_EXPIRE)
             expire(l, a);
         else
-            LOG(LOG_INFO, "lease expired", "\"lease\":\"%.200s\",\"token\":%s,\"on_expire\":null", a->f[0],
+            LOG(LOG_DEBUG, "lease expired", "\"lease\":\"%.200s\",\"token\":%s,\"on_expire\":null", a->f[0],
                 a->f[1][0] ? a->f[1] : "null");
         action_free(a);
         a = next;

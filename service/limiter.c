@@ -18,10 +18,21 @@
  * Queue controls (Cloud Tasks' max_concurrent_dispatches and
  * max_dispatches_per_second): a paused queue is never eligible, so its jobs
  * wait in order; a rate-limited queue spends a token per start from a bucket
- * holding at most one token, refilled at `rate` per second, so starts are
- * paced evenly (no burst). Refilling needs a clock, which this module does
- * not read: limiter_tick(now) refills the rate-limited queues (kept on their
- * own list) and says when the next token is due.
+ * refilled at `rate` per second, so starts are paced evenly. Refilling needs
+ * a clock, which this module does not read: limiter_tick(now, period)
+ * refills the rate-limited queues (kept on their own list) and says when the
+ * next token is due, never sooner than one period away. The bucket holds one
+ * token, or one period's worth when the rate is above one per period: a
+ * caller that wakes once a period then still starts `rate` jobs a second, in
+ * groups of at most rate x period, and a quiet spell never banks a burst
+ * larger than that.
+ *
+ * Rates come from clients, so the arithmetic is guarded: a rate is clamped
+ * to [0, LIMITER_MAX_RATE] (NaN counts as no limit), and the wait for the
+ * next token is clamped to [period, LIMITER_MAX_WAIT_US] before it becomes
+ * an integer, so no rate, however tiny, overflows the conversion (a
+ * double -> uint64_t conversion out of range is undefined behaviour, and
+ * gave 0 on x86-64: a wake-up every microsecond).
  *
  * Queues are found by name in a chained hash table (FNV-1a, power-of-two
  * buckets, doubled when the load passes 1). Names are short and queues few
@@ -29,6 +40,7 @@
  */
 #include "limiter.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,7 +57,7 @@ struct lqueue {
     uint32_t waiting;
     int paused;
     double rate;     /* starts per second; 0: no limit */
-    double tokens;   /* 0..1 */
+    double tokens;   /* 0..bucket capacity (limiter_tick) */
     uint64_t refilled_us;
     char name[]; /* owned copy */
 };
@@ -172,9 +184,11 @@ void limiter_set_queue_paused(limiter *l, lqueue *q, int paused)
 
 void limiter_set_queue_rate(limiter *l, lqueue *q, double per_s, uint64_t now_us)
 {
-    if (per_s == q->rate)
+    /* Written so that NaN fails every comparison and counts as no limit. */
+    double rate = per_s > 0 ? (per_s < LIMITER_MAX_RATE ? per_s : LIMITER_MAX_RATE) : 0;
+    if (rate == q->rate)
         return;
-    q->rate = per_s > 0 ? per_s : 0;
+    q->rate = rate;
     q->tokens = 1.0;
     q->refilled_us = now_us;
     if (q->rate > 0 && !list_linked(&q->limited))
@@ -184,20 +198,36 @@ void limiter_set_queue_rate(limiter *l, lqueue *q, double per_s, uint64_t now_us
     queue_update(l, q);
 }
 
-uint64_t limiter_tick(limiter *l, uint64_t now_us)
+/* Microseconds until q holds a whole token again, for a queue short of one:
+ * at least period_us (the caller wakes no more often) and at most
+ * LIMITER_MAX_WAIT_US, computed in double and clamped before the
+ * conversion, which is defined only for values in range. */
+static uint64_t token_wait_us(const lqueue *q, uint64_t period_us)
+{
+    double wait = (1.0 - q->tokens) * 1e6 / q->rate;
+    if (!(wait < (double)LIMITER_MAX_WAIT_US)) /* also NaN */
+        return LIMITER_MAX_WAIT_US;
+    uint64_t us = wait > 0 ? (uint64_t)wait + 1 : 1;
+    return us > period_us ? us : period_us;
+}
+
+uint64_t limiter_tick(limiter *l, uint64_t now_us, uint64_t period_us)
 {
     uint64_t next = UINT64_MAX;
     for (struct list_node *n = l->limited.next; n != &l->limited; n = n->next) {
         lqueue *q = container_of(n, lqueue, limited);
+        double capacity = q->rate * (double)period_us / 1e6;
+        if (capacity < 1.0)
+            capacity = 1.0;
         if (now_us > q->refilled_us) {
             q->tokens += (double)(now_us - q->refilled_us) * q->rate / 1e6;
-            if (q->tokens > 1.0)
-                q->tokens = 1.0;
+            if (q->tokens > capacity)
+                q->tokens = capacity;
             q->refilled_us = now_us;
         }
         queue_update(l, q);
         if (q->tokens < 1.0 && q->waiting > 0 && !q->paused) {
-            uint64_t due = now_us + (uint64_t)((1.0 - q->tokens) * 1e6 / q->rate) + 1;
+            uint64_t due = now_us + token_wait_us(q, period_us);
             if (due < next)
                 next = due;
         }

@@ -40,14 +40,22 @@ void limiter_set_queue_cap(limiter *l, lqueue *q, uint32_t cap);
  * jobs wait in order. */
 void limiter_set_queue_paused(limiter *l, lqueue *q, int paused);
 
-/* Limits a queue to per_s starts per second (0: no limit), paced evenly:
- * the bucket holds one token. now_us is the caller's clock. */
+#define LIMITER_MAX_RATE 1e9                      /* starts per second; higher rates are clamped */
+#define LIMITER_MAX_WAIT_US (3600ull * 1000000u)  /* limiter_tick never looks further ahead */
+
+/* Limits a queue to per_s starts per second (0 or NaN: no limit; clamped to
+ * LIMITER_MAX_RATE), paced evenly (see limiter_tick for the bucket's size).
+ * now_us is the caller's clock. */
 void limiter_set_queue_rate(limiter *l, lqueue *q, double per_s, uint64_t now_us);
 
 /* Refills the rate-limited queues' buckets up to now_us. Call before
- * limiter_pop_ready. Returns when a waiting rate-limited queue gets its next
- * token (same clock), or UINT64_MAX when none waits for one. */
-uint64_t limiter_tick(limiter *l, uint64_t now_us);
+ * limiter_pop_ready. period_us is how often, at most, the caller calls again
+ * (the engine's tick): a bucket holds max(1, rate x period) tokens, so a rate
+ * above one start per period still holds on average. Returns when a waiting
+ * rate-limited queue gets its next token (same clock), at least period_us
+ * and at most LIMITER_MAX_WAIT_US after now_us, whatever the rate; or
+ * UINT64_MAX when none waits for one. */
+uint64_t limiter_tick(limiter *l, uint64_t now_us, uint64_t period_us);
 
 int limiter_queue_paused(const lqueue *q);
 

@@ -24,6 +24,11 @@ void queuecfg_format(const queuecfg *c, char *buf, size_t size)
     snprintf(buf, size, "%u %d %.6g", c->parallelism, c->paused ? 1 : 0, c->rate);
 }
 
+int queuecfg_rate_valid(double rate)
+{
+    return rate == 0 || (rate >= QUEUECFG_MIN_RATE && rate <= QUEUECFG_MAX_RATE); /* NaN fails both */
+}
+
 int queuecfg_parse(const char *text, queuecfg *c)
 {
     unsigned par = 0;
@@ -34,6 +39,6 @@ int queuecfg_parse(const char *text, queuecfg *c)
         return -1;
     c->parallelism = par;
     c->paused = paused;
-    c->rate = rate;
+    c->rate = rate > 0 && rate < QUEUECFG_MIN_RATE ? QUEUECFG_MIN_RATE : rate;
     return 0;
 }

@@ -394,10 +394,26 @@ static int has_authority(const char *url)
     return p && *p && *p != '/' && *p != '?' && *p != '#';
 }
 
+/* 1 when every byte of host is ASCII. */
+static int host_is_ascii(const char *host)
+{
+    for (; *host; host++)
+        if ((unsigned char)*host >= 0x80)
+            return 0;
+    return 1;
+}
+
 /* The destination policy at creation time (netpolicy.h): a host that is a
  * forbidden IP literal or localhost is refused here, so the client hears of
  * it now rather than from a failed attempt later. Host names are checked
- * again, by address, when the dispatcher connects. */
+ * again, by address, when the dispatcher connects.
+ *
+ * A host must also be ASCII. curl converts an internationalised name to its
+ * xn-- form through the process locale, which is "C" here (the service
+ * never calls setlocale), so the dispatcher could never send such a URL;
+ * and a host like "１２７.0.0.1" (fullwidth digits) would dodge the literal
+ * check above while IDNA maps it to 127.0.0.1. The client can give the xn--
+ * form, which is exactly what DNS would be asked for. */
 static int check_host(spec_error *err, const char *field, CURLU *u, const struct netpolicy *policy)
 {
     char *host = NULL;
@@ -405,7 +421,10 @@ static int check_host(spec_error *err, const char *field, CURLU *u, const struct
 
     if (curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
         const char *why = netpolicy_host_refusal(policy, host);
-        if (why)
+        if (!host_is_ascii(host))
+            rc = fail(err, field, "the host of %s must be ASCII: give an internationalised name in its xn-- "
+                      "(punycode) form", field);
+        else if (why)
             rc = fail(err, field, "destination %.100s is not allowed (%s); see HOOKWHEEL_DESTINATION_ALLOWLIST",
                       host, why);
     }
@@ -663,14 +682,43 @@ static int parse_body(parse_ctx *c, const char *name, json_t *v)
     return 0;
 }
 
+/* 1 when v nests no more than `room` arrays and objects deep (a scalar is
+ * depth 0, [] and {} are 1). Recursion is bounded by jansson's own parse
+ * depth (2048) and stops one level past room. */
+static int depth_within(json_t *v, int room)
+{
+    size_t i;
+    const char *key;
+    json_t *item;
+
+    if (!json_is_array(v) && !json_is_object(v))
+        return 1;
+    if (room == 0)
+        return 0;
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, item)
+            if (!depth_within(item, room - 1))
+                return 0;
+    } else {
+        json_object_foreach(v, key, item)
+            if (!depth_within(item, room - 1))
+                return 0;
+    }
+    return 1;
+}
+
 /* Sorted keys, so the body is the same whether it comes from the request or
- * from the stored canonical form, which the engine sends from. */
+ * from the stored canonical form, which the engine sends from. The nesting
+ * cap holds for client input only: a spec stored before it existed still
+ * runs. */
 static int parse_json(parse_ctx *c, const char *name, json_t *v)
 {
     if (!v)
         return 0;
     if (json_object_get(c->root, "body"))
         return fail(c->err, name, "give either body or json, not both");
+    if (c->lim != &no_limits && !depth_within(v, SPEC_MAX_JSON_DEPTH))
+        return fail(c->err, name, "json nests arrays and objects more than %d deep", SPEC_MAX_JSON_DEPTH);
     c->s->body = dump_sorted(v, &c->s->body_len);
     c->s->body_is_json = 1;
     jbuf b = {0};
@@ -818,8 +866,6 @@ static int parse_retry(parse_ctx *c, const char *name, json_t *v)
 }
 
 /* ---- repeat ------------------------------------------------------------ */
-
-#define SPEC_MIN_EVERY_MS 10 /* shorter periods are below any sensible tick */
 
 static int is_repeat_member(const char *key)
 {

@@ -27,6 +27,15 @@
 #define SPEC_DEFAULT_MAX_ATTEMPTS 5
 #define SPEC_DEFAULT_MIN_BACKOFF_MS 1000
 #define SPEC_DEFAULT_MAX_BACKOFF_MS 300000
+/* The shortest period of a recurring timer (repeat.every_ms, and the floor
+ * of a Hookwheel-Next-Delay-Ms answer): shorter periods are below any
+ * sensible tick. */
+#define SPEC_MIN_EVERY_MS 10
+/* How deep a `json` body may nest arrays and objects. Every component that
+ * reads the stored spec must handle it with room to spare: Redis's cjson
+ * refuses more than 1000 levels, and listings with a queue filter decode the
+ * spec in Lua. Deeper bodies are refused with a 400 naming `json`. */
+#define SPEC_MAX_JSON_DEPTH 64
 #ifndef HW_SPEC_H
 #define HW_SPEC_H
 

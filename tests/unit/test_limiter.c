@@ -12,6 +12,8 @@
 #include "backoff.h"
 #include "limiter.h"
 
+#define TICK_US 1000 /* the engine's default tick */
+
 /* A test job: the ljob plus its position in its queue's push order. */
 typedef struct tjob {
     ljob j;
@@ -354,18 +356,18 @@ static void test_a_rate_limited_queue_starts_evenly_without_a_burst(void **state
     limiter_set_queue_rate(l, q, 20.0, now); /* one start per 50 ms */
     for (int i = 0; i < 10; i++)
         push(l, q, &t[i], i);
-    assert_int_equal(limiter_tick(l, now), UINT64_MAX); /* a full bucket: nothing to wait for */
+    assert_int_equal(limiter_tick(l, now, TICK_US), UINT64_MAX); /* a full bucket: nothing to wait for */
     tjob *first = pop(l);
     assert_non_null(first);
     assert_null(pop(l)); /* the bucket holds one token */
-    uint64_t next = limiter_tick(l, now);
+    uint64_t next = limiter_tick(l, now, TICK_US);
     assert_true(next > now + 49000 && next <= now + 50001);
     assert_null(pop(l));
-    limiter_tick(l, now + 25000);
+    limiter_tick(l, now + 25000, TICK_US);
     assert_null(pop(l)); /* half a token */
-    limiter_tick(l, now + 50000);
+    limiter_tick(l, now + 50000, TICK_US);
     assert_int_equal(pop(l)->id, 1);
-    limiter_tick(l, now + 10000000); /* a long pause gives one token, not 200 */
+    limiter_tick(l, now + 10000000, TICK_US); /* a long pause gives one token, not 200 */
     assert_int_equal(pop(l)->id, 2);
     assert_null(pop(l));
     limiter_set_queue_rate(l, q, 0, now); /* no limit */
@@ -373,7 +375,107 @@ static void test_a_rate_limited_queue_starts_evenly_without_a_burst(void **state
     while (pop(l))
         started++;
     assert_int_equal(started, 7);
-    assert_int_equal(limiter_tick(l, now), UINT64_MAX);
+    assert_int_equal(limiter_tick(l, now, TICK_US), UINT64_MAX);
+    limiter_free(l);
+}
+
+/* Starts from q in one tick: refills at now, pops everything it may. */
+static int starts_at(limiter *l, uint64_t now, uint64_t *next)
+{
+    int n = 0;
+    *next = limiter_tick(l, now, TICK_US);
+    while (pop(l))
+        n++;
+    return n;
+}
+
+/* A rate so small that its wait does not fit in a uint64_t of microseconds
+ * (1e-14/s: ~3e9 years) is clamped before the conversion: the next token is
+ * at most LIMITER_MAX_WAIT_US away, never "now" (which made the engine wake
+ * every microsecond). Built with -fsanitize=float-cast-overflow, the
+ * unclamped conversion aborts this test. */
+static void test_a_tiny_rate_waits_at_most_the_longest_wait_and_never_spins(void **state)
+{
+    (void)state;
+    static const double tiny[] = {1e-14, 1e-300, 4.9e-324 /* smallest subnormal */, 1e-3};
+    for (size_t i = 0; i < sizeof tiny / sizeof *tiny; i++) {
+        limiter *l = limiter_create(10, 10);
+        lqueue *q = limiter_queue(l, "slow");
+        tjob t[2];
+        uint64_t now = 5000000, next;
+        limiter_set_queue_rate(l, q, tiny[i], now);
+        push(l, q, &t[0], 0);
+        push(l, q, &t[1], 1);
+        assert_int_equal(starts_at(l, now, &next), 1); /* the full bucket's one token */
+        next = limiter_tick(l, now, TICK_US);
+        assert_true(next >= now + TICK_US);
+        assert_true(next <= now + LIMITER_MAX_WAIT_US);
+        if (tiny[i] < 1e-9)
+            assert_int_equal(next, now + LIMITER_MAX_WAIT_US);
+        else
+            assert_true(next >= now + 999000000u); /* 1e-3/s: a token per 1000 s */
+        /* waking at that time again gives no start and no earlier wake-up */
+        for (uint64_t at = now + TICK_US; at < now + 10 * TICK_US; at += TICK_US) {
+            uint64_t again;
+            assert_int_equal(starts_at(l, at, &again), 0);
+            assert_true(again >= at + TICK_US);
+        }
+        limiter_free(l);
+    }
+}
+
+/* A rate far above one start per tick keeps its average although the
+ * caller wakes only once a tick: the bucket holds a tick's worth. A rate
+ * past LIMITER_MAX_RATE, infinity or NaN never poisons the arithmetic. */
+static void test_a_huge_rate_keeps_its_average_when_woken_once_a_tick(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    tjob *t = calloc(N, sizeof *t);
+    limiter *l = limiter_create(N, N);
+    lqueue *q = limiter_queue(l, "fast");
+    uint64_t now = 1000000, next;
+    limiter_set_queue_rate(l, q, 100000.0, now); /* 100 per 1 ms tick */
+    for (int i = 0; i < N; i++)
+        push(l, q, &t[i], i);
+    int started = starts_at(l, now, &next);
+    assert_int_equal(started, 1);
+    for (int k = 1; k <= 100; k++) { /* 100 ticks = 100 ms: 10,000 starts */
+        assert_true(next >= now + (uint64_t)(k - 1) * TICK_US + TICK_US);
+        int n = starts_at(l, now + (uint64_t)k * TICK_US, &next);
+        assert_true(n >= 99 && n <= 101);
+        started += n;
+    }
+    assert_true(started >= 9900 && started <= 10100);
+    /* a long quiet spell banks one tick's worth, not more */
+    assert_true(starts_at(l, now + 60000000, &next) <= 101);
+    static const double odd[] = {1e300, 1.0 / 0.0, 0.0 / 0.0, -1.0};
+    for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
+        limiter_set_queue_rate(l, q, odd[i], now);
+        uint64_t at = now + 70000000 + i * TICK_US;
+        int n = starts_at(l, at, &next);
+        assert_true(n >= 0);
+        assert_true(next == UINT64_MAX || next >= at + TICK_US);
+    }
+    limiter_free(l);
+    free(t);
+}
+
+/* Rate 0 means no limit: everything starts at once, nothing waits for a
+ * token, and the limiter never asks to be woken. */
+static void test_a_zero_rate_is_no_limit_and_asks_for_no_wake_up(void **state)
+{
+    (void)state;
+    limiter *l = limiter_create(100, 100);
+    lqueue *q = limiter_queue(l, "free");
+    tjob t[50];
+    uint64_t next;
+    limiter_set_queue_rate(l, q, 5.0, 1000);
+    limiter_set_queue_rate(l, q, 0, 1000);
+    for (int i = 0; i < 50; i++)
+        push(l, q, &t[i], i);
+    assert_int_equal(starts_at(l, 1000, &next), 50);
+    assert_int_equal(next, UINT64_MAX);
     limiter_free(l);
 }
 
@@ -391,6 +493,9 @@ int main(void)
         cmocka_unit_test(test_limiter_never_exceeds_either_cap_under_a_random_workload),
         cmocka_unit_test(test_a_paused_queue_starts_nothing_and_resumes_in_order),
         cmocka_unit_test(test_a_rate_limited_queue_starts_evenly_without_a_burst),
+        cmocka_unit_test(test_a_tiny_rate_waits_at_most_the_longest_wait_and_never_spins),
+        cmocka_unit_test(test_a_huge_rate_keeps_its_average_when_woken_once_a_tick),
+        cmocka_unit_test(test_a_zero_rate_is_no_limit_and_asks_for_no_wake_up),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

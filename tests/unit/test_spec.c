@@ -362,6 +362,109 @@ static void test_a_remembered_url_passes_only_under_the_policy_it_passed(void **
     netpolicy_free(strict);
 }
 
+/* Returns a malloc'd request whose json body nests `depth` arrays:
+ * [[...[1]...]]. */
+static char *nested_json_request(int depth)
+{
+    const char head[] = "{\"url\":\"http://example.com/\",\"delay_ms\":0,\"json\":";
+    size_t n = strlen(head);
+    char *t = malloc(n + 2 * (size_t)depth + 3);
+    memcpy(t, head, n);
+    memset(t + n, '[', (size_t)depth);
+    t[n + depth] = '1';
+    memset(t + n + depth + 1, ']', (size_t)depth);
+    strcpy(t + n + 2 * depth + 1, "}");
+    return t;
+}
+
+/* Redis's cjson refuses more than 1000 levels and listings decode the
+ * stored spec, so a json body may nest SPEC_MAX_JSON_DEPTH deep and no
+ * deeper. */
+static void test_a_json_body_at_the_depth_limit_is_accepted_and_one_deeper_is_not(void **state)
+{
+    (void)state;
+    char *at = nested_json_request(SPEC_MAX_JSON_DEPTH), *past = nested_json_request(SPEC_MAX_JSON_DEPTH + 1);
+    timer_spec *s = NULL;
+    spec_error err;
+    assert_int_equal(spec_parse(at, strlen(at), &lim, NOW, &s, &err), 0);
+    assert_true(s->body_is_json);
+    assert_int_equal(s->body_len, 2 * SPEC_MAX_JSON_DEPTH + 1);
+    spec_free(s);
+    err = parse_bad_raw(past, strlen(past));
+    assert_string_equal(err.field, "json");
+    free(past);
+    past = nested_json_request(2000); /* what jansson takes and cjson does not */
+    err = parse_bad_raw(past, strlen(past));
+    assert_string_equal(err.field, "json");
+    /* objects count like arrays: {"a":{"a":...{"a":1}...}} */
+    for (int depth = SPEC_MAX_JSON_DEPTH; depth <= SPEC_MAX_JSON_DEPTH + 1; depth++) {
+        char t[64 + 6 * (SPEC_MAX_JSON_DEPTH + 1)];
+        size_t n = (size_t)sprintf(t, "{\"url\":\"http://example.com/\",\"delay_ms\":0,\"json\":");
+        for (int i = 0; i < depth; i++)
+            n += (size_t)sprintf(t + n, "{\"a\":");
+        t[n++] = '1';
+        memset(t + n, '}', (size_t)depth + 1);
+        t[n + (size_t)depth + 1] = '\0';
+        if (depth == SPEC_MAX_JSON_DEPTH) {
+            assert_int_equal(spec_parse(t, strlen(t), &lim, NOW, &s, &err), 0);
+            spec_free(s);
+        } else {
+            assert_string_equal(parse_bad_raw(t, strlen(t)).field, "json");
+        }
+    }
+    free(at);
+    free(past);
+}
+
+/* A spec stored before the depth limit existed still parses (lim NULL):
+ * the engine must be able to run and list what it once accepted. */
+static void test_a_deep_json_body_read_back_from_redis_still_parses(void **state)
+{
+    (void)state;
+    char *deep = nested_json_request(SPEC_MAX_JSON_DEPTH + 10);
+    timer_spec *s = NULL;
+    spec_error err;
+    assert_int_equal(spec_parse(deep, strlen(deep), NULL, NOW, &s, &err), 0);
+    spec_free(s);
+    free(deep);
+}
+
+/* curl converts a non-ASCII host through the locale, which is "C" in
+ * hookwheel, so such a URL could never be sent; and fullwidth digits would
+ * dodge the IP literal check. With a policy (client input), the host must
+ * be ASCII; the xn-- form of the same name passes. */
+static void test_a_url_with_a_non_ascii_host_is_rejected(void **state)
+{
+    (void)state;
+    char e[128];
+    netpolicy *open = netpolicy_create("127.0.0.0/8", e, sizeof e), *strict = netpolicy_create(NULL, e, sizeof e);
+    spec_error err;
+    static const char *const refused[] = {
+        "http://\xef\xbc\x91\xef\xbc\x92\xef\xbc\x97.0.0.1:9/x", /* fullwidth 127 */
+        "http://\xef\xbc\x91\xef\xbc\x90.0.0.1/",                /* fullwidth 10 */
+        "https://b\xc3\xbc" "cher.example/",                        /* bücher */
+        "http://%EF%BC%91%EF%BC%92%EF%BC%97.0.0.1/",                /* the same, percent-encoded */
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        for (int k = 0; k < 2; k++) {
+            memset(&err, 0, sizeof err);
+            if (spec_check_url(&err, "url", refused[i], k ? strict : open) != -EINVAL)
+                fail_msg("accepted %s", refused[i]);
+            assert_string_equal(err.field, "url");
+        }
+    assert_int_equal(spec_check_url(&err, "url", "https://xn--bcher-kva.example/", strict), 0);
+    spec_limits with_policy = lim;
+    with_policy.policy = open;
+    timer_spec *s = NULL;
+    const char *create = "{\"url\":\"http://\xef\xbc\x91\xef\xbc\x92\xef\xbc\x97.0.0.1/\",\"delay_ms\":0}";
+    assert_int_equal(spec_parse(create, strlen(create), &with_policy, NOW, &s, &err), -EINVAL);
+    assert_null(s);
+    assert_int_equal(err.status, 400);
+    assert_string_equal(err.field, "url");
+    netpolicy_free(open);
+    netpolicy_free(strict);
+}
+
 static void test_fire_at_with_an_offset_converts_to_utc_epoch_ms(void **state)
 {
     (void)state;
@@ -951,6 +1054,9 @@ int main(void)
         cmocka_unit_test(test_json_body_may_be_a_scalar),
         cmocka_unit_test(test_the_hand_written_forms_are_exactly_jansson_s),
         cmocka_unit_test(test_a_remembered_url_passes_only_under_the_policy_it_passed),
+        cmocka_unit_test(test_a_json_body_at_the_depth_limit_is_accepted_and_one_deeper_is_not),
+        cmocka_unit_test(test_a_deep_json_body_read_back_from_redis_still_parses),
+        cmocka_unit_test(test_a_url_with_a_non_ascii_host_is_rejected),
         cmocka_unit_test(test_fire_at_with_an_offset_converts_to_utc_epoch_ms),
         cmocka_unit_test(test_fire_times_in_the_past_are_accepted),
         cmocka_unit_test(test_the_maximum_delay_itself_is_accepted),

@@ -1,0 +1,223 @@
+"""One hostile client must not take hookwheel down for everyone (README
+"Queues", "Limits", "Logs"; DESIGN.md §4-§6).
+
+1. Queue rates: out-of-range max_dispatches_per_second values are refused
+   with a 400 naming the field; with the slowest accepted rate (or a tiny
+   one stored in Redis before the API refused them) and a timer waiting for
+   its token, the process stays idle (< 5 % of a core).
+2. A json body nested deeper than the documented limit (64) is refused
+   with a 400 naming `json`; one at the limit is stored, and listings with a
+   queue filter (which decode the stored spec in Redis's Lua) still answer.
+3. A target cannot make a recurring timer run back to back with
+   Hookwheel-Next-Delay-Ms: 0; a status outside 500-599 (999) is not
+   retried; a host written with fullwidth digits is refused at create;
+   refused creates do not flood the log at the default level.
+
+Real redis-server, real hookwheel binary, real receiver; nothing is mocked."""
+
+import json
+import os
+import time
+
+import pytest
+
+from conftest import Reply, scaled, wait_until
+
+RATE_FIELD = "max_dispatches_per_second"
+SLOWEST_RATE = 0.001       # README "Queues": the smallest accepted rate
+JSON_DEPTH_LIMIT = 64      # README "Limits": how deep a json body may nest
+MIN_PERIOD_MS = 10         # README: the minimum period of a recurring timer
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def problem_field(resp):
+    status, headers, body = resp
+    assert status == 400, (status, body)
+    assert headers["Content-Type"].startswith("application/problem+json"), headers
+    return body.get("field")
+
+
+def put_queue(hw, name, body):
+    return hw.request("PUT", f"/queues/{name}", json_body=body)
+
+
+def cpu_seconds(pid):
+    """utime + stime of the whole process (every thread), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
+
+
+# --------------------------------------------------------------------------
+# 1. queue rates
+
+
+@pytest.mark.parametrize("bad", [1e-14, 0.0009, -1, 100000.5, 1e300, "fast", True, None, [1]])
+def test_an_out_of_range_queue_rate_is_refused_naming_the_field(hookwheel, bad):
+    assert problem_field(put_queue(hookwheel, "q", {RATE_FIELD: bad})) == RATE_FIELD
+    status, _, body = hookwheel.request("GET", "/queues/q")
+    assert status == 200 and body["configured"] is False, body  # nothing was stored
+
+
+def test_the_ends_of_the_rate_range_are_accepted_and_parallelism_is_bounded(hookwheel):
+    for ok in (0, SLOWEST_RATE, 100000):
+        status, _, body = put_queue(hookwheel, "q", {RATE_FIELD: ok})
+        assert status == 200 and body[RATE_FIELD] == ok, body
+    for bad in (0, -3, 10**9, 1.5, "2"):
+        assert problem_field(put_queue(hookwheel, "q", {"parallelism": bad})) == "parallelism"
+
+
+@pytest.mark.parametrize("how", ["api", "stored"])
+def test_a_timer_waiting_for_a_token_of_the_slowest_rate_leaves_the_process_idle(
+        redis, receiver, hookwheel_factory, how):
+    hw = hookwheel_factory(redis)
+    if how == "api":
+        status, _, body = put_queue(hw, "slow", {RATE_FIELD: SLOWEST_RATE})
+        assert status == 200, body
+    else:  # a value written before the API refused it: 1e-14/s
+        redis.cmd("HSET", "hw:queues", "slow", "10 0 1e-14")
+    time.sleep(1.2)  # every engine reads the settings within QUEUES_POLL_MS (500 ms)
+    for i in range(2):
+        status, _, body = hw.create({"id": f"slow-{i}", "url": receiver.url("/slow"), "delay_ms": 0,
+                                     "queue": "slow"})
+        assert status == 201, body
+    assert len(receiver.wait_for(1, timeout=scaled(5), path="/slow")) == 1
+    time.sleep(0.5)  # the second waits for its token, 1000 s (or ages) away
+    assert len(receiver.requests("/slow")) == 1
+    pid = hw.proc.pid
+    before, t0 = cpu_seconds(pid), time.monotonic()
+    time.sleep(3.0)
+    used, wall = cpu_seconds(pid) - before, time.monotonic() - t0
+    assert used / wall < 0.05, f"{used:.2f} s of CPU in {wall:.2f} s while a timer waits for its token"
+    assert len(receiver.requests("/slow")) == 1
+
+
+# --------------------------------------------------------------------------
+# 2. json nesting
+
+
+def nested(depth):
+    return "[" * depth + "1" + "]" * depth
+
+
+def create_raw(hw, text):
+    return hw.request("POST", "/timers", raw_body=text, headers={"Content-Type": "application/json"})
+
+
+# 2000: jansson takes it (up to 2048 levels in all), cjson would not
+@pytest.mark.parametrize("depth", [JSON_DEPTH_LIMIT + 1, 1001, 2000])
+def test_a_json_body_nested_past_the_limit_is_refused_naming_json(hookwheel, receiver, depth):
+    text = f'{{"url": "{receiver.url("/deep")}", "delay_ms": 600000, "json": {nested(depth)}}}'
+    assert problem_field(create_raw(hookwheel, text)) == "json"
+
+
+def test_a_json_body_at_the_limit_is_stored_and_queue_listings_still_answer(hookwheel, receiver):
+    text = (f'{{"id": "at-limit", "url": "{receiver.url("/deep")}", "delay_ms": 600000, '
+            f'"json": {nested(JSON_DEPTH_LIMIT)}}}')
+    status, _, body = create_raw(hookwheel, text)
+    assert status == 201, body
+    for queue in ("default", "other"):
+        status, _, body = hookwheel.request("GET", f"/timers?state=scheduled&queue={queue}")
+        assert status == 200, body
+        ids = [t["id"] for t in body["items"]]
+        assert ids == (["at-limit"] if queue == "default" else []), body
+    status, _, body = hookwheel.get("at-limit")
+    assert status == 200 and json.dumps(body["json"]).count("[") == JSON_DEPTH_LIMIT
+
+
+# --------------------------------------------------------------------------
+# 3. lower findings
+
+
+def test_next_delay_zero_from_the_target_is_raised_to_the_minimum_period(hookwheel, receiver):
+    receiver.default("/steer", Reply(200, headers={"Hookwheel-Next-Delay-Ms": "0"}))
+    status, _, body = hookwheel.create({"id": "steered", "url": receiver.url("/steer"), "delay_ms": 0,
+                                        "repeat": {"every_ms": 60000}})
+    assert status == 201, body
+    assert len(receiver.wait_for(3, timeout=scaled(5), path="/steer")) >= 3  # it does steer
+    start = time.monotonic()
+    n0 = len(receiver.requests("/steer"))
+    time.sleep(1.0)
+    runs = len(receiver.requests("/steer")) - n0
+    elapsed = time.monotonic() - start
+    hookwheel.request("POST", "/timers/steered/pause")
+    # at most one run per MIN_PERIOD_MS (100 a second), with slack for rounding
+    assert runs <= elapsed * 1000 / MIN_PERIOD_MS + 5, f"{runs} runs in {elapsed:.2f} s"
+    times = [r.mono for r in receiver.requests("/steer")]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert min(gaps) >= (MIN_PERIOD_MS - 2) / 1000, min(gaps)
+
+
+@pytest.mark.parametrize("status,attempts,state", [(999, 1, "failed"), (600, 1, "failed"), (599, 3, "failed")])
+def test_only_5xx_among_the_high_statuses_is_retried(hookwheel, receiver, status, attempts, state):
+    path = f"/status-{status}"
+    receiver.default(path, status)
+    tid = f"s{status}"
+    spec = {"id": tid, "url": receiver.url(path), "delay_ms": 0,
+            "retry": {"max_attempts": 3, "min_backoff_ms": 50, "max_backoff_ms": 100}}
+    assert hookwheel.create(spec)[0] == 201
+    body = hookwheel.wait_state(tid, ("failed", "delivered"), timeout=scaled(10))
+    assert body["state"] == state and body["attempts"] == attempts, body
+    time.sleep(0.3)
+    assert len(receiver.requests(path)) == attempts
+
+
+@pytest.mark.parametrize("host", ["\uff11\uff12\uff17.0.0.1", "\uff11\uff10.0.0.1", "b\u00fccher.example"])
+def test_a_url_host_that_is_not_ascii_is_refused_at_create(hookwheel, receiver, host):
+    url = f"http://{host}:{receiver.port}/idn"
+    resp = hookwheel.create({"url": url, "delay_ms": 0})
+    assert problem_field(resp) == "url"
+    # the xn-- form of a name is accepted (its delivery is DNS's business)
+    status, _, body = hookwheel.create({"url": "http://xn--bcher-kva.example/", "delay_ms": 600000})
+    assert status == 201, body
+
+
+def info_lines(hw):
+    """The log's JSON lines at info or above."""
+    out = []
+    for line in hw.log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            rec = json.loads(line)
+            if rec.get("level") != "debug":
+                out.append(rec)
+    return out
+
+
+def test_a_thousand_refused_creates_log_a_bounded_number_of_lines(redis, receiver, hookwheel_factory):
+    hw = hookwheel_factory(redis, args=["--log-level", "info"])
+    before = len(info_lines(hw))
+    t0 = time.monotonic()
+    with hw.api.session() as s:
+        for i in range(1000):
+            status, _, _ = s.create({"url": "ftp://example.com/", "delay_ms": 0})
+            assert status == 400
+    elapsed = time.monotonic() - t0
+    time.sleep(1.1)
+    with hw.api.session() as s:  # the next second's first refusal reports the count
+        assert s.create({"url": "ftp://example.com/", "delay_ms": 0})[0] == 400
+    def accounted():  # the request's line is written just after its answer
+        lines = info_lines(hw)[before:]
+        logged = [r for r in lines if r.get("msg") == "http request"]
+        counted = sum(r["suppressed"] for r in lines if r.get("msg") == "client error requests not logged")
+        return len(logged) + counted == 1001
+    wait_until(accounted, timeout=scaled(3))
+    lines = info_lines(hw)[before:]
+    # 10 a second, plus one count line a second, for the seconds it took
+    bound = 11 * (int(elapsed) + 3)
+    assert len(lines) <= bound, f"{len(lines)} lines at info for 1001 refused creates in {elapsed:.1f} s"
+    logged = [r for r in lines if r.get("msg") == "http request"]
+    counted = sum(r["suppressed"] for r in lines if r.get("msg") == "client error requests not logged")
+    assert logged and len(logged) + counted == 1001, (len(logged), counted)
+
+
+def test_lease_acquire_and_expiry_are_not_logged_at_info(redis, hookwheel_factory):
+    hw = hookwheel_factory(redis, args=["--log-level", "info"])
+    before = len(info_lines(hw))
+    for i in range(20):
+        status, _, body = hw.request("POST", "/leases", json_body={"key": f"k{i}", "owner": "o", "ttl_ms": 300})
+        assert status in (200, 201), body
+    assert wait_until(lambda: all(hw.request("GET", f"/leases/k{i}")[0] == 404 for i in range(20)),
+                      timeout=scaled(5))
+    time.sleep(0.3)
+    lines = info_lines(hw)[before:]
+    assert not [r for r in lines if str(r.get("msg", "")).startswith("lease")], lines
