@@ -1,9 +1,7 @@
-/* queuecfg.h - a queue's controls as stored in Redis (api/queues.c writes
- * them; the engine reads them into its limiter).
- *
- * Hash QUEUES_KEY, field "<namespace>/<queue>" ("<queue>" without
- * namespaces; the same name the limiter knows the queue by), value
- * "<parallelism> <paused 0|1> <dispatches per second, 0: no limit>".
+/* queuecfg.h - a queue's controls (api/queues.c writes them; the engine
+ * reads them into its limiter) and the name a queue goes by: "<namespace>/<queue>"
+ * ("<queue>" without namespaces), the same for the limiter and for the
+ * stored controls. How they are stored is persistence/queues.h's.
  * Pure functions; any thread. */
 #ifndef HW_QUEUECFG_H
 #define HW_QUEUECFG_H
@@ -11,17 +9,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define QUEUES_KEY "hw:queues"
+#include "persistence/queues.h"
+
 #define QUEUES_POLL_MS 500          /* every engine reads the hash this often */
 #define QUEUECFG_FIELD_MAX 136      /* 64 + '/' + 64 + NUL, rounded up */
-#define QUEUECFG_VALUE_MAX 64
-#define QUEUECFG_MAX_RATE 100000.0
+#define QUEUECFG_MAX_RATE QUEUES_RATE_MAX
 
-typedef struct queuecfg {
-    uint32_t parallelism; /* >= 1 */
-    int paused;
-    double rate;          /* starts per second; 0: no limit */
-} queuecfg;
+typedef queue_controls queuecfg;
 
 /* The limiter's and the hash's name of queue `queue` of namespace ns ("" for
  * none) into buf. */
@@ -29,11 +23,5 @@ void queuecfg_field(char *buf, size_t size, const char *ns, const char *queue);
 
 /* The field of a timer's queue from its key id ("<ns>/<id>" or "<id>"). */
 void queuecfg_field_of(char *buf, size_t size, const char *key_id, const char *queue);
-
-/* Writes c as the stored value. */
-void queuecfg_format(const queuecfg *c, char *buf, size_t size);
-
-/* Parses a stored value. Returns 0, or -1 when it is malformed. */
-int queuecfg_parse(const char *text, queuecfg *c);
 
 #endif
