@@ -28,7 +28,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN      := -Wall -Wextra -Wformat=2 -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 OPT       ?= -O2 -g
 CFLAGS    += -std=gnu11 $(OPT) $(WARN) -MMD -MP -D_GNU_SOURCE \
-             -Iservice -Iapi -Ipersistence -I$(BUILD) $(PKG_CFLAGS)
+             -I. -Iservice -Iapi -Ipersistence -I$(BUILD) $(PKG_CFLAGS)
 LDLIBS    += $(PKG_LIBS) -lpthread -lm
 ifneq ($(SANITIZER),)
 CFLAGS    += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all

@@ -1,8 +1,8 @@
 /* leases.c - the /leases handlers (watchdog leases, service/leases.h).
  *
  * Like the timer handlers: validate on the libmicrohttpd thread, submit one
- * lease.lua call, answer from its callback on the store's writer thread. A
- * 2xx only ever follows Redis's reply.
+ * lease verb (persistence/leases.h), answer from its callback on the store's
+ * writer thread. A 2xx only ever follows Redis's reply.
  *
  * Choices a user sees (openapi.yaml has the contract):
  * - POST /leases by the owner that holds the lease already, with the same
@@ -24,14 +24,9 @@
 
 #include "clock.h"
 #include "lease_spec.h"
-#include "leases.h"
 #include "log.h"
+#include "persistence/leases.h"
 #include "xalloc.h"
-
-
-/* The lease description lease.lua returns after its code (describe()). */
-enum { D_HOLDER = 1, D_PTTL, D_TOKEN, D_TTL, D_ACQUIRED, D_HB, D_PROBE_OK, D_RENEWED, D_ALIVE, D_PROBE,
-       D_EXPIRE, D_WHEN };
 
 typedef struct lease_ctx {
     http_req *r;
@@ -49,19 +44,10 @@ static void respond_not_held(http_req *r)
                                  "released).", NULL, NULL, 0);
 }
 
-/* The full Redis key must stay outside hookwheel's own names (hw:...),
- * which an empty or short HOOKWHEEL_LEASE_PREFIX would otherwise let a
- * client name: e.g. release an instance's lease key. */
-static int reserved(const char *prefix, const char *lid)
-{
-    char full[LEASES_KEY_MAX];
-    leases_key(full, prefix, lid);
-    return strncmp(full, "hw:", 3) == 0;
-}
-
 /* The context of a request about the lease `key` (already valid) of the
- * caller's namespace, or NULL after answering 404 when its Redis name
- * would be one of hookwheel's own. */
+ * caller's namespace, or NULL when its Redis name would be one of
+ * hookwheel's own (hw:...), which an empty or short HOOKWHEEL_LEASE_PREFIX
+ * would otherwise let a client name: e.g. release an instance's lease key. */
 static lease_ctx *ctx_new(http_req *r, const api *a, const char *key)
 {
     lease_ctx *c = xcalloc(1, sizeof *c);
@@ -69,7 +55,7 @@ static lease_ctx *ctx_new(http_req *r, const api *a, const char *key)
     c->a = a;
     snprintf(c->key, sizeof c->key, "%s", key);
     lease_id(c->lid, http_req_namespace(r), key);
-    if (!reserved(a->cfg->lease_prefix, c->lid))
+    if (!leases_name_reserved(a->cfg->lease_prefix, c->lid))
         return c;
     free(c);
     return NULL;
@@ -93,18 +79,12 @@ static json_t *time_or_null(long long ms)
     return json_string(at);
 }
 
-static const char *dstr(const redisReply *reply, int i)
-{
-    const char *s = store_reply_str(reply, i, NULL);
-    return s ? s : "";
-}
-
 /* on_expire as the client gave it: the canonical timer spec plus delay_ms. */
-static json_t *on_expire_json(const char *stored, const char *when)
+static json_t *on_expire_json(const char *stored, size_t len, const char *when)
 {
     timer_spec *spec = NULL;
     spec_error err;
-    if (spec_parse(stored, strlen(stored), NULL, 0, &spec, &err) < 0)
+    if (spec_parse(stored, len, NULL, 0, &spec, &err) < 0)
         return json_null();
     json_t *o = json_loads(spec->canonical, 0, NULL);
     spec_free(spec);
@@ -114,91 +94,87 @@ static json_t *on_expire_json(const char *stored, const char *when)
     return o;
 }
 
-/* The Lease resource from lease.lua's description (at index 1 on). A key
- * held outside hookwheel shows its holder and TTL, with token null. */
-static json_t *lease_json(const char *key, const redisReply *reply)
+/* The Lease resource from a lease as Redis holds it. A key held outside
+ * hookwheel shows its holder and TTL, with token null. */
+static json_t *lease_json(const char *key, const lease_info *d)
 {
-    long long ttl = store_reply_int(reply, D_TTL, 0);
-    json_t *o = json_pack("{s:s,s:s,s:I}", "key", key, "owner", dstr(reply, D_HOLDER), "expires_in_ms",
-                          (json_int_t)store_reply_int(reply, D_PTTL, -1));
+    json_t *o = json_pack("{s:s,s:s,s:I}", "key", key, "owner", d->holder, "expires_in_ms",
+                          (json_int_t)d->pttl_ms);
     if (!o)
         return NULL;
-    if (!dstr(reply, D_TOKEN)[0]) {
+    if (!d->token) {
         json_object_set_new(o, "token", json_null());
         return o;
     }
-    long long alive = store_reply_int(reply, D_ALIVE, 0);
-    json_object_set_new(o, "token", json_integer(store_reply_int(reply, D_TOKEN, 0)));
-    json_object_set_new(o, "ttl_ms", json_integer(ttl));
-    json_object_set_new(o, "renewing", json_boolean((long long)clock_now_ms() - alive <= ttl));
-    json_object_set_new(o, "acquired_at", time_or_null(store_reply_int(reply, D_ACQUIRED, 0)));
-    json_object_set_new(o, "last_heartbeat_at", time_or_null(store_reply_int(reply, D_HB, 0)));
-    json_object_set_new(o, "last_renewed_at", time_or_null(store_reply_int(reply, D_RENEWED, 0)));
-    if (dstr(reply, D_PROBE)[0]) {
-        json_object_set_new(o, "probe_url", json_string(dstr(reply, D_PROBE)));
-        json_object_set_new(o, "last_probe_ok_at", time_or_null(store_reply_int(reply, D_PROBE_OK, 0)));
+    json_object_set_new(o, "token", json_integer((json_int_t)d->token));
+    json_object_set_new(o, "ttl_ms", json_integer(d->ttl_ms));
+    json_object_set_new(o, "renewing", json_boolean((int64_t)clock_now_ms() - d->alive_ms <= d->ttl_ms));
+    json_object_set_new(o, "acquired_at", time_or_null(d->acquired_ms));
+    json_object_set_new(o, "last_heartbeat_at", time_or_null(d->heartbeat_ms));
+    json_object_set_new(o, "last_renewed_at", time_or_null(d->renewed_ms));
+    if (d->probe_url[0]) {
+        json_object_set_new(o, "probe_url", json_string(d->probe_url));
+        json_object_set_new(o, "last_probe_ok_at", time_or_null(d->probe_ok_ms));
     }
-    if (dstr(reply, D_EXPIRE)[0])
-        json_object_set_new(o, "on_expire", on_expire_json(dstr(reply, D_EXPIRE), dstr(reply, D_WHEN)));
+    if (d->on_expire[0])
+        json_object_set_new(o, "on_expire", on_expire_json(d->on_expire, d->on_expire_len, d->when));
     return o;
 }
 
-static void respond_lease(http_req *r, unsigned status, const char *key, const redisReply *reply)
+static void respond_lease(http_req *r, unsigned status, const char *key, const lease_info *d)
 {
     char loc[LEASE_KEY_MAX + 16];
     snprintf(loc, sizeof loc, "/leases/%s", key);
-    http_respond_json(r, status, lease_json(key, reply), status == 201 ? loc : NULL);
+    http_respond_json(r, status, lease_json(key, d), status == 201 ? loc : NULL);
 }
 
 /* 409: the key is held by someone else, or by a later lease of this owner. */
-static void respond_conflict(http_req *r, const char *owner, const redisReply *reply)
+static void respond_conflict(http_req *r, const char *owner, const lease_info *d)
 {
-    const char *holder = dstr(reply, D_HOLDER);
-    json_t *extra = json_pack("{s:s,s:I}", "owner", holder, "expires_in_ms",
-                              (json_int_t)store_reply_int(reply, D_PTTL, -1));
-    if (strcmp(holder, owner) != 0)
+    json_t *extra = json_pack("{s:s,s:I}", "owner", d->holder, "expires_in_ms", (json_int_t)d->pttl_ms);
+    if (strcmp(d->holder, owner) != 0)
         http_respond_problem(r, 409, "The lease is held by another owner.", NULL, extra, 0);
-    else if (!dstr(reply, D_TOKEN)[0])
+    else if (!d->token)
         http_respond_problem(r, 409, "The key is held, but not by a hookwheel lease.", NULL, extra, 0);
     else {
-        json_object_set_new(extra, "token", json_integer(store_reply_int(reply, D_TOKEN, 0)));
+        json_object_set_new(extra, "token", json_integer((json_int_t)d->token));
         http_respond_problem(r, 409, "The token is not the current one: the lease was acquired again since.",
                              "token", extra, 0);
     }
 }
 
-static void submit(lease_ctx *c, int nkeys, int argc, const char **argv, const size_t *lens, store_reply_cb cb)
+/* Answers a verb that could not be submitted. Returns rc. */
+static int submitted(lease_ctx *c, int rc)
 {
-    int rc = store_eval(c->a->st, SCRIPT_LEASE, nkeys, argc, argv, lens, cb, c);
     if (rc < 0) {
         api_respond_submit_error(c->r, rc);
         free(c);
     }
+    return rc;
 }
 
 /* ---- POST /leases ---- */
 
-static void acquire_cb(void *arg, const redisReply *reply)
+static void acquire_cb(void *arg, const lease_reply *reply)
 {
     lease_ctx *c = arg;
-    long long code = store_reply_int(reply, 0, -9);
     char owner[LEASE_OWNER_MAX * 2 + 8];
-    if (code == 1) {
-        LOG(LOG_DEBUG, "lease acquired", "\"lease\":\"%s\",\"owner\":\"%s\",\"token\":%lld", c->lid,
-            log_json_escape(c->owner, owner, sizeof owner), store_reply_int(reply, D_TOKEN, 0));
-        respond_lease(c->r, 201, c->key, reply);
-    } else if (code == 0) {
-        respond_lease(c->r, 200, c->key, reply);
-    } else if (code == 2) {
-        respond_conflict(c->r, c->owner, reply);
-    } else if (code == 3) {
-        json_t *extra = json_pack("{s:I}", "token", (json_int_t)store_reply_int(reply, D_TOKEN, 0));
+    if (reply->outcome == LEASE_ACQUIRED) {
+        LOG(LOG_DEBUG, "lease acquired", "\"lease\":\"%s\",\"owner\":\"%s\",\"token\":%" PRIu64, c->lid,
+            log_json_escape(c->owner, owner, sizeof owner), reply->info.token);
+        respond_lease(c->r, 201, c->key, &reply->info);
+    } else if (reply->outcome == LEASE_REACQUIRED) {
+        respond_lease(c->r, 200, c->key, &reply->info);
+    } else if (reply->outcome == LEASE_HELD_BY_OTHER) {
+        respond_conflict(c->r, c->owner, &reply->info);
+    } else if (reply->outcome == LEASE_OTHER_SETTINGS) {
+        json_t *extra = json_pack("{s:I}", "token", (json_int_t)reply->info.token);
         http_respond_problem(c->r, 409,
                              "This owner holds the lease already, with other settings (ttl_ms, probe_url or "
                              "on_expire). Release it first to change them.", NULL, extra, 0);
     } else {
-        if (reply && reply->type == REDIS_REPLY_ERROR)
-            LOG(LOG_ERROR, "lease acquire failed", "\"error\":\"%.200s\"", reply->str);
+        if (reply->outcome == LEASE_FAILED)
+            LOG(LOG_ERROR, "lease acquire failed", "\"error\":\"%.200s\"", reply->error);
         api_respond_unavailable(c->r);
     }
     free(c);
@@ -225,33 +201,31 @@ void api_lease_acquire(http_req *r, const char *const *params, void *app)
         return;
     }
     snprintf(c->owner, sizeof c->owner, "%s", q->owner);
-    char lk[LEASES_KEY_MAX], tk[LEASES_KEY_MAX], mk[LEASES_KEY_MAX], ttl[24], t[24];
-    leases_key(lk, a->cfg->lease_prefix, c->lid);
-    leases_token_key(tk, c->lid);
-    leases_meta_key(mk, c->lid);
-    snprintf(ttl, sizeof ttl, "%" PRIu64, q->ttl_ms);
-    snprintf(t, sizeof t, "%" PRIu64, now);
-    const char *argv[] = {lk, tk, mk, LEASES_SCHEDULE, "acquire", c->lid, q->owner, ttl, t, q->probe_url,
-                          q->on_expire ? q->on_expire->stored : "", q->on_expire ? q->on_expire->when : "",
-                          LEASES_META_PREFIX};
-    size_t lens[13];
-    for (int i = 0; i < 13; i++)
-        lens[i] = i == 10 && q->on_expire ? q->on_expire->stored_len : strlen(argv[i]);
-    submit(c, 4, 13, argv, lens, acquire_cb);
+    lease_acquire_req req = {
+        .prefix = a->cfg->lease_prefix,
+        .lid = c->lid,
+        .owner = q->owner,
+        .ttl_ms = q->ttl_ms,
+        .now_ms = now,
+        .probe_url = q->probe_url,
+        .on_expire = q->on_expire ? q->on_expire->stored : "",
+        .on_expire_len = q->on_expire ? q->on_expire->stored_len : 0,
+        .when = q->on_expire ? q->on_expire->when : "",
+    };
+    submitted(c, leases_acquire(a->st, &req, acquire_cb, c));
     lease_request_free(q);
 }
 
 /* ---- POST /leases/{key}/heartbeat ---- */
 
-static void heartbeat_cb(void *arg, const redisReply *reply)
+static void heartbeat_cb(void *arg, const lease_reply *reply)
 {
     lease_ctx *c = arg;
-    long long code = store_reply_int(reply, 0, -9);
-    if (code == 1)
-        respond_lease(c->r, 200, c->key, reply);
-    else if (code == 0)
-        respond_conflict(c->r, c->owner, reply);
-    else if (code == -1)
+    if (reply->outcome == LEASE_NOTED)
+        respond_lease(c->r, 200, c->key, &reply->info);
+    else if (reply->outcome == LEASE_HELD_BY_OTHER)
+        respond_conflict(c->r, c->owner, &reply->info);
+    else if (reply->outcome == LEASE_NOT_HELD)
         respond_not_held(c->r);
     else
         api_respond_unavailable(c->r);
@@ -274,25 +248,18 @@ void api_lease_heartbeat(http_req *r, const char *const *params, void *app)
     if (!c)
         return;
     snprintf(c->owner, sizeof c->owner, "%s", owner);
-    char lk[LEASES_KEY_MAX], mk[LEASES_KEY_MAX], t[24], tok[24] = "";
-    leases_key(lk, a->cfg->lease_prefix, c->lid);
-    leases_meta_key(mk, c->lid);
-    snprintf(t, sizeof t, "%" PRIu64, clock_now_ms());
-    if (token)
-        snprintf(tok, sizeof tok, "%" PRIu64, token);
-    const char *argv[] = {lk, mk, LEASES_SCHEDULE, "heartbeat", c->lid, owner, t, tok, "hb"};
-    submit(c, 3, 9, argv, NULL, heartbeat_cb);
+    submitted(c, leases_heartbeat(a->st, a->cfg->lease_prefix, c->lid, owner, token, clock_now_ms(),
+                                  LEASE_SIGN_HEARTBEAT, heartbeat_cb, c));
 }
 
 /* ---- GET /leases/{key} ---- */
 
-static void get_cb(void *arg, const redisReply *reply)
+static void get_cb(void *arg, const lease_reply *reply)
 {
     lease_ctx *c = arg;
-    long long code = store_reply_int(reply, 0, -9);
-    if (code == 1)
-        respond_lease(c->r, 200, c->key, reply);
-    else if (code == -1)
+    if (reply->outcome == LEASE_FOUND)
+        respond_lease(c->r, 200, c->key, &reply->info);
+    else if (reply->outcome == LEASE_NOT_HELD)
         respond_not_held(c->r);
     else
         api_respond_unavailable(c->r);
@@ -305,27 +272,22 @@ void api_lease_get(http_req *r, const char *const *params, void *app)
     lease_ctx *c = path_ctx(r, a, params[0]);
     if (!c)
         return;
-    char lk[LEASES_KEY_MAX], mk[LEASES_KEY_MAX];
-    leases_key(lk, a->cfg->lease_prefix, c->lid);
-    leases_meta_key(mk, c->lid);
-    const char *argv[] = {lk, mk, "get"};
-    submit(c, 2, 3, argv, NULL, get_cb);
+    submitted(c, leases_get(a->st, a->cfg->lease_prefix, c->lid, get_cb, c));
 }
 
 /* ---- DELETE /leases/{key}?owner=...[&token=...] ---- */
 
-static void release_cb(void *arg, const redisReply *reply)
+static void release_cb(void *arg, const lease_reply *reply)
 {
     lease_ctx *c = arg;
-    long long code = store_reply_int(reply, 0, -9);
     char owner[LEASE_OWNER_MAX * 2 + 8];
-    if (code == 1) {
-        LOG(LOG_DEBUG, "lease released", "\"lease\":\"%s\",\"owner\":\"%s\",\"token\":%lld", c->lid,
-            log_json_escape(c->owner, owner, sizeof owner), store_reply_int(reply, 1, 0));
+    if (reply->outcome == LEASE_RELEASED) {
+        LOG(LOG_DEBUG, "lease released", "\"lease\":\"%s\",\"owner\":\"%s\",\"token\":%" PRIu64, c->lid,
+            log_json_escape(c->owner, owner, sizeof owner), reply->info.token);
         http_respond_json(c->r, 204, NULL, NULL);
-    } else if (code == 0) {
-        respond_conflict(c->r, c->owner, reply);
-    } else if (code == -1) {
+    } else if (reply->outcome == LEASE_HELD_BY_OTHER) {
+        respond_conflict(c->r, c->owner, &reply->info);
+    } else if (reply->outcome == LEASE_NOT_HELD) {
         respond_not_held(c->r);
     } else {
         api_respond_unavailable(c->r);
@@ -358,11 +320,5 @@ void api_lease_release(http_req *r, const char *const *params, void *app)
     if (!c)
         return;
     snprintf(c->owner, sizeof c->owner, "%s", owner);
-    char lk[LEASES_KEY_MAX], mk[LEASES_KEY_MAX], t[24] = "";
-    leases_key(lk, a->cfg->lease_prefix, c->lid);
-    leases_meta_key(mk, c->lid);
-    if (tok)
-        snprintf(t, sizeof t, "%" PRIu64, tok);
-    const char *argv[] = {lk, mk, LEASES_SCHEDULE, "release", c->lid, owner, t};
-    submit(c, 3, 7, argv, NULL, release_cb);
+    submitted(c, leases_release(a->st, a->cfg->lease_prefix, c->lid, owner, tok, release_cb, c));
 }

@@ -1,11 +1,10 @@
 /* queues.c - GET /queues, GET and PUT /queues/{name}: a namespace's queue
  * controls (parallelism, pause, dispatch rate).
  *
- * The settings live in Redis, in the hash QUEUES_KEY, field "<namespace>/<queue>"
- * (or "<queue>" when the API is open), value "<parallelism> <paused> <rate>"
- * (service/queuecfg.h parses it). Every engine reads the hash every
- * QUEUES_POLL_MS and applies it to its limiter, so a PUT holds on every
- * instance within a second. A queue without a field has the defaults:
+ * The settings live in Redis under the queue's name "<namespace>/<queue>"
+ * (or "<queue>" when the API is open); persistence/queues.h owns how. Every
+ * engine reads them every QUEUES_POLL_MS and applies them to its limiter,
+ * so a PUT holds on every instance within a second. A queue without a field has the defaults:
  * HOOKWHEEL_QUEUE_PARALLELISM, not paused, no rate limit. */
 #include "api.h"
 
@@ -16,6 +15,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "persistence/queues.h"
 #include "queuecfg.h"
 #include "xalloc.h"
 
@@ -23,7 +23,7 @@ typedef struct queue_ctx {
     http_req *r;
     api *a;
     char field[QUEUECFG_FIELD_MAX]; /* "<namespace>/<queue>" or "<queue>" */
-    queuecfg cfg;                    /* PUT: what was written */
+    queue_controls cfg;              /* PUT: what was written */
 } queue_ctx;
 
 static int queue_name_valid(const char *q)
@@ -33,7 +33,7 @@ static int queue_name_valid(const char *q)
            strspn(q, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
 }
 
-static json_t *queue_json(const char *name, const queuecfg *c, int configured)
+static json_t *queue_json(const char *name, const queue_controls *c, int configured)
 {
     return json_pack("{s:s,s:I,s:b,s:f,s:b}", "name", name, "parallelism", (json_int_t)c->parallelism, "paused",
                      c->paused, "max_dispatches_per_second", c->rate, "configured", configured);
@@ -54,10 +54,10 @@ static queue_ctx *ctx_new(http_req *r, api *a, const char *name)
 
 /* ---- GET /queues ---- */
 
-static void list_cb(void *arg, const redisReply *reply)
+static void list_cb(void *arg, const queues_reply *reply)
 {
     queue_ctx *c = arg;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY) {
+    if (reply->status != QUEUES_OK) {
         api_respond_unavailable(c->r);
         free(c);
         return;
@@ -65,15 +65,13 @@ static void list_cb(void *arg, const redisReply *reply)
     const char *ns = http_req_namespace(c->r);
     size_t nslen = strlen(ns);
     json_t *list = json_array();
-    for (size_t i = 0; i + 1 < reply->elements; i += 2) {
-        const char *f = store_reply_str(reply, (int)i, NULL), *v = store_reply_str(reply, (int)i + 1, NULL);
-        const char *slash = f ? strrchr(f, '/') : NULL;
+    for (size_t i = 0; i < reply->n; i++) {
+        const char *f = reply->entries[i].field;
+        const char *slash = strrchr(f, '/');
         size_t flen = slash ? (size_t)(slash - f) : 0;
-        queuecfg q;
-        if (!f || !v || flen != nslen || (nslen && memcmp(f, ns, nslen) != 0) || (!nslen && slash) ||
-            queuecfg_parse(v, &q) < 0)
+        if (flen != nslen || (nslen && memcmp(f, ns, nslen) != 0) || (!nslen && slash))
             continue;
-        json_array_append_new(list, queue_json(slash ? slash + 1 : f, &q, 1));
+        json_array_append_new(list, queue_json(slash ? slash + 1 : f, &reply->entries[i].controls, 1));
     }
     http_respond_json(c->r, 200, json_pack("{s:o}", "queues", list), NULL);
     free(c);
@@ -86,8 +84,7 @@ void api_queue_list(http_req *r, const char *const *params, void *app)
     queue_ctx *c = xcalloc(1, sizeof *c);
     c->r = r;
     c->a = a;
-    const char *argv[] = {"HGETALL", QUEUES_KEY};
-    int rc = store_command(a->st, 2, argv, NULL, list_cb, c);
+    int rc = queues_list(a->st, list_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
         free(c);
@@ -96,20 +93,19 @@ void api_queue_list(http_req *r, const char *const *params, void *app)
 
 /* ---- GET /queues/{name} ---- */
 
-static void get_cb(void *arg, const redisReply *reply)
+static void get_cb(void *arg, const queues_reply *reply)
 {
     queue_ctx *c = arg;
-    queuecfg q = {.parallelism = (uint32_t)c->a->cfg->queue_parallelism};
-    int configured = 0;
-    if (!reply || (reply->type != REDIS_REPLY_STRING && reply->type != REDIS_REPLY_NIL)) {
+    queue_controls q = {.parallelism = (uint32_t)c->a->cfg->queue_parallelism};
+    if (reply->status != QUEUES_OK) {
         api_respond_unavailable(c->r);
         free(c);
         return;
     }
-    if (reply->type == REDIS_REPLY_STRING && queuecfg_parse(reply->str, &q) == 0)
-        configured = 1;
+    if (reply->found)
+        q = reply->controls;
     const char *slash = strrchr(c->field, '/');
-    http_respond_json(c->r, 200, queue_json(slash ? slash + 1 : c->field, &q, configured), NULL);
+    http_respond_json(c->r, 200, queue_json(slash ? slash + 1 : c->field, &q, reply->found), NULL);
     free(c);
 }
 
@@ -119,8 +115,7 @@ void api_queue_get(http_req *r, const char *const *params, void *app)
     queue_ctx *c = ctx_new(r, a, params[0]);
     if (!c)
         return;
-    const char *argv[] = {"HGET", QUEUES_KEY, c->field};
-    int rc = store_command(a->st, 3, argv, NULL, get_cb, c);
+    int rc = queues_get(a->st, c->field, get_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
         free(c);
@@ -137,7 +132,7 @@ static int bad(http_req *r, const char *field, const char *detail)
 
 /* Reads {parallelism?, paused?, max_dispatches_per_second?} into *q; absent
  * members take the defaults (PUT replaces the settings). */
-static int parse_put(http_req *r, const config *cfg, queuecfg *q)
+static int parse_put(http_req *r, const config *cfg, queue_controls *q)
 {
     size_t len;
     const char *body = http_req_body(r, &len);
@@ -145,7 +140,7 @@ static int parse_put(http_req *r, const config *cfg, queuecfg *q)
     json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &err), *v;
     const char *key;
     int rc = 0;
-    *q = (queuecfg){.parallelism = (uint32_t)cfg->queue_parallelism};
+    *q = (queue_controls){.parallelism = (uint32_t)cfg->queue_parallelism};
     if (!json_is_object(j)) {
         json_decref(j);
         return bad(r, "", "the body must be a JSON object");
@@ -178,10 +173,10 @@ static int parse_put(http_req *r, const config *cfg, queuecfg *q)
     return rc;
 }
 
-static void put_cb(void *arg, const redisReply *reply)
+static void put_cb(void *arg, const queues_reply *reply)
 {
     queue_ctx *c = arg;
-    if (!reply || reply->type != REDIS_REPLY_INTEGER) {
+    if (reply->status != QUEUES_OK) {
         api_respond_unavailable(c->r);
     } else {
         const char *slash = strrchr(c->field, '/');
@@ -202,10 +197,7 @@ void api_queue_put(http_req *r, const char *const *params, void *app)
         free(c);
         return;
     }
-    char value[QUEUECFG_VALUE_MAX];
-    queuecfg_format(&c->cfg, value, sizeof value);
-    const char *argv[] = {"HSET", QUEUES_KEY, c->field, value};
-    int rc = store_command(a->st, 4, argv, NULL, put_cb, c);
+    int rc = queues_put(a->st, c->field, &c->cfg, put_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
         free(c);

@@ -845,19 +845,18 @@ typedef struct queue_settings {
     } q[];
 } queue_settings;
 
-/* Store thread: the hash read; hands the parsed settings to the engine. */
-static void queues_cb(void *arg, const redisReply *r)
+/* Store thread: the settings read; hands them to the engine. */
+static void queues_cb(void *arg, const queues_reply *r)
 {
     engine *e = arg;
-    if (r && r->type == REDIS_REPLY_ARRAY) {
-        queue_settings *qs = xmalloc(sizeof *qs + (r->elements / 2) * sizeof qs->q[0]);
+    if (r->status == QUEUES_OK) {
+        queue_settings *qs = xmalloc(sizeof *qs + r->n * sizeof qs->q[0]);
         qs->n = 0;
-        for (size_t i = 0; i + 1 < r->elements; i += 2) {
-            size_t flen;
-            const char *f = store_reply_str(r, (int)i, &flen), *v = store_reply_str(r, (int)i + 1, NULL);
-            if (!f || !v || flen >= QUEUECFG_FIELD_MAX || queuecfg_parse(v, &qs->q[qs->n].cfg) < 0)
+        for (size_t i = 0; i < r->n; i++) {
+            if (r->entries[i].field_len >= QUEUECFG_FIELD_MAX)
                 continue;
-            memcpy(qs->q[qs->n].field, f, flen + 1);
+            memcpy(qs->q[qs->n].field, r->entries[i].field, r->entries[i].field_len + 1);
+            qs->q[qs->n].cfg = r->entries[i].controls;
             qs->n++;
         }
         pthread_mutex_lock(&e->mu);
@@ -874,8 +873,7 @@ static void poll_queue_settings(engine *e, uint64_t now)
     if (now < e->next_queues_ms || atomic_exchange(&e->queues_polling, 1))
         return;
     e->next_queues_ms = now + QUEUES_POLL_MS;
-    const char *argv[] = {"HGETALL", QUEUES_KEY};
-    if (store_command(e->st, 2, argv, NULL, queues_cb, e) < 0)
+    if (queues_list(e->st, queues_cb, e) < 0)
         atomic_store(&e->queues_polling, 0);
 }
 

@@ -15,16 +15,17 @@
  * step and no lease to hand over, so a lease outlives any instance with
  * ttl/3 to spare (a period plus a tick against the remaining 2/3).
  *
- * The loop. One thread per instance looks at the schedule (lease.lua
- * "renew") whenever its earliest entry falls due and at least every
+ * The loop. One thread per instance looks at the schedule (leases_look)
+ * whenever its earliest entry falls due and at least every
  * lease-tick-ms (entries other instances added may be earlier than the
  * earliest we know). The look answers with actions for this worker:
  *   probe   GET probe_url (curl multi on this thread, so a slow probe holds
- *           up nothing); a 2xx counts as a heartbeat ("heartbeat" op);
+ *           up nothing); a 2xx counts as a heartbeat (leases_heartbeat);
  *   expire  create the on_expire timer lease:<key>:<token> (oneshot.h), then
- *           confirm ("done" op). Until confirmed, the expiry is offered again
- *           every retry period, to any instance; the deterministic id makes
- *           a repeated create find the first one, so the timer exists once;
+ *           confirm (leases_confirm_expiry). Until confirmed, the expiry is
+ *           offered again every retry period, to any instance; the
+ *           deterministic id makes a repeated create find the first one, so
+ *           the timer exists once;
  *   gone    a lease without on_expire expired: logged.
  * The worker has a store (connection and writer thread) of its own, so its
  * looks never share a pipeline with API requests (leases.h says why). Its
@@ -57,15 +58,15 @@
 #define PROBE_TIMEOUT_MAX_MS 2000
 #define PROBE_BODY_MAX 65536    /* response bytes read from a probe before it ends */
 
-enum action_kind { ACT_PROBE, ACT_EXPIRE, ACT_GONE };
-
-/* Fields from a look's reply: probe {lid, token, owner, ttl, url}; expire
- * {member, lid, token, spec, when}; gone {lid, token}. A lid is a lease id
- * (lease_spec.h): the key, in its namespace when the API has tokens. */
+/* A look's action (persistence/leases.h: lease_action), copied for the
+ * worker. A lid is a lease id (lease_spec.h): the key, in its namespace
+ * when the API has tokens. Strings are "" when the action has none. */
 typedef struct action {
     struct action *next;
-    enum action_kind kind;
-    char *f[5];
+    enum lease_action_kind kind;
+    char *member, *lid, *owner, *url, *spec, *when;
+    uint64_t token;
+    int64_t ttl_ms;
 } action;
 
 typedef struct probe {
@@ -74,7 +75,8 @@ typedef struct probe {
     CURL *easy;
     struct curl_slist *hdrs;
     char *url;
-    char lid[LEASE_ID_MAX], token[24], owner[LEASE_OWNER_MAX + 1];
+    char lid[LEASE_ID_MAX], owner[LEASE_OWNER_MAX + 1];
+    uint64_t token;
     char refused[64]; /* the address the policy refused, if any */
     size_t body;
 } probe;
@@ -98,65 +100,32 @@ struct leases {
     uint32_t nprobes;             /* worker thread only */
 };
 
-/* ---- names ---- */
-
-void leases_key(char *buf, const char *prefix, const char *lid)
-{
-    snprintf(buf, LEASES_KEY_MAX, "%s%s", prefix, lid);
-}
-
-void leases_meta_key(char *buf, const char *member)
-{
-    snprintf(buf, LEASES_KEY_MAX, LEASES_META_PREFIX "%s", member);
-}
-
-void leases_token_key(char *buf, const char *lid)
-{
-    snprintf(buf, LEASES_KEY_MAX, LEASES_TOKEN_PREFIX "%s", lid);
-}
-
 /* ---- actions (queued by the writer thread, run by the worker) ---- */
 
 static void action_free(action *a)
 {
-    for (int i = 0; i < 5; i++)
-        free(a->f[i]);
+    free(a->member);
+    free(a->lid);
+    free(a->owner);
+    free(a->url);
+    free(a->spec);
+    free(a->when);
     free(a);
 }
 
-/* Element i of an array reply as a new string (bulk or integer), "" if absent. */
-static char *elem_dup(const redisReply *r, size_t i)
+static action *action_copy(const lease_action *la)
 {
-    char num[24];
-    if (i >= r->elements)
-        return xstrdup("");
-    const redisReply *e = r->element[i];
-    if (e->type == REDIS_REPLY_INTEGER) {
-        snprintf(num, sizeof num, "%lld", e->integer);
-        return xstrdup(num);
-    }
-    return e->type == REDIS_REPLY_STRING ? xstrndup(e->str, e->len) : xstrdup("");
-}
-
-static action *action_from(const redisReply *e)
-{
-    static const struct {
-        const char *name;
-        enum action_kind kind;
-        size_t nfields;
-    } kinds[] = {{"probe", ACT_PROBE, 5}, {"expire", ACT_EXPIRE, 5}, {"gone", ACT_GONE, 2}};
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 1 || e->element[0]->type != REDIS_REPLY_STRING)
-        return NULL;
-    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
-        if (strcmp(e->element[0]->str, kinds[k].name) != 0)
-            continue;
-        action *a = xcalloc(1, sizeof *a);
-        a->kind = kinds[k].kind;
-        for (size_t i = 0; i < kinds[k].nfields; i++)
-            a->f[i] = elem_dup(e, i + 1);
-        return a;
-    }
-    return NULL;
+    action *a = xcalloc(1, sizeof *a);
+    a->kind = la->kind;
+    a->member = xstrdup(la->member);
+    a->lid = xstrdup(la->lid);
+    a->owner = xstrdup(la->owner);
+    a->url = xstrdup(la->url);
+    a->spec = xstrndup(la->on_expire, la->on_expire_len);
+    a->when = xstrdup(la->when);
+    a->token = la->token;
+    a->ttl_ms = la->ttl_ms;
+    return a;
 }
 
 static void queue_take(leases *l, action *first, action **tail)
@@ -170,29 +139,26 @@ static void queue_take(leases *l, action *first, action **tail)
 /* Writer thread: the reply to a look. Schedules the next look at the
  * earliest entry left (at once when a full batch was due), at most a tick
  * away, and queues the actions for the worker. */
-static void look_cb(void *arg, const redisReply *r)
+static void look_cb(void *arg, const lease_look_reply *r)
 {
     leases *l = arg;
     uint64_t now = clock_now_ms(), next = now + l->cfg->lease_tick_ms;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
-        long long renewed = store_reply_int(r, 0, 0), first = store_reply_int(r, 1, -1);
-        if (first >= 0 && (uint64_t)first < next)
-            next = (uint64_t)first;
-        if (renewed > 0)
-            LOG(LOG_DEBUG, "leases renewed", "\"count\":%lld", renewed);
+    if (r->outcome == LEASE_LOOKED) {
+        if (r->next_ms >= 0 && (uint64_t)r->next_ms < next)
+            next = (uint64_t)r->next_ms;
+        if (r->renewed > 0)
+            LOG(LOG_DEBUG, "leases renewed", "\"count\":%" PRIu64, r->renewed);
         action *head = NULL, **tail = &head;
-        for (size_t i = 2; i < r->elements; i++) {
-            action *a = action_from(r->element[i]);
-            if (a) {
-                *tail = a;
-                tail = &a->next;
-            }
+        for (size_t i = 0; i < r->nactions; i++) {
+            action *a = action_copy(&r->actions[i]);
+            *tail = a;
+            tail = &a->next;
         }
         if (head)
             queue_take(l, head, tail);
         atomic_store(&l->warned, 0);
-    } else if (r && r->type == REDIS_REPLY_ERROR && !atomic_exchange(&l->warned, 1)) {
-        LOG(LOG_ERROR, "lease renewal failed", "\"error\":\"%.200s\"", r->str);
+    } else if (r->outcome == LEASE_FAILED && !atomic_exchange(&l->warned, 1)) {
+        LOG(LOG_ERROR, "lease renewal failed", "\"error\":\"%.200s\"", r->error);
     }
     atomic_store(&l->next_look_ms, next);
     atomic_store(&l->looking, 0);
@@ -201,13 +167,9 @@ static void look_cb(void *arg, const redisReply *r)
 
 static void look(leases *l, uint64_t now)
 {
-    char t[24], lim[16], retry[24];
-    snprintf(t, sizeof t, "%" PRIu64, now);
-    snprintf(lim, sizeof lim, "%d", LOOK_BATCH);
-    snprintf(retry, sizeof retry, "%" PRIu64, l->retry_ms);
-    const char *argv[] = {LEASES_SCHEDULE, "renew", t, lim, l->cfg->lease_prefix, LEASES_META_PREFIX, retry};
+    lease_look_req q = {.now_ms = now, .limit = LOOK_BATCH, .prefix = l->cfg->lease_prefix, .retry_ms = l->retry_ms};
     atomic_store(&l->looking, 1);
-    if (store_eval(l->st, SCRIPT_LEASE, 1, 7, argv, NULL, look_cb, l) < 0) {
+    if (leases_look(l->st, &q, look_cb, l) < 0) {
         atomic_store(&l->next_look_ms, now + l->cfg->lease_tick_ms);
         atomic_store(&l->looking, 0);
     }
@@ -222,19 +184,10 @@ typedef struct expiry {
     char id[LEASE_TIMER_ID_MAX];
 } expiry;
 
-static void ignore_cb(void *arg, const redisReply *r)
-{
-    (void)arg;
-    (void)r;
-}
-
-/* Forgets a pending expiry (lease.lua "done"). Any thread. */
+/* Forgets a pending expiry. Any thread. */
 static void confirm(leases *l, const char *member)
 {
-    char mk[LEASES_KEY_MAX];
-    leases_meta_key(mk, member);
-    const char *argv[] = {LEASES_SCHEDULE, mk, "done", member};
-    if (store_eval(l->st, SCRIPT_LEASE, 2, 4, argv, NULL, ignore_cb, NULL) < 0)
+    if (leases_confirm_expiry(l->st, member, NULL, NULL) < 0)
         LOG(LOG_DEBUG, "lease expiry not confirmed; it is offered again", "\"lease\":\"%s\"", member);
 }
 
@@ -256,7 +209,9 @@ static void expired_cb(void *arg, enum oneshot_outcome o)
 
 static void expire(leases *l, const action *a)
 {
-    const char *member = a->f[0], *lid = a->f[1], *token = a->f[2], *stored = a->f[3], *when = a->f[4];
+    const char *member = a->member, *lid = a->lid, *stored = a->spec, *when = a->when;
+    char token[24];
+    snprintf(token, sizeof token, "%" PRIu64, a->token);
     uint64_t now = clock_now_ms();
     timer_spec *spec = NULL;
     spec_error err;
@@ -307,10 +262,10 @@ static void probe_free(leases *l, probe *p)
     l->nprobes--;
 }
 
-static int probing(const leases *l, const char *lid, const char *token)
+static int probing(const leases *l, const char *lid, uint64_t token)
 {
     for (const probe *p = l->probes; p; p = p->next)
-        if (strcmp(p->lid, lid) == 0 && strcmp(p->token, token) == 0)
+        if (strcmp(p->lid, lid) == 0 && p->token == token)
             return 1;
     return 0;
 }
@@ -323,7 +278,7 @@ static struct curl_slist *probe_headers(const probe *p)
     h = curl_slist_append(h, line);
     snprintf(line, sizeof line, "Hookwheel-Lease-Owner: %s", p->owner);
     h = curl_slist_append(h, line);
-    snprintf(line, sizeof line, "Hookwheel-Lease-Token: %s", p->token);
+    snprintf(line, sizeof line, "Hookwheel-Lease-Token: %" PRIu64, p->token);
     return curl_slist_append(h, line);
 }
 
@@ -331,8 +286,9 @@ static struct curl_slist *probe_headers(const probe *p)
  * answer arrives before the next period; no redirects, no proxy. */
 static void start_probe(leases *l, const action *a)
 {
-    const char *lid = a->f[0], *token = a->f[1], *owner = a->f[2], *url = a->f[4];
-    long timeout = strtol(a->f[3], NULL, 10) / 3;
+    const char *lid = a->lid, *owner = a->owner, *url = a->url;
+    uint64_t token = a->token;
+    long timeout = (long)(a->ttl_ms / 3);
     if (timeout > PROBE_TIMEOUT_MAX_MS)
         timeout = PROBE_TIMEOUT_MAX_MS;
     if (l->nprobes >= MAX_PROBES || probing(l, lid, token) || strlen(lid) >= LEASE_ID_MAX ||
@@ -343,7 +299,7 @@ static void start_probe(leases *l, const action *a)
     p->l = l;
     p->url = xstrdup(url);
     snprintf(p->lid, sizeof p->lid, "%s", lid);
-    snprintf(p->token, sizeof p->token, "%s", token);
+    p->token = token;
     snprintf(p->owner, sizeof p->owner, "%s", owner);
     p->hdrs = probe_headers(p);
     CURL *e = p->easy = curl_easy_init();
@@ -373,12 +329,8 @@ static void start_probe(leases *l, const action *a)
 /* A 2xx: a sign of life, noted as the holder's heartbeat is. */
 static void probe_ok(leases *l, const probe *p)
 {
-    char lk[LEASES_KEY_MAX], mk[LEASES_KEY_MAX], now[24];
-    leases_key(lk, l->cfg->lease_prefix, p->lid);
-    leases_meta_key(mk, p->lid);
-    snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
-    const char *argv[] = {lk, mk, LEASES_SCHEDULE, "heartbeat", p->lid, p->owner, now, p->token, "probe_ok"};
-    if (store_eval(l->st, SCRIPT_LEASE, 3, 9, argv, NULL, ignore_cb, NULL) < 0)
+    if (leases_heartbeat(l->st, l->cfg->lease_prefix, p->lid, p->owner, p->token, clock_now_ms(),
+                         LEASE_SIGN_PROBE_OK, NULL, NULL) < 0)
         LOG(LOG_DEBUG, "lease probe answer not recorded", "\"lease\":\"%s\"", p->lid);
 }
 
@@ -408,6 +360,15 @@ static void finish_probes(leases *l)
 
 /* ---- the loop ---- */
 
+/* A lease without on_expire expired. */
+static void log_gone(const action *a)
+{
+    char token[24] = "null";
+    if (a->token)
+        snprintf(token, sizeof token, "%" PRIu64, a->token);
+    LOG(LOG_DEBUG, "lease expired", "\"lease\":\"%.200s\",\"token\":%s,\"on_expire\":null", a->lid, token);
+}
+
 static void run_actions(leases *l)
 {
     pthread_mutex_lock(&l->mu);
@@ -417,13 +378,12 @@ static void run_actions(leases *l)
     pthread_mutex_unlock(&l->mu);
     while (a) {
         action *next = a->next;
-        if (a->kind == ACT_PROBE)
+        if (a->kind == LEASE_ACTION_PROBE)
             start_probe(l, a);
-        else if (a->kind == ACT_EXPIRE)
+        else if (a->kind == LEASE_ACTION_EXPIRE)
             expire(l, a);
         else
-            LOG(LOG_DEBUG, "lease expired", "\"lease\":\"%.200s\",\"token\":%s,\"on_expire\":null", a->f[0],
-                a->f[1][0] ? a->f[1] : "null");
+            log_gone(a);
         action_free(a);
         a = next;
     }

@@ -1,5 +1,5 @@
-/* leases.h - watchdog leases (/leases): their Redis layout and the renewal
- * worker that every instance runs.
+/* leases.h - watchdog leases (/leases): the renewal worker that every
+ * instance runs.
  *
  * A watchdog lease is Redisson's lock watchdog as a service: a Redis key
  * <prefix><key> holding its owner, with a TTL that hookwheel extends every
@@ -7,37 +7,20 @@
  * from its probe_url), and leaves to expire by itself when the holder goes
  * silent; then the lease's on_expire timer is created, once.
  *
- * Redis layout, for a lease id <lid> (lease_spec.h: "<namespace>/<key>"
- * when the API runs with tokens, else "<key>"); every change is one call of
- * persistence/lua/lease.lua:
- *   <prefix><lid>                 string: the owner, PX ttl; others GET it
- *   hw:lease:token:<lid>          counter: the last fencing token (never reset,
- *                                 so tokens only grow, across releases too)
- *   hw:lease:meta:<lid>           hash: the live lease's settings and life signs
- *   hw:lease:meta:<lid>#<token>   hash: an expired lease whose on_expire timer
- *                                 is not yet confirmed created
- *   hw:lease:schedule             zset: <lid> or <lid>#<token> -> when a
- *                                 worker should next look at it (epoch ms)
- * The scripts build key names from the schedule's members, and the user's
- * key cannot carry hookwheel's partition hash tag, so leases need a single
- * Redis (not Redis Cluster).
+ * The Redis layout and every call that changes it are persistence/leases.h's;
+ * its key-name helpers (leases_key, ...) come with this header.
  *
  * Threads: leases_create/start/stop/free on the main thread; the worker is
- * its own thread; the key-name helpers are pure (any thread). */
-#ifndef HW_LEASES_H
-#define HW_LEASES_H
+ * its own thread. */
+#ifndef HW_SERVICE_LEASES_H
+#define HW_SERVICE_LEASES_H
 
 #include <stddef.h>
 
 #include "config.h"
 #include "engine.h"
 #include "netpolicy.h"
-#include "store.h"
-
-#define LEASES_SCHEDULE "hw:lease:schedule"
-#define LEASES_META_PREFIX "hw:lease:meta:"
-#define LEASES_TOKEN_PREFIX "hw:lease:token:"
-#define LEASES_KEY_MAX 256 /* room for any of the keys above */
+#include "persistence/leases.h"
 
 typedef struct leases leases; /* opaque */
 
@@ -66,10 +49,5 @@ void leases_stop(leases *l);
 
 /* Stops l if needed and frees it. NULL is a no-op. */
 void leases_free(leases *l);
-
-/* Key names; buf holds LEASES_KEY_MAX bytes. */
-void leases_key(char *buf, const char *prefix, const char *lid);  /* <prefix><lid> */
-void leases_meta_key(char *buf, const char *member);               /* hw:lease:meta:<member> */
-void leases_token_key(char *buf, const char *lid);                 /* hw:lease:token:<lid> */
 
 #endif

@@ -1,7 +1,6 @@
-/* queuecfg.c - a queue's stored controls (queuecfg.h). */
+/* queuecfg.c - a queue's name (queuecfg.h). */
 #include "queuecfg.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,26 +18,7 @@ void queuecfg_field_of(char *buf, size_t size, const char *key_id, const char *q
         snprintf(buf, size, "%s", queue);
 }
 
-void queuecfg_format(const queuecfg *c, char *buf, size_t size)
-{
-    snprintf(buf, size, "%u %d %.6g", c->parallelism, c->paused ? 1 : 0, c->rate);
-}
-
 int queuecfg_rate_valid(double rate)
 {
     return rate == 0 || (rate >= QUEUECFG_MIN_RATE && rate <= QUEUECFG_MAX_RATE); /* NaN fails both */
-}
-
-int queuecfg_parse(const char *text, queuecfg *c)
-{
-    unsigned par = 0;
-    int paused = 0, n = 0;
-    double rate = 0;
-    if (sscanf(text, "%u %d %lf%n", &par, &paused, &rate, &n) != 3 || text[n] || par < 1 ||
-        (paused != 0 && paused != 1) || !isfinite(rate) || rate < 0 || rate > QUEUECFG_MAX_RATE)
-        return -1;
-    c->parallelism = par;
-    c->paused = paused;
-    c->rate = rate > 0 && rate < QUEUECFG_MIN_RATE ? QUEUECFG_MIN_RATE : rate;
-    return 0;
 }

@@ -6,13 +6,12 @@
  * in flight, so a slow Redis is not flooded. */
 #include "watchdog.h"
 
-#include <inttypes.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "clock.h"
 #include "log.h"
+#include "persistence/leases.h"
 #include "xalloc.h"
 
 struct wlease {
@@ -68,25 +67,21 @@ wlease *watchdog_add(watchdog *w, const char *key, const char *value, uint64_t t
     return l;
 }
 
-static void renew_cb(void *arg, const redisReply *r)
+static void renew_cb(void *arg, const lease_reply *r)
 {
     wlease *l = arg;
-    long long v = store_reply_int(r, -1, -1);
-    if (v == 1) {
+    if (r->outcome == LEASE_RENEWED) {
         atomic_store(&l->renewed_ms, clock_now_ms());
-    } else if (v == 0 && !atomic_exchange(&l->lost, 1)) {
+    } else if (r->outcome == LEASE_LOST && !atomic_exchange(&l->lost, 1)) {
         LOG(LOG_WARN, "lease lost", "\"key\":\"%.200s\"", l->key);
     }
-    atomic_store(&l->inflight, 0); /* v == -1: Redis unreachable; the next tick retries */
+    atomic_store(&l->inflight, 0); /* otherwise Redis did not answer: the next tick retries */
 }
 
 static void renew(watchdog *w, wlease *l)
 {
-    char ttl[24];
-    snprintf(ttl, sizeof ttl, "%" PRIu64, l->ttl_ms);
-    const char *argv[] = {l->key, l->value, ttl, l->recreate ? "1" : "0"};
     atomic_store(&l->inflight, 1);
-    if (store_eval(w->st, SCRIPT_RENEW, 1, 4, argv, NULL, renew_cb, l) < 0)
+    if (leases_extend(w->st, l->key, l->value, l->ttl_ms, l->recreate, renew_cb, l) < 0)
         atomic_store(&l->inflight, 0);
 }
 
@@ -106,20 +101,35 @@ uint64_t watchdog_run(watchdog *w, uint64_t now_ms)
     return next;
 }
 
-static void ignore_cb(void *arg, const redisReply *r)
+/* The release's callback and its argument, until the unlock answers. */
+typedef struct unlock_ctx {
+    watchdog_done_cb cb;
+    void *arg;
+} unlock_ctx;
+
+static void unlocked_cb(void *arg, const lease_reply *r)
 {
-    (void)arg;
+    unlock_ctx *u = arg;
     (void)r;
+    u->cb(u->arg, NULL);
+    free(u);
 }
 
-void watchdog_remove(watchdog *w, wlease *l, int release, store_reply_cb cb, void *arg)
+void watchdog_remove(watchdog *w, wlease *l, int release, watchdog_done_cb cb, void *arg)
 {
     l->removed = 1;
     if (!release)
         return;
-    const char *argv[] = {l->key, l->value};
-    if (store_eval(w->st, SCRIPT_UNLOCK, 1, 2, argv, NULL, cb ? cb : ignore_cb, arg) < 0 && cb)
-        cb(arg, NULL);
+    unlock_ctx *u = NULL;
+    if (cb) {
+        u = xmalloc(sizeof *u);
+        *u = (unlock_ctx){cb, arg};
+    }
+    if (leases_unlock(w->st, l->key, l->value, u ? unlocked_cb : NULL, u) < 0) {
+        free(u);
+        if (cb)
+            cb(arg, NULL);
+    }
 }
 
 int watchdog_lost(const wlease *l) { return atomic_load(&l->lost); }

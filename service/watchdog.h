@@ -19,6 +19,10 @@
 typedef struct watchdog watchdog; /* opaque */
 typedef struct wlease wlease;     /* opaque */
 
+/* Called when a release is done; reply is always NULL (the parameter keeps
+ * the shape of the engine's store callbacks, which it passes here). */
+typedef void (*watchdog_done_cb)(void *arg, const redisReply *reply);
+
 watchdog *watchdog_create(store *st);
 
 /* Frees every lease. Call after store_free. NULL is a no-op. */
@@ -30,8 +34,10 @@ void watchdog_free(watchdog *w);
 wlease *watchdog_add(watchdog *w, const char *key, const char *value, uint64_t ttl_ms, int recreate);
 
 /* Stops renewing l; with release set, deletes the key if it still holds l's
- * value (compare-and-delete), and calls cb (may be NULL) with the reply. */
-void watchdog_remove(watchdog *w, wlease *l, int release, store_reply_cb cb, void *arg);
+ * value (compare-and-delete), and calls cb (may be NULL) once that is done
+ * or failed, on the store's writer thread (at once when it cannot be sent):
+ * whether the key was still ours does not change what its caller does next. */
+void watchdog_remove(watchdog *w, wlease *l, int release, watchdog_done_cb cb, void *arg);
 
 /* Sends the renewals that are due at now_ms. Returns when the next one is
  * due (wall-clock ms), or UINT64_MAX when there is none. */

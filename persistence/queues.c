@@ -1,0 +1,118 @@
+/* queues.c - the queue-controls verbs (queues.h): the hash's commands and
+ * the stored value's encoding. */
+#include "queues.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xalloc.h"
+
+#define QUEUES_KEY "hw:queues"
+#define VALUE_MAX 64
+
+enum op { OP_LIST, OP_GET, OP_PUT };
+
+typedef struct call {
+    enum op op;
+    queues_reply_cb cb;
+    void *arg;
+} call;
+
+static void format_value(const queue_controls *c, char *buf, size_t size)
+{
+    snprintf(buf, size, "%u %d %.6g", c->parallelism, c->paused ? 1 : 0, c->rate);
+}
+
+/* Returns 0, or -1 when text is not a well-formed value. */
+static int parse_value(const char *text, queue_controls *c)
+{
+    unsigned par = 0;
+    int paused = 0, n = 0;
+    double rate = 0;
+    if (sscanf(text, "%u %d %lf%n", &par, &paused, &rate, &n) != 3 || text[n] || par < 1 ||
+        (paused != 0 && paused != 1) || !isfinite(rate) || rate < 0 || rate > QUEUES_RATE_MAX)
+        return -1;
+    c->parallelism = par;
+    c->paused = paused;
+    c->rate = rate > 0 && rate < QUEUES_RATE_MIN ? QUEUES_RATE_MIN : rate;
+    return 0;
+}
+
+/* HGETALL's flat {field, value, ...} into entries (the caller frees them). */
+static queues_entry *decode_list(const redisReply *r, size_t *n)
+{
+    queues_entry *e = xcalloc(r->elements / 2 + 1, sizeof *e);
+    *n = 0;
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        size_t flen;
+        const char *f = store_reply_str(r, (int)i, &flen), *v = store_reply_str(r, (int)i + 1, NULL);
+        if (!f || !v || parse_value(v, &e[*n].controls) < 0)
+            continue;
+        e[*n].field = f;
+        e[*n].field_len = flen;
+        (*n)++;
+    }
+    return e;
+}
+
+/* The reply types each command answers with when it worked. */
+static int expected(enum op op, const redisReply *r)
+{
+    if (op == OP_LIST)
+        return r->type == REDIS_REPLY_ARRAY;
+    if (op == OP_GET)
+        return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL;
+    return r->type == REDIS_REPLY_INTEGER;
+}
+
+static void reply_cb(void *arg, const redisReply *r)
+{
+    call *c = arg;
+    queues_reply out = {0};
+    queues_entry *entries = NULL;
+    if (!r)
+        out.status = QUEUES_UNREACHABLE;
+    else if (!expected(c->op, r))
+        out.status = QUEUES_FAILED;
+    else
+        out.status = QUEUES_OK;
+    if (out.status == QUEUES_OK && c->op == OP_LIST)
+        out.entries = entries = decode_list(r, &out.n);
+    if (out.status == QUEUES_OK && c->op == OP_GET && r->type == REDIS_REPLY_STRING)
+        out.found = parse_value(r->str, &out.controls) == 0;
+    c->cb(c->arg, &out);
+    free(entries);
+    free(c);
+}
+
+static int submit(store *st, enum op op, int argc, const char **argv, queues_reply_cb cb, void *arg)
+{
+    call *c = xmalloc(sizeof *c);
+    *c = (call){op, cb, arg};
+    int rc = store_command(st, argc, argv, NULL, reply_cb, c);
+    if (rc < 0)
+        free(c);
+    return rc;
+}
+
+int queues_list(store *st, queues_reply_cb cb, void *arg)
+{
+    const char *argv[] = {"HGETALL", QUEUES_KEY};
+    return submit(st, OP_LIST, 2, argv, cb, arg);
+}
+
+int queues_get(store *st, const char *field, queues_reply_cb cb, void *arg)
+{
+    const char *argv[] = {"HGET", QUEUES_KEY, field};
+    return submit(st, OP_GET, 3, argv, cb, arg);
+}
+
+int queues_put(store *st, const char *field, const queue_controls *c, queues_reply_cb cb, void *arg)
+{
+    char value[VALUE_MAX];
+    format_value(c, value, sizeof value);
+    const char *argv[] = {"HSET", QUEUES_KEY, field, value};
+    return submit(st, OP_PUT, 4, argv, cb, arg);
+}
