@@ -33,6 +33,26 @@
  * exchange is visible to whoever sees READY. The answerer must not touch the
  * context after its exchange: the request may complete and be freed at once.
  *
+ * Deadlines. libmicrohttpd's connection timeout is an idle timeout: a
+ * client that sends one header line every few seconds (slowloris) holds its
+ * connection for ever, and enough of them fill the connection limit. So
+ * every connection also carries a deadline (struct http_conn, its socket
+ * context): the request line and headers must be in within head_timeout of
+ * the connection's start (or, on a kept-alive connection, of the request
+ * line; an idle kept-alive connection gets connection_timeout + head_timeout
+ * before that), and the body within body_timeout of the headers. While a
+ * handler runs there is none. A watcher thread walks the connections a few
+ * times per shortest timeout and shuts down the socket of each one past its
+ * deadline; libmicrohttpd then reads EOF and closes it as usual. The list is
+ * locked, and libmicrohttpd reports a connection closed (NOTIFY_CLOSED,
+ * which unlinks it) before it closes the socket, so the watcher never shuts
+ * down a descriptor number that was reused.
+ *
+ * Clients that left. A request can wait in the listen backlog until its
+ * client has given up (the limit was full); before a handler runs, the
+ * socket is peeked, and a request whose client has closed (EOF or a reset)
+ * is dropped unanswered, so no timer is created for nobody.
+ *
  * Stopping. libmicrohttpd panics if a connection is still suspended when
  * MHD_stop_daemon runs. Every request handed to a handler is therefore kept
  * on the server's pending list until it completes; http_stop answers the
@@ -73,12 +93,21 @@
 #define BODY_MIN_CAP      1024          /* first body allocation when the length is unknown */
 #define DISCARD_MIN       (1024 * 1024) /* bytes dropped past the cap before we close instead */
 #define STOP_DRAIN_MS     5000          /* http_stop waits this long for answered requests */
+#define WATCH_MIN_US      10000         /* the deadline watcher wakes at most every 10 ms... */
+#define WATCH_MAX_US      250000        /* ...and at least every 250 ms */
 
 enum answer_state { ANSWER_PENDING, ANSWER_SUSPENDED, ANSWER_READY };
 enum phase { PHASE_BODY, PHASE_HANDLER, PHASE_DONE };
 
 struct kv {
     const char *name, *value;
+};
+
+/* One per TCP connection: its socket context. */
+struct http_conn {
+    struct list_node link;      /* in srv->conns, under conn_lock */
+    int fd;
+    atomic_uint_fast64_t deadline_us; /* monotonic; 0: none */
 };
 
 struct http_server {
@@ -96,6 +125,13 @@ struct http_server {
     struct list_node pending;   /* requests handed to a handler, not yet completed */
     bool stopping;
     struct sockaddr_storage addr;
+    uint64_t head_us, body_us, idle_us; /* deadlines; head_us 0: none */
+    pthread_mutex_t conn_lock;  /* guards conns and watch_stop */
+    pthread_cond_t watch_wake;  /* signalled to stop the watcher */
+    struct list_node conns;     /* every open connection (struct http_conn) */
+    bool watch_stop;
+    bool watching;              /* the watcher thread runs */
+    pthread_t watcher;
     uint32_t rid_prefix;        /* random per server: made request ids differ across runs */
     atomic_uint_fast64_t rid_seq;
 };
@@ -630,6 +666,165 @@ static enum MHD_Result not_allowed_now(http_req *r)
     return answer_now(r, 405, resp);
 }
 
+/* ---- connection deadlines (see the top of the file) ----------------------- */
+
+static struct http_conn *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Access thread: the connection's deadline becomes now + us (0: none). */
+static void deadline_set(const http_server *s, struct MHD_Connection *conn, uint64_t us)
+{
+    struct http_conn *c = s->head_us ? conn_of(conn) : NULL;
+    if (c)
+        atomic_store(&c->deadline_us, us ? mono_us() + us : 0);
+}
+
+/* libmicrohttpd's connection notifications: link a new connection, with
+ * the deadline of its first request's head, and unlink a closed one (called
+ * before its socket is closed). */
+static void notify_connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
+                                 enum MHD_ConnectionNotificationCode code)
+{
+    http_server *s = cls;
+    struct http_conn *c = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        c = xcalloc(1, sizeof *c);
+        c->fd = ci ? ci->connect_fd : -1;
+        atomic_init(&c->deadline_us, s->head_us ? mono_us() + s->head_us : 0);
+        pthread_mutex_lock(&s->conn_lock);
+        list_insert_tail(&s->conns, &c->link);
+        pthread_mutex_unlock(&s->conn_lock);
+        *socket_context = c;
+        return;
+    }
+    if (!c)
+        return;
+    pthread_mutex_lock(&s->conn_lock);
+    list_remove(&c->link);
+    pthread_mutex_unlock(&s->conn_lock);
+    free(c);
+    *socket_context = NULL;
+}
+
+/* Called when a request line has been read. On a kept-alive connection the
+ * head's deadline runs from here (the first request's ran from the
+ * connection's start, which is earlier and stays). Returns the request's
+ * initial context: NULL, as access_cb expects. */
+static void *uri_log_cb(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    http_server *s = cls;
+    struct http_conn *c = s->head_us ? conn_of(conn) : NULL;
+    (void)uri;
+    if (c) {
+        uint64_t d = mono_us() + s->head_us, cur = atomic_load(&c->deadline_us);
+        if (cur == 0 || d < cur)
+            atomic_store(&c->deadline_us, d);
+    }
+    return NULL;
+}
+
+/* Shuts down every connection past its deadline. conn_lock held. Returns
+ * how many. */
+static unsigned watch_sweep(http_server *s, uint64_t now)
+{
+    unsigned n = 0;
+    for (struct list_node *p = s->conns.next; p != &s->conns; p = p->next) {
+        struct http_conn *c = container_of(p, struct http_conn, link);
+        uint_fast64_t d = atomic_load(&c->deadline_us);
+        if (d == 0 || d > now || c->fd < 0)
+            continue;
+        /* Only the deadline seen: the access thread may have moved on. */
+        if (atomic_compare_exchange_strong(&c->deadline_us, &d, 0)) {
+            shutdown(c->fd, SHUT_RDWR);
+            n++;
+        }
+    }
+    return n;
+}
+
+static void *watch_main(void *arg)
+{
+    http_server *s = arg;
+    uint64_t period = (s->head_us < s->body_us ? s->head_us : s->body_us) / 4;
+    period = period < WATCH_MIN_US ? WATCH_MIN_US : period > WATCH_MAX_US ? WATCH_MAX_US : period;
+    pthread_mutex_lock(&s->conn_lock);
+    while (!s->watch_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + period * 1000u;
+        ts.tv_sec += (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&s->watch_wake, &s->conn_lock, &ts);
+        unsigned n = s->watch_stop ? 0 : watch_sweep(s, mono_us());
+        if (n) {
+            pthread_mutex_unlock(&s->conn_lock);
+            LOG(LOG_INFO, "closed API connections whose request was not in by its deadline",
+                "\"closed\":%u,\"head_timeout_ms\":%llu,\"body_timeout_ms\":%llu", n,
+                (unsigned long long)(s->head_us / 1000u), (unsigned long long)(s->body_us / 1000u));
+            pthread_mutex_lock(&s->conn_lock);
+        }
+    }
+    pthread_mutex_unlock(&s->conn_lock);
+    return NULL;
+}
+
+static void watch_stop(http_server *s)
+{
+    if (!s->watching)
+        return;
+    pthread_mutex_lock(&s->conn_lock);
+    s->watch_stop = true;
+    pthread_cond_signal(&s->watch_wake);
+    pthread_mutex_unlock(&s->conn_lock);
+    pthread_join(s->watcher, NULL);
+    s->watching = false;
+}
+
+/* True when the client has closed its side or reset the connection: the
+ * answer would go to nobody. A client that half-closes after sending its
+ * request (rare in HTTP) counts as gone too. */
+static bool client_gone(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char b;
+    if (!ci)
+        return false;
+    ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* The request's framing is ambiguous (RFC 9112 §6.3): more than one
+ * Content-Length, Content-Length beside Transfer-Encoding, or a transfer
+ * coding other than chunked. libmicrohttpd (0.9.75) takes the first
+ * Content-Length, or chunked over Content-Length, where a proxy in front
+ * may have chosen otherwise (request smuggling). Returns why, or NULL. */
+static const char *framing_error(const http_req *r)
+{
+    size_t ncl = 0, nte = 0;
+    const char *te = NULL;
+    for (size_t i = 0; i < r->nheaders; i++) {
+        if (strcasecmp(r->headers[i].name, "Content-Length") == 0) {
+            ncl++;
+        } else if (strcasecmp(r->headers[i].name, "Transfer-Encoding") == 0) {
+            nte++;
+            te = r->headers[i].value;
+        }
+    }
+    if (ncl > 1)
+        return "the request has more than one Content-Length header";
+    if (ncl && nte)
+        return "the request has both Content-Length and Transfer-Encoding";
+    if (nte > 1 || (te && strcasecmp(te, "chunked") != 0))
+        return "the request's Transfer-Encoding is not chunked";
+    return NULL;
+}
+
 /* ---- the access handler's steps ------------------------------------------ */
 
 /* First call: refuse what cannot succeed before reading any body. */
@@ -637,6 +832,12 @@ static enum MHD_Result req_begin(http_server *s, http_req *r)
 {
     if (atomic_load(&s->quiesced))
         return answer_now(r, 503, shutdown_response());
+    const char *framing = framing_error(r);
+    if (framing) { /* the body's end is unknown: answer and close */
+        struct MHD_Response *resp = problem_response(400, framing, NULL, NULL, 0);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+        return answer_now(r, 400, resp);
+    }
     if (r->nsegs < 0 || r->bad_query)
         return problem_now(r, 400, "the request target has a malformed percent-encoding");
     bool path_known;
@@ -728,6 +929,11 @@ static enum MHD_Result req_dispatch(http_server *s, http_req *r)
 {
     if (r->body_over)
         return too_large_now(r, false);
+    deadline_set(s, r->conn, 0); /* the handler's time is not the client's */
+    if (client_gone(r->conn)) {
+        LOG(LOG_INFO, "client left before its request ran; dropped", "\"request_id\":\"%s\"", r->rid);
+        return MHD_NO;
+    }
     if (!pending_add(s, r))
         return answer_now(r, 503, shutdown_response());
     r->phase = PHASE_HANDLER;
@@ -761,6 +967,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
     if (!r) {
         r = req_create(s, conn, url, method);
         *con_cls = r;
+        deadline_set(s, conn, s->body_us); /* the head is in; the body's clock starts */
         return req_begin(s, r);
     }
     if (*upload_data_size > 0) {
@@ -785,7 +992,8 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     http_server *s = cls;
     http_req *r = *con_cls;
-    (void)conn;
+    /* Kept alive: idle for up to the idle timeout, then the next head. */
+    deadline_set(s, conn, s->idle_us + s->head_us);
     if (!r)
         return;
     *con_cls = NULL;
@@ -817,7 +1025,14 @@ __attribute__((format(printf, 2, 0))) static void mhd_log_cb(void *cls, const ch
     size_t n = strlen(msg);
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
-    LOG(LOG_WARN, "libmicrohttpd", "\"detail\":\"%s\"", log_json_escape(msg, esc, sizeof esc));
+    /* What clients do (leave mid-request, meet a limit) is no warning: under
+     * a flood of such connections a line each would only grow the log. */
+    static const char *const client_side[] = {"closed by remote side", "connection limit"};
+    int level = LOG_WARN;
+    for (size_t i = 0; i < sizeof client_side / sizeof client_side[0]; i++)
+        if (strstr(msg, client_side[i]))
+            level = LOG_DEBUG;
+    LOG(level, "libmicrohttpd", "\"detail\":\"%s\"", log_json_escape(msg, esc, sizeof esc));
 }
 
 /* ---- server --------------------------------------------------------------- */
@@ -873,6 +1088,8 @@ static int listen_parse(const char *listen, struct sockaddr_storage *ss, bool *v
 
 static void server_free(http_server *s)
 {
+    pthread_cond_destroy(&s->watch_wake);
+    pthread_mutex_destroy(&s->conn_lock);
     pthread_cond_destroy(&s->drained);
     pthread_mutex_destroy(&s->lock);
     free(s);
@@ -891,11 +1108,19 @@ static http_server *server_create(const http_config *cfg, const http_route *rout
     atomic_init(&s->quiesced, false);
     atomic_init(&s->rid_seq, 0);
     list_init(&s->pending);
+    list_init(&s->conns);
+    if (cfg->head_timeout_ms && cfg->body_timeout_ms) {
+        s->head_us = (uint64_t)cfg->head_timeout_ms * 1000u;
+        s->body_us = (uint64_t)cfg->body_timeout_ms * 1000u;
+        s->idle_us = (uint64_t)cfg->connection_timeout_s * 1000000u;
+    }
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->conn_lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->drained, &ca);
+    pthread_cond_init(&s->watch_wake, &ca);
     pthread_condattr_destroy(&ca);
     return s;
 }
@@ -918,12 +1143,15 @@ http_server *http_start(const http_config *cfg, const http_route *routes, size_t
         return NULL;
     }
     /* Options that only apply when set; 0 keeps libmicrohttpd's default. */
-    struct MHD_OptionItem opt[3];
+    struct MHD_OptionItem opt[4];
     size_t k = 0;
     if (cfg->threads > 1)
         opt[k++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, cfg->threads, NULL};
     if (cfg->max_connections > 0)
         opt[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, NULL};
+    /* Beyond it libmicrohttpd accepts and closes at once. */
+    if (cfg->max_connections_per_ip > 0)
+        opt[k++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip, NULL};
     opt[k] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 
     /* The port argument only names the port in libmicrohttpd's messages;
@@ -944,13 +1172,24 @@ http_server *http_start(const http_config *cfg, const http_route *routes, size_t
         flags, port, NULL, NULL, access_cb, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&s->addr, MHD_OPTION_CONNECTION_TIMEOUT,
         cfg->connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY_LIMIT,
-        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s, MHD_OPTION_UNESCAPE_CALLBACK,
-        unescape_none_cb, NULL, MHD_OPTION_ARRAY, opt, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s, MHD_OPTION_NOTIFY_CONNECTION,
+        notify_connection_cb, s, MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, s,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_none_cb, NULL, MHD_OPTION_ARRAY, opt, MHD_OPTION_END);
     if (!s->daemon) {
         LOG(LOG_ERROR, "cannot start the HTTP server", "\"listen\":\"%s\"",
             log_json_escape(cfg->listen, esc, sizeof esc));
         server_free(s);
         return NULL;
+    }
+    if (s->head_us) {
+        int rc = pthread_create(&s->watcher, NULL, watch_main, s);
+        s->watching = rc == 0;
+        if (!s->watching) {
+            LOG(LOG_ERROR, "cannot start the HTTP deadline watcher", "\"errno\":%d", rc);
+            MHD_stop_daemon(s->daemon);
+            server_free(s);
+            return NULL;
+        }
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : 0;
@@ -1025,6 +1264,7 @@ void http_stop(http_server *s)
     http_quiesce(s);
     answer_pending(s);
     drain_pending(s);
+    watch_stop(s);
     MHD_stop_daemon(s->daemon);
     if (s->listen_fd >= 0)
         close(s->listen_fd);

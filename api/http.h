@@ -9,7 +9,14 @@
  * either before it returns or later from any thread (asynchronous handlers:
  * the connection is suspended until the answer comes, so no libmicrohttpd
  * thread ever waits on Redis). The per-request context is freed in exactly
- * one place, when libmicrohttpd reports the request completed. */
+ * one place, when libmicrohttpd reports the request completed.
+ *
+ * Hostile clients: a request's head and body each have a deadline (past
+ * it the connection is closed unanswered), connections per client address
+ * may be capped, a request whose client has already closed its connection
+ * is dropped before any handler runs, and ambiguous framing (two
+ * Content-Length headers, Content-Length with Transfer-Encoding, a transfer
+ * coding other than chunked) is answered 400 and the connection closed. */
 #ifndef HW_HTTP_H
 #define HW_HTTP_H
 
@@ -42,7 +49,11 @@ typedef struct http_config {
     size_t max_body_bytes;          /* larger request bodies get 413 */
     unsigned threads;               /* libmicrohttpd worker threads (>= 1) */
     unsigned max_connections;       /* connection limit */
+    unsigned max_connections_per_ip;/* connections from one address; 0: no cap */
     unsigned connection_timeout_s;  /* idle connection timeout */
+    unsigned head_timeout_ms;       /* deadline for a request's line and headers */
+    unsigned body_timeout_ms;       /* deadline for its body, once the headers are in;
+                                     * either 0: no deadlines, only the idle timeout */
     const struct auth *auth;        /* bearer tokens (auth.h); NULL: the API is open */
 } http_config;
 

@@ -78,8 +78,18 @@ static const setting settings[] = {
     U("shutdown-grace-ms", shutdown_grace_ms, "10000", 0, 600000,
       "on SIGTERM, how long attempts in flight may finish"),
     U("api-threads", api_threads, "2", 1, 64, "HTTP worker threads"),
-    U("max-connections", max_connections, "1024", 1, 100000, "concurrent API connections"),
+    U("max-connections", max_connections, "1024", 1, 100000,
+      "concurrent API connections; with the descriptors reserved for Redis and max-inflight attempts "
+      "they must fit under the open-file limit (RLIMIT_NOFILE), else start-up stops"),
+    U("max-connections-per-ip", max_connections_per_ip, "0", 0, 100000,
+      "concurrent API connections from one client address; 0: no cap (behind nginx every "
+      "connection comes from nginx's address)"),
     U("connection-timeout-s", connection_timeout_s, "30", 1, 3600, "idle API connections are closed after this"),
+    U("request-head-timeout-ms", request_head_timeout_ms, "10000", 100, 3600000,
+      "a request's line and headers must arrive within this, from the connection's start or from "
+      "the request line of a later request on it; else the connection is closed"),
+    U("request-body-timeout-ms", request_body_timeout_ms, "30000", 100, 3600000,
+      "a request's body must arrive within this after its headers; else the connection is closed"),
     U("redis-timeout-ms", redis_timeout_ms, "2000", 10, 60000, "Redis connect and command timeout"),
     U("max-resident", max_resident, "1000000", 1, 100000000,
       "timers held in memory at most; beyond it due timers wait in Redis until there is room"),
@@ -240,6 +250,22 @@ int config_load(config *cfg, int argc, char **argv)
     if (rc != 0)
         return rc;
     return check(cfg);
+}
+
+int config_check_fd_limit(const config *cfg, uint64_t reserve, uint64_t limit)
+{
+    if (cfg->max_connections + reserve <= limit)
+        return 0;
+    uint64_t fit = limit > reserve ? limit - reserve : 0;
+    fprintf(stderr, "hookwheel: invalid HOOKWHEEL_MAX_CONNECTIONS %llu: with the %llu file descriptors "
+                    "reserved for Redis and HOOKWHEEL_MAX_INFLIGHT %llu attempts it needs %llu, over the "
+                    "open-file limit of %llu (RLIMIT_NOFILE); at most %llu connections fit: lower "
+                    "HOOKWHEEL_MAX_CONNECTIONS or HOOKWHEEL_MAX_INFLIGHT, or raise the limit (ulimit -n, "
+                    "LimitNOFILE=)\n",
+            (unsigned long long)cfg->max_connections, (unsigned long long)reserve,
+            (unsigned long long)cfg->max_inflight, (unsigned long long)(cfg->max_connections + reserve),
+            (unsigned long long)limit, (unsigned long long)fit);
+    return -EINVAL;
 }
 
 void config_free(config *cfg)

@@ -49,7 +49,10 @@ typedef struct config {
     uint64_t shutdown_grace_ms;
     uint64_t api_threads;
     uint64_t max_connections;
+    uint64_t max_connections_per_ip; /* 0: no cap */
     uint64_t connection_timeout_s;
+    uint64_t request_head_timeout_ms; /* deadline for a request's line and headers */
+    uint64_t request_body_timeout_ms; /* deadline for its body, from the end of its headers */
     uint64_t redis_timeout_ms;
     uint64_t lease_ttl_ms;
     uint64_t max_resident;
@@ -63,6 +66,12 @@ typedef struct config {
  * when --help or --version was printed (exit 0); -EINVAL after printing one
  * line naming the bad setting to stderr (exit 2). */
 int config_load(config *cfg, int argc, char **argv);
+
+/* Checks that max_connections API connections plus reserve descriptors
+ * (everything else the process may hold open at once) fit under limit, the
+ * soft RLIMIT_NOFILE. Returns 0, or -EINVAL after printing one line naming
+ * HOOKWHEEL_MAX_CONNECTIONS and the most that fit (exit 2). */
+int config_check_fd_limit(const config *cfg, uint64_t reserve, uint64_t limit);
 
 /* Frees the strings of cfg. */
 void config_free(config *cfg);

@@ -182,14 +182,26 @@ static size_t header_cb(char *line, size_t size, size_t n, void *userp)
 /* curl's open-socket callback: the address here is the one curl is about
  * to connect to. A refused address is noted in the job (complete() turns
  * it into the attempt's error) and gets no socket, so curl tries the next
- * address of the name, if any, or fails with CURLE_COULDNT_CONNECT. */
+ * address of the name, if any, or fails with CURLE_COULDNT_CONNECT. So is
+ * a socket() that fails: curl reports that as "Couldn't connect to server"
+ * too, and only the noted errno tells our own shortage of descriptors or
+ * memory from the target's failure. */
 static curl_socket_t opensocket_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
 {
     job *j = clientp;
     (void)purpose;
     if (j->policy && !netpolicy_connect_allowed(j->policy, j->spec->url, &a->addr, j->refused, sizeof j->refused))
         return CURL_SOCKET_BAD;
-    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    int fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    j->sock_errno = fd < 0 ? errno : 0; /* the last address tried decides */
+    return fd;
+}
+
+/* True when socket() failed for want of a resource of ours: the process or
+ * the system is out of descriptors, or of socket buffers. */
+static int local_shortage(int err)
+{
+    return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
 }
 
 /* ---- request ---- */
@@ -326,6 +338,14 @@ dispatch *dispatch_create(const dispatch_config *cfg)
     return d;
 }
 
+uint32_t dispatch_fds_needed(uint32_t max_inflight)
+{
+    uint32_t nsh = (max_inflight + SHARD_RUNNING - 1) / SHARD_RUNNING;
+    nsh = nsh < 1 ? 1 : nsh > 255 ? 255 : nsh;
+    uint32_t cached = nsh * SHARD_RUNNING; /* CURLMOPT_MAXCONNECTS per shard, in use or idle */
+    return 2 * nsh + (cached > max_inflight ? cached : max_inflight) + 2 * max_inflight;
+}
+
 /* An easy handle costs several kilobytes of allocations to create; a reset
  * one keeps them (and the connection cache lives in the multi handle). */
 static CURL *easy_get(dispatch *d)
@@ -373,6 +393,7 @@ int dispatch_start(dispatch *d, job *j)
     j->next_delay_hdr_ms = -1;
     j->errbuf[0] = '\0';
     j->refused[0] = '\0';
+    j->sock_errno = 0;
     j->policy = d->policy;
     curl_easy_setopt(e, CURLOPT_URL, s->url);
     curl_easy_setopt(e, CURLOPT_PROXY, ""); /* never a proxy from the environment */
@@ -408,11 +429,22 @@ int dispatch_start(dispatch *d, job *j)
     return 0;
 }
 
+/* curl's threaded resolver fails with this when it cannot make its socket
+ * pair or its thread: a local shortage as well. */
+static int resolver_shortage(const job *j, CURLcode rc)
+{
+    return rc == CURLE_COULDNT_RESOLVE_HOST && strstr(j->errbuf, "thread failed to start") != NULL;
+}
+
 static void describe_error(job *j, CURLcode rc, attempt_result *res)
 {
     if (rc == CURLE_COULDNT_CONNECT && j->refused[0]) {
         res->refused_by_policy = 1;
         snprintf(res->error, sizeof res->error, "destination %s is not allowed (policy)", j->refused);
+    } else if ((rc == CURLE_COULDNT_CONNECT && local_shortage(j->sock_errno)) || resolver_shortage(j, rc)) {
+        res->local_error = 1;
+        snprintf(res->error, sizeof res->error, "no socket for the attempt here (%s): retried, not counted "
+                 "against the target", j->sock_errno ? strerror(j->sock_errno) : "resolver");
     } else if (rc == CURLE_OPERATION_TIMEDOUT)
         snprintf(res->error, sizeof res->error, "timeout after %u ms: %.120s", j->spec->timeout_ms,
                  j->errbuf[0] ? j->errbuf : curl_easy_strerror(rc));

@@ -32,6 +32,13 @@ typedef struct dispatch_config {
 
 dispatch *dispatch_create(const dispatch_config *cfg);
 
+/* File descriptors the dispatcher may hold at once with max_inflight
+ * attempts: each multi handle's wake-up socket pair, each attempt's socket
+ * and the threaded resolver's socket pair while it resolves, and the idle
+ * connections each multi handle keeps for reuse. For the start-up check of
+ * the open-file limit; any thread. */
+uint32_t dispatch_fds_needed(uint32_t max_inflight);
+
 /* Aborts transfers still running (their callbacks are not called) and frees
  * d. NULL is a no-op. */
 void dispatch_free(dispatch *d);

@@ -432,6 +432,8 @@ static int retryable(const attempt_result *res)
 {
     if (res->refused_by_policy)
         return 0; /* the same address would be refused again */
+    if (res->local_error)
+        return 1; /* our own shortage: the target was never tried */
     return res->status == 0 || res->status == 408 || res->status == 429 ||
            (res->status >= 500 && res->status <= 599); /* not 600-999: no such class */
 }
@@ -442,12 +444,26 @@ static int retryable(const attempt_result *res)
  * max_backoff_ms); anything else, including a destination the policy
  * refused, fails at once. A recurring timer's Hookwheel-Next-Delay-Ms is
  * raised to the minimum period, as repeat.every_ms is: the target must not
- * be able to make a timer run back to back. */
+ * be able to make a timer run back to back. An attempt that got no socket
+ * here (out of file descriptors) never reached the target: it is retried
+ * after a short jittered delay whatever max_attempts says, so a local
+ * shortage cannot turn timers into dead letters. */
 static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
 {
     const timer_spec *s = j->spec;
     j->keep = !atomic_load(&e->stop);
     j->next_delay_ms = -1;
+    if (res->local_error && retryable(res)) {
+        /* Not counted against max_attempts here. The attempt number in
+         * Redis (begin) still grows, so later attempts carry higher
+         * numbers and a larger backoff, and a timer whose count passed
+         * max_attempts during a shortage gets one real attempt before it
+         * can fail. (Counting local failures apart is for the Redis side.) */
+        const uint64_t local_retry_ms = 1000;
+        j->outcome = OUT_RETRY;
+        j->next_fire_ms = now + local_retry_ms + splitmix64_next(&e->rng) % local_retry_ms;
+        return;
+    }
     if (res->status >= 200 && res->status < 300) {
         j->outcome = s->every_ms ? OUT_NEXT : OUT_DELIVERED;
         if (s->every_ms && res->next_delay_ms >= 0 && (uint64_t)res->next_delay_ms <= e->cfg->max_delay_ms)

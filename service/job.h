@@ -48,6 +48,8 @@ typedef struct attempt_result {
     const char *snippet;    /* first bytes of the response body (not NUL-terminated) */
     size_t snippet_len;
     int refused_by_policy;  /* 1: the destination policy refused the address; never retried */
+    int local_error;        /* 1: no socket could be made here (EMFILE, ENFILE...): our own
+                             * shortage, not the target's failure; never charged to its retries */
 } attempt_result;
 
 typedef struct job {
@@ -91,6 +93,7 @@ typedef struct job {
     char errbuf[256];
     const struct netpolicy *policy; /* the dispatcher's, for its open-socket callback */
     char refused[64];          /* "" or the address the policy refused this attempt */
+    int sock_errno;            /* 0, or why socket() failed for this attempt */
 } job;
 
 #endif

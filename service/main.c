@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <curl/curl.h>
 
 #include "api.h"
 #include "auth.h"
 #include "config.h"
+#include "dispatch.h"
 #include "engine.h"
 #include "http.h"
 #include "leases.h"
@@ -23,6 +25,14 @@
 #include "redis_child.h"
 #include "sign.h"
 #include "store.h"
+
+/* Descriptors the process holds besides API connections and attempts: the
+ * standard streams and the log, the engine's epoll, eventfd and timerfd,
+ * the listening socket, the store's and the lease worker's Redis
+ * connections, the embedded redis-server's pipe, the lease worker's curl
+ * handle, files read at start (tokens, secrets) and the resolver's (hosts,
+ * resolv.conf). About 25 are open after start-up; the rest is headroom. */
+#define FD_RESERVE_PROCESS 64
 
 typedef struct app {
     config cfg;
@@ -71,7 +81,9 @@ static int start_all(app *a)
     api_init(&a->api, &a->cfg, a->st, a->eng, a->policy);
     a->api.m = a->metrics;
     http_config hc = {a->cfg.listen, a->cfg.max_body_bytes, (unsigned)a->cfg.api_threads,
-                      (unsigned)a->cfg.max_connections, (unsigned)a->cfg.connection_timeout_s, a->auth};
+                      (unsigned)a->cfg.max_connections, (unsigned)a->cfg.max_connections_per_ip,
+                      (unsigned)a->cfg.connection_timeout_s, (unsigned)a->cfg.request_head_timeout_ms,
+                      (unsigned)a->cfg.request_body_timeout_ms, a->auth};
     a->http = http_start(&hc, api_routes, api_route_count, &a->api);
     return a->http ? 0 : -1;
 }
@@ -99,6 +111,33 @@ static void stop_all(app *a)
     auth_free(a->auth);
 }
 
+/* Raises the soft open-file limit to the hard one (systemd's default soft
+ * limit is 1,024 whatever the hard one), then checks that the API's
+ * connections and everything else the process may hold fit under it, so an
+ * open-file shortage never lands on deliveries. Returns 0, or -EINVAL after
+ * one line naming the setting (exit 2). */
+static int fd_limit_check(const config *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0; /* cannot happen on Linux */
+    rlim_t was = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            rl.rlim_cur = was;
+    }
+    uint64_t reserve = FD_RESERVE_PROCESS + cfg->api_threads + 1 + /* the API workers' and daemon's eventfds */
+                       dispatch_fds_needed((uint32_t)cfg->max_inflight);
+    uint64_t limit = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX / 2 : (uint64_t)rl.rlim_cur;
+    if (config_check_fd_limit(cfg, reserve, limit) < 0)
+        return -EINVAL;
+    LOG(LOG_INFO, "open-file limit", "\"was\":%llu,\"now\":%llu,\"reserved\":%llu,\"max_connections\":%llu",
+        (unsigned long long)was, (unsigned long long)limit, (unsigned long long)reserve,
+        (unsigned long long)cfg->max_connections);
+    return 0;
+}
+
 static int wait_for_signal(void)
 {
     sigset_t set;
@@ -118,6 +157,10 @@ int main(int argc, char **argv)
     if (rc != 0) {
         config_free(&a.cfg);
         return rc > 0 ? 0 : 2;
+    }
+    if (fd_limit_check(&a.cfg) < 0) {
+        config_free(&a.cfg);
+        return 2;
     }
     if (a.cfg.signing_secret) {
         char err[160];

@@ -1,0 +1,70 @@
+/* test_config.c - unit tests of the settings table's validation and of the
+ * start-up check of the open-file limit. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+static void test_config_new_connection_settings_have_their_defaults(void **state)
+{
+    (void)state;
+    config cfg;
+    char *argv[] = {"hookwheel"};
+    assert_int_equal(config_load(&cfg, 1, argv), 0);
+    assert_int_equal(cfg.max_connections_per_ip, 0);
+    assert_int_equal(cfg.request_head_timeout_ms, 10000);
+    assert_int_equal(cfg.request_body_timeout_ms, 30000);
+    config_free(&cfg);
+}
+
+static void test_config_deadlines_outside_their_range_are_refused(void **state)
+{
+    (void)state;
+    config cfg;
+    char *low[] = {"hookwheel", "--request-head-timeout-ms", "99"};
+    char *high[] = {"hookwheel", "--request-body-timeout-ms", "3600001"};
+    char *ip[] = {"hookwheel", "--max-connections-per-ip", "100001"};
+    char *ok[] = {"hookwheel", "--request-head-timeout-ms", "100", "--max-connections-per-ip", "64"};
+    assert_int_equal(config_load(&cfg, 3, low), -EINVAL);
+    config_free(&cfg);
+    assert_int_equal(config_load(&cfg, 3, high), -EINVAL);
+    config_free(&cfg);
+    assert_int_equal(config_load(&cfg, 3, ip), -EINVAL);
+    config_free(&cfg);
+    assert_int_equal(config_load(&cfg, 5, ok), 0);
+    assert_int_equal(cfg.request_head_timeout_ms, 100);
+    assert_int_equal(cfg.max_connections_per_ip, 64);
+    config_free(&cfg);
+}
+
+static void test_config_connections_and_reserve_must_fit_under_the_file_limit(void **state)
+{
+    (void)state;
+    config cfg = {0};
+    cfg.max_connections = 700;
+    cfg.max_inflight = 16;
+    assert_int_equal(config_check_fd_limit(&cfg, 324, 1024), 0);  /* exactly fits */
+    assert_int_equal(config_check_fd_limit(&cfg, 325, 1024), -EINVAL);
+    assert_int_equal(config_check_fd_limit(&cfg, 2000, 1024), -EINVAL); /* the reserve alone is over */
+    cfg.max_connections = 100000;
+    assert_int_equal(config_check_fd_limit(&cfg, 843, 1048576), 0);
+}
+
+int main(void)
+{
+    unsetenv("HOOKWHEEL_REQUEST_HEAD_TIMEOUT_MS");
+    unsetenv("HOOKWHEEL_REQUEST_BODY_TIMEOUT_MS");
+    unsetenv("HOOKWHEEL_MAX_CONNECTIONS_PER_IP");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_new_connection_settings_have_their_defaults),
+        cmocka_unit_test(test_config_deadlines_outside_their_range_are_refused),
+        cmocka_unit_test(test_config_connections_and_reserve_must_fit_under_the_file_limit),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
