@@ -637,7 +637,7 @@ static void finish_done(void *arg, const redisReply *r)
 int timers_finish(timers *t, uint32_t partition, uint64_t now_ms, uint64_t hold_until_ms, size_t n,
                   const timer_finish *items, timers_finish_cb cb, void *arg)
 {
-    static const char *const outcomes[] = {"delivered", "retry", "failed", "next", "stop"};
+    static const char *const outcomes[] = {"delivered", "retry", "failed", "next", "stop", "requeue"};
     if (n == 0 || n > TIMERS_BATCH_MAX)
         return -EINVAL;
     args a;

@@ -179,6 +179,7 @@ enum timer_outcome {
     TIMER_FAILED,
     TIMER_NEXT, /* a recurring run succeeded: its successor is due */
     TIMER_STOP, /* a recurring run answered 410 Gone */
+    TIMER_REQUEUE, /* the attempt never left this machine (no socket): again, not counted */
 };
 typedef struct timer_finish {
     const char *id;

@@ -453,14 +453,9 @@ static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
     const timer_spec *s = j->spec;
     j->keep = !atomic_load(&e->stop);
     j->next_delay_ms = -1;
-    if (res->local_error && retryable(res)) {
-        /* Not counted against max_attempts here. The attempt number in
-         * Redis (begin) still grows, so later attempts carry higher
-         * numbers and a larger backoff, and a timer whose count passed
-         * max_attempts during a shortage gets one real attempt before it
-         * can fail. (Counting local failures apart is for the Redis side.) */
+    if (res->local_error && retryable(res)) { /* the target was never tried: not an attempt */
         const uint64_t local_retry_ms = 1000;
-        j->outcome = OUT_RETRY;
+        j->outcome = OUT_REQUEUE;
         j->next_fire_ms = now + local_retry_ms + splitmix64_next(&e->rng) % local_retry_ms;
         return;
     }
@@ -488,7 +483,8 @@ static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
 static void attempt_done_cb(void *arg, job *j, const attempt_result *res)
 {
     engine *e = arg;
-    static const char *const names[] = {"delivered", "retry", "failed", "next run", "stopped by 410"};
+    static const char *const names[] = {"delivered", "retry", "failed", "next run", "stopped by 410",
+                                        "again, not counted (no socket here)"};
     limiter_done(e->lim, &j->lj);
     metrics_gauge_add(e->m, j->spec->queue, MG_IN_FLIGHT, -1);
     metrics_attempt(e->m, j->spec->queue, metrics_attempt_class_of(res->status, res->curl_code, res->refused_by_policy));
@@ -549,7 +545,7 @@ static void count_outcome(engine *e, const job *j)
 {
     static const enum metrics_timer_event events[] = {
         [OUT_DELIVERED] = MT_DELIVERED, [OUT_RETRY] = MT_RETRIED, [OUT_FAILED] = MT_FAILED,
-        [OUT_NEXT] = MT_DELIVERED,      [OUT_STOP] = MT_STOPPED,
+        [OUT_NEXT] = MT_DELIVERED,      [OUT_STOP] = MT_STOPPED, [OUT_REQUEUE] = MT_RETRIED,
     };
     metrics_count(e->m, j->spec->queue, events[j->outcome]);
 }

@@ -32,6 +32,7 @@ enum job_outcome {
     OUT_FAILED = TIMER_FAILED,
     OUT_NEXT = TIMER_NEXT,
     OUT_STOP = TIMER_STOP,
+    OUT_REQUEUE = TIMER_REQUEUE, /* no socket here: the attempt did not count */
 };
 enum job_msg { MSG_CLAIMED, MSG_BEGUN, MSG_FINISHED };
 

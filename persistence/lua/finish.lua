@@ -9,7 +9,9 @@
 --       when the timer's keep is "1"), 5 attempts kept in the history, then
 --       for the i-th timer (from 6 + 9(i-1)): id, outcome (delivered | retry
 --       | failed | next: a recurring run succeeded | stop: a recurring run
---       answered 410), the attempt (JSON), next fire_ms (retry), keep,
+--       answered 410 | requeue: the attempt never left this instance, as when
+--       it had no socket: due again at next fire_ms, and not counted), the
+--       attempt (JSON), next fire_ms (retry), keep,
 --       repeat.every_ms, fixed_rate ("1"), repeat.times (0: no limit), the
 --       callback's Hookwheel-Next-Delay-Ms (-1: none)
 -- Returns five numbers per timer: ok, fire_ms, version, kept, attempts; ok
@@ -61,9 +63,13 @@ local function one(tk, a)
   if outcome == 'failed' then return final('failed') end
   if outcome == 'delivered' then return final('delivered') end
   if r.flag == 2 or outcome == 'stop' then return final('cancelled') end
-  if outcome == 'retry' then
+  if outcome == 'requeue' then
+    r.att = r.att - 1
+    if r.att == 0 then r.runs = r.runs - 1 end
+  end
+  if outcome == 'retry' or outcome == 'requeue' then
     if r.flag == 1 then return paused() end
-    return wait_for(tonumber(ARGV[a + 3]), 'retrying')
+    return wait_for(tonumber(ARGV[a + 3]), r.att > 0 and 'retrying' or 'scheduled')
   end
   -- a recurring run succeeded: its successor
   local times = tonumber(ARGV[a + 7])

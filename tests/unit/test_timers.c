@@ -365,6 +365,29 @@ static void test_a_batch_finish_records_each_outcome_and_a_repeat_answers_the_sa
     assert_int_equal(res.fin[0].ok, 0);
 }
 
+static void test_an_attempt_that_never_left_is_requeued_without_counting(void **state)
+{
+    fixture *f = *state;
+    create(f->a, "t-requeue", (int64_t)clock_now_ms(), 1, NULL, TIMERS_OK);
+    timer_begin b = {"t-requeue", 0, 31, 0};
+    begin(f->a, 1, &b);
+    assert_int_equal(res.begun[0], 1);
+    int64_t again = (int64_t)clock_now_ms() + 1500;
+    timer_finish fin = {"t-requeue", TIMER_REQUEUE, "{\"error\":\"no socket\"}", again, 1, 0, 0, 0, -1};
+    finish(f->a, 1, &fin);
+    assert_int_equal(res.fin[0].ok, 1);
+    assert_int_equal(res.fin[0].kept, 1);
+    assert_int_equal(res.fin[0].attempts, 0);
+    assert_int_equal(res.fin[0].fire_ms, again);
+    get(f->a, "t-requeue");
+    assert_string_equal(res.v.state, "scheduled");
+    assert_int_equal(res.v.attempts, 0);
+    assert_int_equal(res.v.runs, 0);
+    b.token = 32;
+    begin(f->a, 1, &b);
+    assert_int_equal(res.begun[0], 1); /* the next attempt is attempt 1 again */
+}
+
 static void test_the_history_keeps_the_newest_attempts_only(void **state)
 {
     fixture *f = *state; /* the fixture keeps 3 attempts */
@@ -464,6 +487,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_begin_under_an_older_version_is_refused_as_moved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_batch_finish_records_each_outcome_and_a_repeat_answers_the_same, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_an_attempt_that_never_left_is_requeued_without_counting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_history_keeps_the_newest_attempts_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_back,
                                         setup, teardown),
