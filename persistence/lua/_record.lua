@@ -16,7 +16,8 @@
 --     runs      runs started (a run is an attempt 1 and its retries)
 --     rf        bit 0 reserved (a fire arrived during a run: the next run
 --               starts right after it); bits 1-2 flag (what arrived during
---               a run for after it: 1 pause, 2 cancel)
+--               a run for after it: 1 pause, 2 cancel); bit 3 the timer has
+--               a history key (so a first attempt writes it without a read)
 --     planned   when the current run was due (fixed_rate counts from it)
 --     next      a reschedule during a run: when the next run is due
 --     token     the job (of the owner) whose attempt began: only it may
@@ -44,8 +45,12 @@ local STATE_NAME = {[115] = 'scheduled', [102] = 'firing', [114] = 'retrying', [
 local function is_waiting(st) return st == 'scheduled' or st == 'retrying' end
 local function is_final(st) return st == 'delivered' or st == 'failed' or st == 'cancelled' end
 
-local function key_base(tkey) return string.match(tkey, '^(hw:{[^}]*}:)') end
-local function id_ns(id) return string.match(id, '^(.*)/') or '' end
+-- (plain finds: these run for every timer a function touches)
+local function key_base(tkey) return string.sub(tkey, 1, string.find(tkey, '}', 1, true) + 1) end
+local function id_ns(id)
+  local slash = string.find(id, '/', 1, true) -- neither a namespace nor an id holds one
+  return slash and string.sub(id, 1, slash - 1) or ''
+end
 local function hist_key(tkey)
   local base = key_base(tkey)
   return base .. 'h:' .. string.sub(tkey, #base + 3)
@@ -54,12 +59,13 @@ end
 local function head_decode(v)
   local _, st, att, fire, owner, ver, runs, rf, plan, nxt, tok = struct.unpack(HEAD_FMT, v)
   return {st = STATE_NAME[st], att = att, fire = fire, owner = owner, ver = ver, runs = runs,
-          rsv = rf % 2, flag = math.floor(rf / 2), plan = plan, next = nxt, tok = tok}
+          rsv = rf % 2, flag = math.floor(rf / 2) % 4, hist = math.floor(rf / 8), plan = plan, next = nxt,
+          tok = tok}
 end
 
 local function head_encode(r)
   return struct.pack(HEAD_FMT, MAGIC, string.byte(STATE_CODE[r.st]), r.att, r.fire, r.owner, r.ver, r.runs,
-                     r.rsv + 2 * r.flag, r.plan, r.next, r.tok)
+                     r.rsv + 2 * r.flag + 8 * r.hist, r.plan, r.next, r.tok)
 end
 
 -- The fields of the tail a function may branch on, from the whole record.
@@ -101,38 +107,40 @@ local function head_put(tkey, r)
   redis.call('SETRANGE', tkey, 0, head_encode(r))
 end
 
--- The timer has finished: its record and history expire after retention.
-local function expire_after(tkey, retention_ms)
+-- The timer has finished: its record and history expire after retention
+-- (hist_set: its history was just written with that expiry).
+local function expire_after(tkey, r, retention_ms, hist_set)
   redis.call('PEXPIRE', tkey, retention_ms)
-  redis.call('PEXPIRE', hist_key(tkey), retention_ms)
+  if r.hist == 1 and not hist_set then redis.call('PEXPIRE', hist_key(tkey), retention_ms) end
 end
 
 -- The timer runs again (retry of a dead letter): it no longer expires.
 local function keep_forever(tkey)
   redis.call('PERSIST', tkey)
-  redis.call('PERSIST', hist_key(tkey))
+  redis.call('PERSIST', hist_key(tkey)) -- (a no-op when there is no history)
 end
 
--- Puts attempt a first in the history, keeping at most `keep` attempts.
-local function hist_add(tkey, a, keep)
+-- Puts attempt a first in the history of r, keeping at most `keep`
+-- attempts; px: the timer has finished, its history expires after px ms.
+local function hist_add(tkey, r, a, keep, px)
   local hk, n, pos = hist_key(tkey), 1, 0
   keep = tonumber(keep)
-  local h = keep > 1 and redis.call('GET', hk) or false
-  if not h or h == '' then
-    redis.call('SET', hk, a, 'KEEPTTL')
-    return
-  end
-  while true do
-    local t = string.find(h, '\t', pos + 1, true)
-    if not t then break end
-    n = n + 1
-    if n >= keep then
-      h = string.sub(h, 1, t - 1)
-      break
+  local h = r.hist == 1 and keep > 1 and redis.call('GET', hk) or false
+  r.hist = 1
+  if h and h ~= '' then
+    while true do
+      local t = string.find(h, '\t', pos + 1, true)
+      if not t then break end
+      n = n + 1
+      if n >= keep then
+        h = string.sub(h, 1, t - 1)
+        break
+      end
+      pos = t
     end
-    pos = t
+    a = a .. '\t' .. h
   end
-  redis.call('SET', hk, a .. '\t' .. h, 'KEEPTTL')
+  if px then redis.call('SET', hk, a, 'PX', px) else redis.call('SET', hk, a, 'KEEPTTL') end
 end
 
 -- The newest attempt of the history ('' when none).
@@ -216,8 +224,9 @@ local function ix_trim(tkey, id, state, now, retention)
 end
 
 -- A finished timer: out of its place, into the final state's index, its
--- retention countdown started.
-local function to_final(tkey, id, r, state, now, retention)
+-- retention countdown started (hist_set: as hist_add's px did for the
+-- history).
+local function to_final(tkey, id, r, state, now, retention, hist_set)
   unplace(tkey, id, r)
   r.st, r.owner = state, NO_OWNER
   run_clear(r)
@@ -225,7 +234,7 @@ local function to_final(tkey, id, r, state, now, retention)
   ix_trim(tkey, id, state, now, retention)
   if state == 'failed' then redis.call('ZADD', key_base(tkey) .. 'failed', now, id) end
   head_put(tkey, r)
-  expire_after(tkey, retention)
+  expire_after(tkey, r, retention, hist_set)
 end
 
 -- ---- the layout before this one ----
@@ -258,7 +267,7 @@ upgrade = function(tkey)
   local id = string.sub(tkey, #key_base(tkey) + 3)
   local r = {st = f[1], att = tonumber(f[3]) or 0, fire = tonumber(f[2]) or 0, owner = NO_OWNER,
              ver = run[1], runs = run[2], rsv = run[3], flag = run[4], plan = run[5], next = run[6],
-             tok = run[7] % 4294967296}
+             tok = run[7] % 4294967296, hist = f[7] ~= '' and 1 or 0}
   local old_owner = f[5]
   if old_owner ~= '' then
     redis.call('ZREM', key_base(tkey) .. 'claimed:' .. old_owner, id)

@@ -32,6 +32,30 @@ local function answer(r)
   out[#out + 1] = r.att
 end
 
+-- The final state an outcome leads to, or nil when the timer waits again.
+local function final_state(r, outcome, times)
+  if outcome == 'failed' or outcome == 'delivered' then return outcome end
+  if r.flag == 2 or outcome == 'stop' then return 'cancelled' end
+  if outcome == 'next' and times > 0 and r.runs >= times then return 'delivered' end
+  return nil
+end
+
+-- When a recurring timer's next run is due after a run that succeeded.
+local function next_run(r, a)
+  local every, override = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 8])
+  if r.rsv == 1 then return now end
+  if r.next > 0 then return r.next end
+  if override >= 0 then return now + override end
+  if ARGV[a + 6] ~= '1' then return now + every end
+  local plan = r.plan > 0 and r.plan or now -- fixed_rate
+  local nxt = plan + every
+  if nxt <= now then -- the run overran: skip the missed slots, no burst
+    nxt = plan + (math.floor((now - plan) / every) + 1) * every
+  end
+  return nxt
+end
+
+-- One timer's outcome (its arguments from ARGV[a]).
 local function one(tk, a)
   local id, outcome, attempt = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local r = head_get(tk)
@@ -40,60 +64,34 @@ local function one(tk, a)
     for _ = 1, 5 do out[#out + 1] = 0 end
     return
   end
-  hist_add(tk, attempt, keep_hist)
-  local function final(state)
-    to_final(tk, id, r, state, now, retention)
+  local final = final_state(r, outcome, tonumber(ARGV[a + 7]))
+  if final then
+    hist_add(tk, r, attempt, keep_hist, retention)
+    to_final(tk, id, r, final, now, retention, true)
     return answer(r)
   end
-  local function paused()
-    unplace(tk, id, r)
-    r.st, r.owner, r.att = 'paused', NO_OWNER, 0
-    run_clear(r)
-    place(tk, id, r, now)
-    head_put(tk, r)
-    return answer(r)
-  end
-  local function wait_for(fire, state)
-    unplace(tk, id, r)
-    r.st, r.fire = state, fire
-    hold_or_index(tk, id, r, ARGV[a + 4] == '1' and horizon or '-1', me)
-    head_put(tk, r)
-    return answer(r)
-  end
-  if outcome == 'failed' then return final('failed') end
-  if outcome == 'delivered' then return final('delivered') end
-  if r.flag == 2 or outcome == 'stop' then return final('cancelled') end
-  if outcome == 'requeue' then
+  hist_add(tk, r, attempt, keep_hist, nil)
+  unplace(tk, id, r)
+  if outcome == 'requeue' then -- the attempt never left: it does not count
     r.att = r.att - 1
     if r.att == 0 then r.runs = r.runs - 1 end
   end
-  if outcome == 'retry' or outcome == 'requeue' then
-    if r.flag == 1 then return paused() end
-    return wait_for(tonumber(ARGV[a + 3]), r.att > 0 and 'retrying' or 'scheduled')
-  end
-  -- a recurring run succeeded: its successor
-  local times = tonumber(ARGV[a + 7])
-  if times > 0 and r.runs >= times then return final('delivered') end
-  if r.flag == 1 then return paused() end
-  local every, override, nxt = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 8]), nil
-  if r.rsv == 1 then
-    nxt = now
-  elseif r.next > 0 then
-    nxt = r.next
-  elseif override >= 0 then
-    nxt = now + override
-  elseif ARGV[a + 6] == '1' then
-    local plan = r.plan > 0 and r.plan or now
-    nxt = plan + every
-    if nxt <= now then -- the run overran: skip the missed slots, no burst
-      nxt = plan + (math.floor((now - plan) / every) + 1) * every
-    end
+  if r.flag == 1 then -- a pause arrived during the run
+    r.st, r.owner, r.att = 'paused', NO_OWNER, 0
+    run_clear(r)
+    place(tk, id, r, now)
   else
-    nxt = now + every
+    if outcome == 'retry' or outcome == 'requeue' then
+      r.fire, r.st = tonumber(ARGV[a + 3]), r.att > 0 and 'retrying' or 'scheduled'
+    else -- a recurring run succeeded: its successor
+      r.fire, r.st = next_run(r, a), 'scheduled'
+      run_clear(r)
+      r.att = 0
+    end
+    hold_or_index(tk, id, r, ARGV[a + 4] == '1' and horizon or '-1', me)
   end
-  run_clear(r)
-  r.att = 0
-  return wait_for(nxt, 'scheduled')
+  head_put(tk, r)
+  return answer(r)
 end
 
 for i, tk in ipairs(KEYS) do one(tk, 6 + 9 * (i - 1)) end

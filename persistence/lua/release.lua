@@ -24,7 +24,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     n = n + 1
   elseif r and r.owner == ARGV[6] and r.st == 'firing' then
     r.owner = NO_OWNER
-    hist_add(tk, ARGV[3], ARGV[5])
+    hist_add(tk, r, ARGV[3], ARGV[5], nil)
     if r.flag == 0 then
       r.fire, r.st = now, 'retrying'
     else
@@ -33,7 +33,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     end
     place(tk, id, r, now)
     head_put(tk, r)
-    if r.st == 'cancelled' then expire_after(tk, ARGV[4]) end
+    if r.st == 'cancelled' then expire_after(tk, r, ARGV[4], false) end
     n = n + 1
   end
 end
