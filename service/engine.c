@@ -51,6 +51,7 @@
 #define PARK_MS 1000 /* retry a store write after Redis failed, this much later */
 #define MIGRATE_SLICE 256 /* keys of an earlier layout moved per call */
 #define ABSORB_MAX 256    /* claimed timers taken into the wheel per turn of the loop */
+#define START_MAX 64      /* attempts handed to curl per turn of the loop */
 
 /* The jobs of one partition whose begin (or finish) goes to Redis as one
  * call: gathered during a turn of the loop, sent at its end (flush). */
@@ -92,6 +93,7 @@ struct engine {
     dispatch *d;
     timers *tm;           /* the timer verbs (persistence/timers.h) */
     job *backlog, **backlog_tail; /* claimed, not yet in the wheel (absorb) */
+    job *starting, **starting_tail; /* begun, not yet handed to curl (start_some) */
     struct list_node all; /* every job held */
     uint32_t store_jobs;  /* jobs whose begin or finish call is in flight */
     job_batch **begins;   /* per partition: the begins gathered this turn (NULL: none) */
@@ -535,7 +537,24 @@ static void on_begun(engine *e, job *j)
         pump(e);
         return;
     }
-    start_attempt(e, j);
+    j->inbox_next = NULL; /* started a slice a turn (start_some) */
+    *e->starting_tail = j;
+    e->starting_tail = &j->inbox_next;
+}
+
+/* Starts up to START_MAX of the attempts whose begin Redis confirmed. A
+ * batch of begins answers hundreds at once; curl connects and sends only
+ * from the event loop, so adding them all before the loop turns would hold
+ * the first request back until the last was added. */
+static void start_some(engine *e)
+{
+    for (int k = 0; k < START_MAX && e->starting; k++) {
+        job *j = e->starting;
+        e->starting = j->inbox_next;
+        if (!e->starting)
+            e->starting_tail = &e->starting;
+        start_attempt(e, j);
+    }
 }
 
 /* Counts an outcome Redis has just confirmed recording (finish answered 1;
@@ -609,6 +628,15 @@ static void absorb(engine *e)
             e->backlog_tail = &e->backlog;
         on_claimed(e, j);
     }
+}
+
+/* Lets curl act on the attempts added so far when its deadline is due (it
+ * connects and sends only from its timeout or socket events). */
+static void kick_dispatch(engine *e)
+{
+    uint64_t cd = dispatch_deadline_us(e->d);
+    if (cd && cd <= clock_now_us())
+        dispatch_timeout(e->d);
 }
 
 static void drain_inbox(engine *e)
@@ -780,7 +808,7 @@ static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
         until = now_ms + (uint64_t)w;
     if (until > now_ms + 60000)
         until = now_ms + 60000;
-    if (e->backlog) /* claimed timers still to absorb: no sleep */
+    if (e->backlog || e->starting) /* claimed timers to absorb, attempts to start: no sleep */
         until = now_ms;
     uint64_t wake = until * 1000u, cd = dispatch_deadline_us(e->d);
     uint64_t token = e->limiter_next_us, soonest = clock_now_us() + e->cfg->tick_ms * 1000u;
@@ -820,9 +848,8 @@ static void poll_once(engine *e, uint64_t wake_us)
         }
     }
     drain_inbox(e);
-    uint64_t cd = dispatch_deadline_us(e->d);
-    if (cd && cd <= clock_now_us())
-        dispatch_timeout(e->d);
+    start_some(e);
+    kick_dispatch(e);
     flush(e);
 }
 
@@ -995,7 +1022,7 @@ static void shutdown_engine(engine *e)
             job_free(e, j);
     }
     uint64_t deadline = clock_now_ms() + e->cfg->shutdown_grace_ms;
-    while ((dispatch_running(e->d) || e->store_jobs || atomic_load(&e->pending_ops)) &&
+    while ((dispatch_running(e->d) || e->store_jobs || e->starting || atomic_load(&e->pending_ops)) &&
            clock_now_ms() < deadline)
         poll_once(e, clock_now_us() + 10000);
     dispatch_abort_all(e->d, abandon_cb, e);
@@ -1029,6 +1056,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     e->st = st;
     e->inbox_tail = &e->inbox;
     e->backlog_tail = &e->backlog;
+    e->starting_tail = &e->starting;
     list_init(&e->all);
     pthread_mutex_init(&e->mu, NULL);
     atomic_init(&e->stop, 0);
