@@ -280,20 +280,21 @@ static job_batch *batch_add(engine *e, job_batch **slot, uint32_t partition, job
 
 static void send_begins(engine *e, job_batch *b)
 {
-    timer_begin items[TIMERS_BATCH_MAX];
-    for (size_t i = 0; i < b->n; i++) {
+    size_t n = b->n; /* once sent, b is the writer thread's: its callback frees it */
+    timer_begin items[TIMERS_BATCH_MAX] = {{0}};
+    for (size_t i = 0; i < n; i++) {
         job *j = b->jobs[i];
         items[i] = (timer_begin){j->id, j->version, j->token, j->spec->every_ms != 0};
     }
-    if (timers_begin(e->tm, b->partition, b->n, items, begun_cb, b) < 0) {
-        for (size_t i = 0; i < b->n; i++) {
+    if (timers_begin(e->tm, b->partition, n, items, begun_cb, b) < 0) {
+        for (size_t i = 0; i < n; i++) {
             limiter_done(e->lim, &b->jobs[i]->lj);
             park(e, b->jobs[i]);
         }
         free(b);
         return;
     }
-    e->store_jobs += (uint32_t)b->n;
+    e->store_jobs += (uint32_t)n;
 }
 
 /* Gathers j's begin into its partition's batch (sent by flush, or now when
@@ -363,13 +364,14 @@ static void send_finishes(engine *e, job_batch *b)
                                   j->keep, s->every_ms, s->fixed_rate, s->times, j->next_delay_ms};
     }
     uint64_t now_ms = clock_now_ms();
-    if (timers_finish(e->tm, b->partition, now_ms, now_ms + e->cfg->window_ms, b->n, items, finished_cb, b) < 0) {
-        for (size_t i = 0; i < b->n; i++)
+    size_t n = b->n; /* once sent, b is the writer thread's: its callback frees it */
+    if (timers_finish(e->tm, b->partition, now_ms, now_ms + e->cfg->window_ms, n, items, finished_cb, b) < 0) {
+        for (size_t i = 0; i < n; i++)
             park(e, b->jobs[i]);
         free(b);
         return;
     }
-    e->store_jobs += (uint32_t)b->n;
+    e->store_jobs += (uint32_t)n;
 }
 
 /* Gathers j's outcome into its partition's batch. */
