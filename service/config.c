@@ -51,7 +51,7 @@ static const setting settings[] = {
     U("wheel-slots", wheel_slots, "4096", 2, 1u << 22, "timing wheel slots (a power of two)"),
     U("window-ms", window_ms, "5000", 100, 600000,
       "timers due within this window are claimed into memory; the loader sweeps every window/2"),
-    U("claim-batch", claim_batch, "256", 1, 4096, "timers claimed per partition per call of a sweep (a call holds Redis for about 4 us a timer)"),
+    U("claim-batch", claim_batch, "128", 1, 4096, "timers claimed per partition per call of a sweep (a call holds Redis for about 8 us a timer)"),
     U("partitions", partitions, "16", 1, 16384,
       "Redis partitions (hash tags); must be the same for every instance and never change"),
     U("max-inflight", max_inflight, "256", 1, 100000, "attempts in flight, all queues together"),
