@@ -37,6 +37,7 @@
 #include "dispatch.h"
 #include "job.h"
 #include "jsonesc.h"
+#include "instances.h"
 #include "keys.h"
 #include "limiter.h"
 #include "log.h"
@@ -947,12 +948,10 @@ static void op_done_cb(void *arg, const redisReply *r)
     wake(e);
 }
 
-/* Submits a plain command counted in pending_ops (shutdown waits for it). */
-static void command(engine *e, int argc, const char **argv)
+static void registered_cb(void *arg, int ok)
 {
-    atomic_fetch_add(&e->pending_ops, 1);
-    if (store_command(e->st, argc, argv, NULL, op_done_cb, e) < 0)
-        atomic_fetch_sub(&e->pending_ops, 1);
+    (void)ok;
+    op_done_cb(arg, NULL);
 }
 
 /* The instance lease (renewed by the watchdog from now on) and the registry
@@ -960,12 +959,13 @@ static void command(engine *e, int argc, const char **argv)
 static void register_instance(engine *e)
 {
     char lk[KEYS_MAX];
-    reaper_lease_key(lk, e->cfg->instance_id);
+    instances_lease_key(lk, e->cfg->instance_id);
     e->lease = watchdog_add(e->wd, lk, e->cfg->instance_id, e->cfg->lease_ttl_ms, 1);
     atomic_store(&e->lease_pub, e->lease);
     watchdog_run(e->wd, clock_now_ms());
-    const char *argv[] = {"SADD", REAPER_REGISTRY, e->cfg->instance_id};
-    command(e, 3, argv);
+    atomic_fetch_add(&e->pending_ops, 1); /* shutdown waits for it */
+    if (instances_register(e->st, e->cfg->instance_id, registered_cb, e) < 0)
+        atomic_fetch_sub(&e->pending_ops, 1);
 }
 
 /* After the claims were handed back: drop the lease. The registry entry

@@ -1,6 +1,7 @@
-/* reaper.c - one round: SMEMBERS the registry; for every other instance,
- * EXISTS its lease key; for each lease that is gone, run release on its
- * claimed set in every partition, then SREM it from the registry. */
+/* reaper.c - one round: list the registry; for every other instance, ask
+ * whether its lease is alive; for each lease that is gone, release its
+ * claims in every partition, then forget it (persistence/instances.h,
+ * persistence/timers.h). */
 #include "reaper.h"
 
 #include <errno.h>
@@ -11,7 +12,7 @@
 #include <string.h>
 
 #include "clock.h"
-#include "keys.h"
+#include "instances.h"
 #include "log.h"
 #include "xalloc.h"
 
@@ -29,10 +30,6 @@ typedef struct dead {
     atomic_llong handed;   /* timers handed back */
 } dead;
 
-void reaper_lease_key(char *buf, const char *id)
-{
-    snprintf(buf, KEYS_MAX, "hw:instance:%s", id);
-}
 
 reaper *reaper_create(store *st, timers *tm, const config *cfg)
 {
@@ -50,22 +47,18 @@ int reaper_busy(const reaper *r) { return atomic_load(&r->steps) > 0; }
 
 static void step_done(reaper *r) { atomic_fetch_sub(&r->steps, 1); }
 
-/* Submits one command of the round; on a synchronous failure the step is
- * not counted and cb is not called. */
-static int submit_eval(reaper *r, enum store_script s, int nkeys, int argc, const char **argv, store_reply_cb cb,
-                       void *arg)
+/* Counts a step of the round when its verb was queued (rc 0): the verb's
+ * callback ends it. */
+static int step(reaper *r, int rc)
 {
-    atomic_fetch_add(&r->steps, 1);
-    int rc = s == SCRIPT_COUNT ? store_command(r->st, argc, argv, NULL, cb, arg)
-                               : store_eval(r->st, s, nkeys, argc, argv, NULL, cb, arg);
     if (rc < 0)
         step_done(r);
     return rc;
 }
 
-static void forgotten_cb(void *arg, const redisReply *reply)
+static void forgotten_cb(void *arg, int ok)
 {
-    (void)reply;
+    (void)ok;
     step_done(arg);
 }
 
@@ -80,8 +73,8 @@ static void released_cb(void *arg, int status, long long n)
         long long total = atomic_load(&d->handed);
         LOG(LOG_INFO, "took over the claims of a lapsed instance", "\"instance\":\"%s\",\"timers\":%lld", d->id,
             total);
-        const char *argv[] = {"SREM", REAPER_REGISTRY, d->id};
-        submit_eval(r, SCRIPT_COUNT, 0, 3, argv, forgotten_cb, r);
+        atomic_fetch_add(&r->steps, 1);
+        (void)step(r, instances_forget(r->st, d->id, forgotten_cb, r));
         free(d);
     }
     step_done(r);
@@ -104,33 +97,30 @@ static void release_dead(reaper *r, dead *d)
         atomic_fetch_sub(&d->left, (int)(parts - sent));
 }
 
-static void exists_cb(void *arg, const redisReply *reply)
+static void alive_cb(void *arg, int alive)
 {
     dead *d = arg;
     reaper *r = d->r;
-    if (store_reply_int(reply, -1, -1) == 0)
+    if (alive == 0)
         release_dead(r, d);
     else
         free(d); /* alive, or Redis did not answer */
     step_done(r);
 }
 
-static void members_cb(void *arg, const redisReply *reply)
+static void members_cb(void *arg, size_t n, const char *const *ids)
 {
     reaper *r = arg;
-    for (size_t i = 0; reply && reply->type == REDIS_REPLY_ARRAY && i < reply->elements; i++) {
-        const char *id = store_reply_str(reply, (int)i, NULL);
-        if (!id || strcmp(id, r->cfg->instance_id) == 0 || strlen(id) >= sizeof ((dead *)0)->id)
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(ids[i], r->cfg->instance_id) == 0 || strlen(ids[i]) >= sizeof ((dead *)0)->id)
             continue;
         dead *d = xcalloc(1, sizeof *d);
         d->r = r;
-        snprintf(d->id, sizeof d->id, "%s", id);
+        snprintf(d->id, sizeof d->id, "%s", ids[i]);
         atomic_init(&d->left, 0);
         atomic_init(&d->handed, 0);
-        char lk[KEYS_MAX];
-        reaper_lease_key(lk, id);
-        const char *argv[] = {"EXISTS", lk};
-        if (submit_eval(r, SCRIPT_COUNT, 0, 2, argv, exists_cb, d) < 0)
+        atomic_fetch_add(&r->steps, 1);
+        if (step(r, instances_alive(r->st, d->id, alive_cb, d)) < 0)
             free(d);
     }
     step_done(r);
@@ -140,6 +130,6 @@ int reaper_run(reaper *r)
 {
     if (reaper_busy(r))
         return -EBUSY;
-    const char *argv[] = {"SMEMBERS", REAPER_REGISTRY};
-    return submit_eval(r, SCRIPT_COUNT, 0, 2, argv, members_cb, r);
+    atomic_fetch_add(&r->steps, 1);
+    return step(r, instances_list(r->st, members_cb, r));
 }

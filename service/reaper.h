@@ -16,7 +16,6 @@
 #include "store.h"
 #include "timers.h"
 
-#define REAPER_REGISTRY "hw:instances" /* set of instance ids that may hold claims */
 
 typedef struct reaper reaper; /* opaque */
 
@@ -29,7 +28,5 @@ int reaper_run(reaper *r);
 /* 1 while a round is running. */
 int reaper_busy(const reaper *r);
 
-/* Writes the lease key of instance id into buf (KEYS_MAX bytes). */
-void reaper_lease_key(char *buf, const char *id);
 
 #endif
