@@ -167,6 +167,18 @@ static void add_arg(args *a, const char *s, size_t len)
 
 static void arg_str(args *a, const char *s) { add_arg(a, s ? s : "", s ? strlen(s) : 0); }
 
+/* The arena's free end, for a key builder to write into (KEYS_MAX bytes
+ * left: the callers size the arena so). */
+static char *arena_end(args *a) { return a->arena + a->used; }
+
+/* Adds what a key builder just wrote at arena_end (len bytes) as the next
+ * argument. */
+static void arg_built(args *a, size_t len)
+{
+    add_arg(a, a->arena + a->used, len);
+    a->used += len + 1;
+}
+
 /* Appends a text made by fmt into the arena (the caller sized it). */
 __attribute__((format(printf, 2, 3))) static void arg_fmt(args *a, const char *fmt, ...)
 {
@@ -350,10 +362,7 @@ static int one_timer(timers *t, const char *verb, enum store_script s, const cha
 static void args_timer(timers *t, args *a, const char *id, int more)
 {
     args_init(a, 1 + more, KEYS_MAX + (size_t)more * 24 + 64);
-    char *k = a->arena;
-    size_t len = keys_timer(k, timers_partition(t, id), id);
-    add_arg(a, k, len);
-    a->used = len + 1;
+    arg_built(a, keys_timer(arena_end(a), timers_partition(t, id), id));
 }
 
 int timers_get(timers *t, const char *id, timers_view_cb cb, void *arg)
@@ -546,25 +555,13 @@ int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t li
 {
     args a;
     args_init(&a, 8, 4 * KEYS_MAX + 64);
-    char *k = a.arena;
-    size_t n = keys_namespaces(k, partition);
-    add_arg(&a, k, n);
-    a.used = n + 1;
-    k = a.arena + a.used;
-    n = keys_claimed(k, partition, t->tag);
-    add_arg(&a, k, n);
-    a.used += n + 1;
-    k = a.arena + a.used;
-    n = keys_lastclaim(k, partition, t->tag);
-    add_arg(&a, k, n);
-    a.used += n + 1;
+    arg_built(&a, keys_namespaces(arena_end(&a), partition));
+    arg_built(&a, keys_claimed(arena_end(&a), partition, t->tag));
+    arg_built(&a, keys_lastclaim(arena_end(&a), partition, t->tag));
     arg_u64(&a, horizon_ms);
     arg_u64(&a, limit);
     arg_str(&a, t->tag);
-    k = a.arena + a.used;
-    n = keys_timer_prefix(k, partition);
-    add_arg(&a, k, n);
-    a.used += n + 1;
+    arg_built(&a, keys_timer_prefix(arena_end(&a), partition));
     arg_str(&a, replay ? "1" : "0");
     return submit_batch(t, SCRIPT_CLAIM, 3, &a, claim_done, batch_new((void *)cb, arg, 0));
 }
@@ -589,10 +586,7 @@ static void arg_timer_keys(args *a, uint32_t partition, size_t n, const void *it
 {
     for (size_t i = 0; i < n; i++) {
         const char *id = *(const char *const *)((const char *)items + i * stride);
-        char *k = a->arena + a->used;
-        size_t len = keys_timer(k, partition, id);
-        add_arg(a, k, len);
-        a->used += len + 1;
+        arg_built(a, keys_timer(arena_end(a), partition, id));
     }
 }
 
@@ -676,12 +670,8 @@ int timers_migrate(timers *t, uint32_t partition, uint32_t limit, timers_migrate
 {
     args a;
     args_init(&a, 3, 2 * KEYS_MAX + 24);
-    add_arg(&a, a.arena, (size_t)snprintf(a.arena, KEYS_MAX, "hw:{%" PRIu32 "}:due", partition));
-    a.used = a.len[0] + 1;
-    char *k = a.arena + a.used;
-    size_t n = keys_timer_prefix(k, partition);
-    add_arg(&a, k, n);
-    a.used += n + 1;
+    arg_fmt(&a, "hw:{%" PRIu32 "}:due", partition); /* the layout before the waiting index was the due set */
+    arg_built(&a, keys_timer_prefix(arena_end(&a), partition));
     arg_u64(&a, limit);
     return submit_batch(t, SCRIPT_MIGRATE, 1, &a, migrate_done, batch_new((void *)cb, arg, partition));
 }
@@ -707,20 +697,11 @@ uint32_t timers_release(timers *t, const char *instance, const char *why, uint64
     for (uint32_t p = 0; p < t->partitions; p++) {
         args a;
         args_init(&a, 11, 5 * KEYS_MAX + 1024 + 2 * strlen(why) + 2 * strlen(instance));
-        char *k = a.arena;
-        size_t n = keys_claimed(k, p, tag);
-        add_arg(&a, k, n);
-        a.used = n + 1;
-        k = a.arena + a.used;
-        n = keys_lastclaim(k, p, tag);
-        add_arg(&a, k, n);
-        a.used += n + 1;
+        arg_built(&a, keys_claimed(arena_end(&a), p, tag));
+        arg_built(&a, keys_lastclaim(arena_end(&a), p, tag));
         arg_fmt(&a, "hw:{%" PRIu32 "}:claimed:%s", p, instance);   /* the layout before this one */
         arg_fmt(&a, "hw:{%" PRIu32 "}:lastclaim:%s", p, instance);
-        k = a.arena + a.used;
-        n = keys_timer_prefix(k, p);
-        add_arg(&a, k, n);
-        a.used += n + 1;
+        arg_built(&a, keys_timer_prefix(arena_end(&a), p));
         arg_u64(&a, now_ms);
         arg_fmt(&a,
                 "{\"at\":\"%s\",\"duration_ms\":0,\"status\":null,\"error\":\"attempt interrupted: %s\","
