@@ -22,9 +22,6 @@
 -- last one examined (last_score, last_id; '' when none was).
 local asc = ARGV[2] == 'asc'
 local limit, budget, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[7]), tonumber(ARGV[10])
--- The head and the tail up to the queue: request id and queue are at most
--- 255 bytes each (_record.lua).
-local PEEK = HEAD + 8 + 255 + 14 + 255
 
 -- The rank just after the cursor in key, whether or not its entry is there.
 local function start_rank(key)
@@ -81,15 +78,6 @@ local function belongs(r, held, id)
   return id_ns(id) == ARGV[8] and waiting_state(r) == ARGV[9]
 end
 
--- The decoded head of tkey and a prefix of its record that tail_decode
--- reads, or nil; an older layout is read whole (rec_get upgrades it).
-local function peek(tkey)
-  local v = redis.call('GETRANGE', tkey, 0, PEEK - 1)
-  if v == '' then return nil end
-  if string.byte(v, 1) ~= MAGIC then return rec_get(tkey) end
-  return head_decode(v), v
-end
-
 local out, found, scanned, bytes, stale = {0, '', ''}, 0, 0, 0, {}
 while found < limit and scanned < budget and bytes < max_bytes do
   local best, bid, bsc
@@ -107,7 +95,7 @@ while found < limit and scanned < budget and bytes < max_bytes do
   local score = best.buf[best.i + 1]
   best.i, best.rank, scanned = best.i + 2, best.rank + 1, scanned + 1
   out[2], out[3] = score, bid
-  local r, pre = peek(ARGV[1] .. bid)
+  local r, pre = rec_peek(ARGV[1] .. bid)
   if not r then
     if not best.held then stale[#stale + 1] = bid end -- its record expired: drop the entry after the scan
   elseif belongs(r, best.held, bid) then
