@@ -43,8 +43,8 @@
 #define LIST_MAX_LIMIT 1000
 #define LIST_QUEUE_BUDGET 10 /* with a queue filter, examine up to limit x this per partition */
 /* Entries one partition's call examines at most, whatever the limit and
- * filter: about 5 us each, so a call holds Redis for a few milliseconds. */
-#define LIST_SCAN_BUDGET 500
+ * filter: about 5 us each, so a call holds Redis for about a millisecond. */
+#define LIST_SCAN_BUDGET 256
 #define KEY_ID_MAX 200
 
 static const struct {
