@@ -18,12 +18,17 @@
 
 #include "clock.h"
 #include "log.h"
+#include "nsgate.h"
 #include "xalloc.h"
 
-#define DL_BATCH 1000 /* failed timers examined per partition per call */
+/* Failed timers replayed or purged per partition per call (five times as
+ * many examined at most): about 10 us each, so a call holds Redis for a few
+ * milliseconds. */
+#define DL_BATCH 200
 
 typedef struct dl_ctx {
     http_req *r;
+    char *ns;            /* the caller's namespace, entered in the gate */
     const char *op;      /* "replay" or "purge" */
     atomic_int refs;     /* one per partition command, one for the submitter */
     atomic_int failed;   /* a partition got no reply, or a command was not queued */
@@ -35,6 +40,7 @@ static void dl_unref(dl_ctx *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
+    nsgate_leave(c->ns); /* before the answer: a client that asks again at once finds room */
     if (atomic_load(&c->failed)) {
         http_respond_problem(c->r, 503, "Redis is unreachable; some dead letters may have been handled. "
                              "Retry later.", NULL, NULL, 1);
@@ -45,6 +51,7 @@ static void dl_unref(dl_ctx *c)
             (long long)atomic_load(&c->done));
         http_respond_json(c->r, 200, doc, NULL);
     }
+    free(c->ns);
     free(c);
 }
 
@@ -103,9 +110,12 @@ static void dead_letters(http_req *r, api *a, const char *op)
     char queue[65];
     if (parse_body(r, queue, sizeof queue) < 0)
         return;
+    if (nsgate_admit(r, (unsigned)a->cfg->max_expensive_per_namespace) < 0)
+        return;
     uint32_t parts = (uint32_t)a->cfg->partitions;
     dl_ctx *c = xcalloc(1, sizeof *c);
     c->r = r;
+    c->ns = xstrdup(http_req_namespace(r));
     c->op = op;
     atomic_init(&c->refs, (int)parts + 1);
     atomic_init(&c->failed, 0);

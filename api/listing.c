@@ -6,13 +6,23 @@
  * layout). A page asks every partition, in one pipelined round, for up to
  * `limit` entries after the cursor, and merges the answers: a k-way merge
  * pagination. A partition that stopped before its end (it had more, or hit
- * its scan budget) bounds the page at the last entry it examined, so
+ * its scan or byte budget) bounds the page at the last entry it examined, so
  * nothing past that is returned before the entries of that partition that
  * come first; the cursor is the position of the last entry returned (or of
  * that bound), a (score, id) pair, which stays valid while entries come and
  * go. A page therefore costs partitions x limit entries, never a scan of
  * everything, and each entry is returned once as long as it stays in its
  * state.
+ *
+ * Cost bounds, so one client's listings cannot hold Redis or memory from
+ * everyone else: a partition's call examines at most LIST_SCAN_BUDGET
+ * entries whatever the limit and filter, and returns records of at most
+ * about list_max_bytes / partitions bytes; the page's text stops before it
+ * would pass list_max_bytes (after its first timer), and its cursor is then
+ * the last timer listed. A page that ran out of budget has fewer than
+ * `limit` timers and a next_cursor. A namespace has at most
+ * max_expensive_per_namespace listings and dead-letter calls in flight
+ * (nsgate.h); beyond that the answer is 429.
  *
  * Handler on a libmicrohttpd thread; replies on the store's writer thread;
  * whichever side drops the last reference merges and answers. */
@@ -26,11 +36,15 @@
 #include <string.h>
 
 #include "log.h"
+#include "nsgate.h"
 #include "xalloc.h"
 
 #define LIST_DEFAULT_LIMIT 100
 #define LIST_MAX_LIMIT 1000
 #define LIST_QUEUE_BUDGET 10 /* with a queue filter, examine up to limit x this per partition */
+/* Entries one partition's call examines at most, whatever the limit and
+ * filter: about 5 us each, so a call holds Redis for about a millisecond. */
+#define LIST_SCAN_BUDGET 256
 #define KEY_ID_MAX 200
 
 static const struct {
@@ -54,8 +68,10 @@ typedef struct item {
 
 typedef struct list_ctx {
     http_req *r;
+    char *ns;          /* the caller's namespace, entered in the gate */
     int asc;
     uint32_t limit;
+    size_t max_bytes;  /* the page's text stops growing past this */
     atomic_int refs;   /* one per partition command, one for the submitter */
     atomic_int failed; /* a partition got no reply, or a command was not queued */
     item *items;
@@ -135,6 +151,7 @@ static void answer(list_ctx *c)
     size_t cap = 64, len = 0;
     char *out = xmalloc(cap);
     len += (size_t)snprintf(out, cap, "{\"items\":[");
+    int cut = 0; /* the page is full: it ends at the last timer listed */
     for (size_t i = 0; i < keep; i++) {
         size_t tlen = 0;
         const item *it = &c->items[i];
@@ -144,6 +161,12 @@ static void answer(list_ctx *c)
                       : NULL;
         if (!t)
             continue;
+        if (out[len - 1] != '[' && len + tlen + 1 + sizeof "],\"next_cursor\":\"\"}" + KEY_ID_MAX + 32 > c->max_bytes) {
+            free(t);
+            keep = i;
+            cut = 1;
+            break;
+        }
         if (len + tlen + 2 > cap) {
             while (len + tlen + 2 > cap)
                 cap *= 2;
@@ -156,7 +179,7 @@ static void answer(list_ctx *c)
         free(t);
     }
     char cur[KEY_ID_MAX + 32] = "";
-    if (keep == c->limit && keep > 0)
+    if ((cut || keep == c->limit) && keep > 0)
         cursor_text(&c->items[keep - 1].at, cur, sizeof cur);
     else if (c->bounded)
         cursor_text(&c->bound, cur, sizeof cur);
@@ -172,6 +195,7 @@ static void ctx_unref(list_ctx *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
+    nsgate_leave(c->ns); /* before the answer: a client that asks again at once finds room */
     if (atomic_load(&c->failed))
         http_respond_problem(c->r, 503, "Redis is unreachable. Retry later.", NULL, NULL, 1);
     else
@@ -179,6 +203,7 @@ static void ctx_unref(list_ctx *c)
     for (size_t i = 0; i < c->n; i++)
         free(c->items[i].raw);
     free(c->items);
+    free(c->ns);
     free(c);
 }
 
@@ -246,10 +271,14 @@ void api_timer_list(http_req *r, const char *const *params, void *app)
     pos cur;
     if (parse_query(r, &asc, &state, &limit, &cur, &has_cur) < 0)
         return;
+    if (nsgate_admit(r, (unsigned)a->cfg->max_expensive_per_namespace) < 0)
+        return;
     const char *queue = http_req_query(r, "queue");
     uint32_t parts = (uint32_t)a->cfg->partitions;
     list_ctx *c = xcalloc(1, sizeof *c);
     c->r = r;
+    c->ns = xstrdup(http_req_namespace(r));
+    c->max_bytes = (size_t)a->cfg->list_max_bytes;
     c->asc = asc;
     c->limit = limit;
     atomic_init(&c->refs, (int)parts + 1);
@@ -259,11 +288,14 @@ void api_timer_list(http_req *r, const char *const *params, void *app)
      * held in the claimed zsets (list.lua), as a queue filter steps over
      * other queues. */
     uint32_t budget = queue || asc ? limit * LIST_QUEUE_BUDGET : limit;
+    if (budget > LIST_SCAN_BUDGET)
+        budget = LIST_SCAN_BUDGET;
+    uint64_t part_bytes = a->cfg->list_max_bytes / parts;
     if (has_cur)
         snprintf(score, sizeof score, "%lld", cur.score);
     for (uint32_t p = 0; p < parts; p++) {
         if (timers_list(a->tm, p, http_req_namespace(r), state, asc, has_cur ? score : NULL, cur.id, limit, queue,
-                        budget, list_cb, c) < 0) { /* the writer still answers those already queued */
+                        budget, part_bytes ? part_bytes : 1, list_cb, c) < 0) { /* the writer still answers those already queued */
             atomic_fetch_sub(&c->refs, (int)(parts - p));
             atomic_store(&c->failed, 1);
             break;

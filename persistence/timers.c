@@ -431,10 +431,10 @@ static void list_done(void *arg, const redisReply *r)
 
 int timers_list(timers *t, uint32_t partition, const char *ns, const char *state, int asc,
                 const char *cursor_score, const char *cursor_id, uint32_t limit, const char *queue,
-                uint32_t budget, timers_list_cb cb, void *arg)
+                uint32_t budget, uint64_t max_bytes, timers_list_cb cb, void *arg)
 {
     args a;
-    args_init(&a, 10, 2 * KEYS_MAX + 64);
+    args_init(&a, 11, 2 * KEYS_MAX + 96);
     char *ik = a.arena;
     size_t n = keys_index(ik, partition, ns, state);
     add_arg(&a, ik, n);
@@ -451,6 +451,7 @@ int timers_list(timers *t, uint32_t partition, const char *ns, const char *state
     arg_u64(&a, budget);
     arg_str(&a, ns);
     arg_str(&a, state);
+    arg_u64(&a, max_bytes);
     list_ctx *c = xmalloc(sizeof *c);
     *c = (list_ctx){cb, arg};
     int rc = submit(t, SCRIPT_LIST, 1, &a, list_done, c);

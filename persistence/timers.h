@@ -114,8 +114,10 @@ int timers_control(timers *t, const char *id, const char *op, uint64_t now_ms, i
 /* One partition's part of a listing page (list.lua): up to limit timers of
  * namespace ns in state, after the cursor (cursor_score NULL: from the
  * start), asc (soonest due first) or newest first, of queue (NULL: any),
- * examining at most budget entries. more: the partition has entries after
- * (last_score, last_id), the last one examined. */
+ * examining at most budget entries and stopping once the records returned
+ * reach max_bytes (at least one match is returned when one is found).
+ * more: the partition has entries after (last_score, last_id), the last
+ * one examined. */
 typedef struct timer_listed {
     const char *id;       /* key id */
     const char *score;    /* its position's score */
@@ -128,7 +130,8 @@ typedef void (*timers_list_cb)(void *arg, int status, int more, const char *last
                                size_t n, const timer_listed *items);
 int timers_list(timers *t, uint32_t partition, const char *ns, const char *state, int asc,
                 const char *cursor_score, const char *cursor_id, uint32_t limit, const char *queue,
-                uint32_t budget, timers_list_cb cb, void *arg) __attribute__((warn_unused_result));
+                uint32_t budget, uint64_t max_bytes, timers_list_cb cb, void *arg)
+    __attribute__((warn_unused_result));
 
 /* Replays ("replay") or purges ("purge") up to limit dead letters of
  * namespace ns in one partition (queue NULL: any). done: how many; more: 1

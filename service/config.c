@@ -104,6 +104,12 @@ static const setting settings[] = {
       "watchdog leases: largest ttl_ms a lease may ask for (the smallest is 300)"),
     U("lease-tick-ms", lease_tick_ms, "50", 5, 1000,
       "watchdog leases: each instance looks for due renewals at least this often (and whenever one falls due)"),
+    U("list-max-bytes", list_max_bytes, "4194304", 65536, 1u << 30,
+      "GET /timers: a page stops adding timers once its text would pass this (it always holds one); "
+      "next_cursor continues after the last timer listed"),
+    U("max-expensive-per-namespace", max_expensive_per_namespace, "4", 1, 10000,
+      "listings (GET /timers) and dead-letter replays and purges in flight at once per namespace; "
+      "beyond it the API answers 429 with Retry-After"),
 };
 #define NSETTINGS (sizeof settings / sizeof settings[0])
 

@@ -60,6 +60,8 @@ typedef struct config {
     char *lease_prefix;       /* watchdog leases: Redis key = lease_prefix + lease id */
     uint64_t lease_max_ttl_ms;
     uint64_t lease_tick_ms;   /* the lease worker looks at the schedule at least this often */
+    uint64_t list_max_bytes;  /* a listing page's text stops growing past this */
+    uint64_t max_expensive_per_namespace; /* listings and dead-letter calls in flight per namespace */
 } config;
 
 /* Fills cfg from defaults, then the environment, then argv. Returns 0; 1

@@ -102,6 +102,18 @@ local function rec_get(tkey)
   return head_decode(v), v
 end
 
+-- The decoded head of tkey and a prefix of its record long enough for
+-- tail_decode (request id and queue are at most 255 bytes each), or nil: a
+-- timer examined without copying its spec. An older layout is read whole
+-- (rec_get upgrades it).
+local PEEK = HEAD + 8 + 255 + 14 + 255
+local function rec_peek(tkey)
+  local v = redis.call('GETRANGE', tkey, 0, PEEK - 1)
+  if v == '' then return nil end
+  if string.byte(v, 1) ~= MAGIC then return rec_get(tkey) end
+  return head_decode(v), v
+end
+
 -- Writes the head in place; a finished timer keeps its retention countdown.
 local function head_put(tkey, r)
   redis.call('SETRANGE', tkey, 0, head_encode(r))

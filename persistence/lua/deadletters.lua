@@ -1,19 +1,20 @@
 -- deadletters: replay or purge one partition's failed timers of a namespace
 -- (its failed listing index), optionally of one queue, at most `limit` of
--- them per call so Redis is never held long.
+-- them per call, examining at most 5 x limit entries (from a prefix of each
+-- record: the spec is never copied), so Redis is never held long.
 -- KEYS: 1 the namespace's failed index (hw:{P}:ix:<ns>:failed), 2 failed zset
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 'replay' | 'purge', 3 queue ('' any),
 --       4 now_ms, 5 limit
 -- Returns {done, more}: more is 1 when failed timers may be left.
 local done, examined, rank, limit = 0, 0, 0, tonumber(ARGV[5])
-local more = 0
-while examined < limit do
-  local ids = redis.call('ZREVRANGE', KEYS[1], rank, rank + math.min(limit - examined, 200) - 1)
+local budget, more = 5 * limit, 0
+while done < limit and examined < budget do
+  local ids = redis.call('ZREVRANGE', KEYS[1], rank, rank + math.min(limit - done, budget - examined, 200) - 1)
   if #ids == 0 then break end
   for _, id in ipairs(ids) do
     examined = examined + 1
     local tk = ARGV[1] .. id
-    local r, v = rec_get(tk)
+    local r, v = rec_peek(tk)
     if not r or r.st ~= 'failed' then
       redis.call('ZREM', KEYS[1], id) -- expired or moved on: not a dead letter
     elseif ARGV[3] == '' or tail_decode(v).queue == ARGV[3] then

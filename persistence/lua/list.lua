@@ -7,17 +7,21 @@
 -- while one does (see the prelude), so an 'asc' listing merges the index
 -- with every claimed zset of the partition, taking from those only the
 -- namespace's timers that wait in (or fire from) the state listed. At most
--- `budget` entries are examined, so a page never costs more than that
--- whatever the filter.
+-- `budget` entries are examined, and the call stops once the records it
+-- returns reach `max_bytes` (it always returns at least one match it finds),
+-- so one call holds Redis for a bounded time whatever the filter, the
+-- records' size or the number of entries sharing a score: an entry is
+-- examined from a prefix of its record (the head and the queue), and only a
+-- match is read whole.
 -- KEYS: 1 the index zset
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 'asc' | 'desc', 3 cursor score
 --       ('' for the first page), 4 cursor key id, 5 limit, 6 queue ('' any),
---       7 budget, 8 the namespace, 9 the state
+--       7 budget, 8 the namespace, 9 the state, 10 max_bytes
 -- Returns {more, last_score, last_id, id, score, record, history, ...} for up
 -- to limit matches; more is 1 when the sources hold entries after the
 -- last one examined (last_score, last_id; '' when none was).
 local asc = ARGV[2] == 'asc'
-local limit, budget = tonumber(ARGV[5]), tonumber(ARGV[7])
+local limit, budget, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[7]), tonumber(ARGV[10])
 
 -- The rank just after the cursor in key, whether or not its entry is there.
 local function start_rank(key)
@@ -27,12 +31,17 @@ local function start_rank(key)
   if sc and tonumber(sc) == cs then
     return (asc and redis.call('ZRANK', key, cid) or redis.call('ZREVRANK', key, cid)) + 1
   end
-  local n = asc and redis.call('ZCOUNT', key, '-inf', '(' .. ARGV[3])
-                or redis.call('ZCOUNT', key, '(' .. ARGV[3], '+inf')
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', key, ARGV[3], ARGV[3])) do
-    if (asc and id <= cid) or (not asc and id >= cid) then n = n + 1 end
+  -- Ranks lo..hi-1 hold the cursor's score, their ids in order: a binary
+  -- search over them (O(log n) calls, however many share the score).
+  local lo = asc and redis.call('ZCOUNT', key, '-inf', '(' .. ARGV[3])
+                 or redis.call('ZCOUNT', key, '(' .. ARGV[3], '+inf')
+  local hi = lo + redis.call('ZCOUNT', key, ARGV[3], ARGV[3])
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local id = (asc and redis.call('ZRANGE', key, mid, mid) or redis.call('ZREVRANGE', key, mid, mid))[1]
+    if (asc and id <= cid) or (not asc and id >= cid) then lo = mid + 1 else hi = mid end
   end
-  return n
+  return lo
 end
 
 -- A source: a zset read in order from a rank, up to 200 entries at a time
@@ -69,8 +78,8 @@ local function belongs(r, held, id)
   return id_ns(id) == ARGV[8] and waiting_state(r) == ARGV[9]
 end
 
-local out, found, scanned, stale = {0, '', ''}, 0, 0, {}
-while found < limit and scanned < budget do
+local out, found, scanned, bytes, stale = {0, '', ''}, 0, 0, 0, {}
+while found < limit and scanned < budget and bytes < max_bytes do
   local best, bid, bsc
   for _, s in ipairs(sources) do
     local id, sc = head(s)
@@ -86,16 +95,18 @@ while found < limit and scanned < budget do
   local score = best.buf[best.i + 1]
   best.i, best.rank, scanned = best.i + 2, best.rank + 1, scanned + 1
   out[2], out[3] = score, bid
-  local r, raw = rec_get(ARGV[1] .. bid)
+  local r, pre = rec_peek(ARGV[1] .. bid)
   if not r then
     if not best.held then stale[#stale + 1] = bid end -- its record expired: drop the entry after the scan
   elseif belongs(r, best.held, bid) then
-    if ARGV[6] == '' or tail_decode(raw).queue == ARGV[6] then
+    if ARGV[6] == '' or tail_decode(pre).queue == ARGV[6] then
+      local raw = redis.call('GET', ARGV[1] .. bid)
+      local hist = redis.call('GET', hist_key(ARGV[1] .. bid)) or ''
       out[#out + 1] = bid
       out[#out + 1] = score
       out[#out + 1] = raw
-      out[#out + 1] = redis.call('GET', hist_key(ARGV[1] .. bid)) or ''
-      found = found + 1
+      out[#out + 1] = hist
+      found, bytes = found + 1, bytes + #raw + #hist
     end
   elseif not best.held then
     stale[#stale + 1] = bid -- an index entry of a timer that moved on
