@@ -435,14 +435,8 @@ int timers_list(timers *t, uint32_t partition, const char *ns, const char *state
 {
     args a;
     args_init(&a, 11, 2 * KEYS_MAX + 96);
-    char *ik = a.arena;
-    size_t n = keys_index(ik, partition, ns, state);
-    add_arg(&a, ik, n);
-    a.used = n + 1;
-    char *tp = a.arena + a.used;
-    n = keys_timer_prefix(tp, partition);
-    add_arg(&a, tp, n);
-    a.used += n + 1;
+    arg_built(&a, keys_index(arena_end(&a), partition, ns, state));
+    arg_built(&a, keys_timer_prefix(arena_end(&a), partition));
     arg_str(&a, asc ? "asc" : "desc");
     arg_str(&a, cursor_score ? cursor_score : "");
     arg_str(&a, cursor_score ? cursor_id : "");
@@ -481,18 +475,9 @@ int timers_deadletters(timers *t, uint32_t partition, const char *ns, const char
 {
     args a;
     args_init(&a, 7, 3 * KEYS_MAX + 64);
-    char *k = a.arena;
-    size_t n = keys_index(k, partition, ns, "failed");
-    add_arg(&a, k, n);
-    a.used = n + 1;
-    k = a.arena + a.used;
-    n = keys_failed(k, partition);
-    add_arg(&a, k, n);
-    a.used += n + 1;
-    k = a.arena + a.used;
-    n = keys_timer_prefix(k, partition);
-    add_arg(&a, k, n);
-    a.used += n + 1;
+    arg_built(&a, keys_index(arena_end(&a), partition, ns, "failed"));
+    arg_built(&a, keys_failed(arena_end(&a), partition));
+    arg_built(&a, keys_timer_prefix(arena_end(&a), partition));
     arg_str(&a, op);
     arg_str(&a, queue);
     arg_u64(&a, now_ms);
