@@ -287,6 +287,7 @@ static void send_begins(engine *e, job_batch *b)
         job *j = b->jobs[i];
         items[i] = (timer_begin){j->id, j->version, j->token, j->spec->every_ms != 0};
     }
+    size_t n = b->n; /* begun_cb may free b on the store thread before timers_begin returns */
     if (timers_begin(e->tm, b->partition, b->n, items, begun_cb, b) < 0) {
         for (size_t i = 0; i < b->n; i++) {
             limiter_done(e->lim, &b->jobs[i]->lj);
@@ -295,7 +296,7 @@ static void send_begins(engine *e, job_batch *b)
         free(b);
         return;
     }
-    e->store_jobs += (uint32_t)b->n;
+    e->store_jobs += (uint32_t)n;
 }
 
 /* Gathers j's begin into its partition's batch (sent by flush, or now when
@@ -365,13 +366,14 @@ static void send_finishes(engine *e, job_batch *b)
                                   j->keep, s->every_ms, s->fixed_rate, s->times, j->next_delay_ms};
     }
     uint64_t now_ms = clock_now_ms();
+    size_t n = b->n; /* finished_cb may free b on the store thread before timers_finish returns */
     if (timers_finish(e->tm, b->partition, now_ms, now_ms + e->cfg->window_ms, b->n, items, finished_cb, b) < 0) {
         for (size_t i = 0; i < b->n; i++)
             park(e, b->jobs[i]);
         free(b);
         return;
     }
-    e->store_jobs += (uint32_t)b->n;
+    e->store_jobs += (uint32_t)n;
 }
 
 /* Gathers j's outcome into its partition's batch. */
