@@ -1,11 +1,15 @@
-/* queues.c - GET /queues, GET and PUT /queues/{name}: a namespace's queue
- * controls (parallelism, pause, dispatch rate).
+/* queues.c - GET /queues, GET, PUT and DELETE /queues/{name}: a
+ * namespace's queue controls (parallelism, pause, dispatch rate).
  *
  * The settings live in Redis under the queue's name "<namespace>/<queue>"
  * (or "<queue>" when the API is open); persistence/queues.h owns how. Every
- * engine reads them every QUEUES_POLL_MS and applies them to its limiter,
- * so a PUT holds on every instance within a second. A queue without a field has the defaults:
- * HOOKWHEEL_QUEUE_PARALLELISM, not paused, no rate limit. */
+ * engine asks the settings' change feed every QUEUES_POLL_MS and applies
+ * what changed to its limiter, so a PUT or DELETE holds on every instance
+ * within a second. A queue without a field has the defaults:
+ * HOOKWHEEL_QUEUE_PARALLELISM, not paused, no rate limit. At most
+ * HOOKWHEEL_MAX_QUEUES fields exist, all namespaces together: a PUT of a
+ * new queue beyond them answers 409 and stores nothing (the check and the
+ * write are one Redis function). */
 #include "api.h"
 
 #include <errno.h>
@@ -178,6 +182,13 @@ static void put_cb(void *arg, const queues_reply *reply)
     queue_ctx *c = arg;
     if (reply->status != QUEUES_OK) {
         api_respond_unavailable(c->r);
+    } else if (reply->put == QUEUES_PUT_FULL) {
+        char detail[200];
+        snprintf(detail, sizeof detail,
+                 "Too many queues have controls: at most %" PRIu64 " (HOOKWHEEL_MAX_QUEUES). Nothing was stored; "
+                 "DELETE /queues/{name} the controls of a queue that no longer needs them.",
+                 c->a->cfg->max_queues);
+        http_respond_problem(c->r, 409, detail, NULL, NULL, 0);
     } else {
         const char *slash = strrchr(c->field, '/');
         LOG(LOG_INFO, "queue settings changed", "\"queue\":\"%s\",\"parallelism\":%u,\"paused\":%s,\"rate\":%g",
@@ -197,7 +208,36 @@ void api_queue_put(http_req *r, const char *const *params, void *app)
         free(c);
         return;
     }
-    int rc = queues_put(a->st, c->field, &c->cfg, put_cb, c);
+    int rc = queues_put(a->st, c->field, &c->cfg, a->cfg->max_queues, put_cb, c);
+    if (rc < 0) {
+        api_respond_submit_error(r, rc);
+        free(c);
+    }
+}
+
+/* ---- DELETE /queues/{name} ---- */
+
+static void delete_cb(void *arg, const queues_reply *reply)
+{
+    queue_ctx *c = arg;
+    if (reply->status != QUEUES_OK) {
+        api_respond_unavailable(c->r);
+    } else if (!reply->found) {
+        http_respond_problem(c->r, 404, "This queue has no stored controls: it has the defaults.", NULL, NULL, 0);
+    } else {
+        LOG(LOG_INFO, "queue settings deleted", "\"queue\":\"%s\"", c->field);
+        http_respond_json(c->r, 204, NULL, NULL);
+    }
+    free(c);
+}
+
+void api_queue_delete(http_req *r, const char *const *params, void *app)
+{
+    api *a = app;
+    queue_ctx *c = ctx_new(r, a, params[0]);
+    if (!c)
+        return;
+    int rc = queues_delete(a->st, c->field, delete_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
         free(c);

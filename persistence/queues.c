@@ -12,7 +12,11 @@
 #define QUEUES_KEY "hw:queues"
 #define VALUE_MAX 64
 
-enum op { OP_LIST, OP_GET, OP_PUT };
+/* queues.lua's keys, in its KEYS order */
+static const char *const fn_keys[] = {QUEUES_KEY, QUEUES_KEY ":version", QUEUES_KEY ":changes", QUEUES_KEY ":floor"};
+#define NKEYS 4
+
+enum op { OP_LIST, OP_GET, OP_PUT, OP_DELETE, OP_FEED };
 
 typedef struct call {
     enum op op;
@@ -40,15 +44,20 @@ static int parse_value(const char *text, queue_controls *c)
     return 0;
 }
 
-/* HGETALL's flat {field, value, ...} into entries (the caller frees them). */
-static queues_entry *decode_list(const redisReply *r, size_t *n)
+/* A flat {field, value, ...} from element `from` on into entries (the
+ * caller frees them). keep_absent: a nil or malformed value gives an entry
+ * that is not present (the feed's deleted fields); otherwise it is left out. */
+static queues_entry *decode_list(const redisReply *r, size_t from, int keep_absent, size_t *n)
 {
     queues_entry *e = xcalloc(r->elements / 2 + 1, sizeof *e);
     *n = 0;
-    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+    for (size_t i = from; i + 1 < r->elements; i += 2) {
         size_t flen;
         const char *f = store_reply_str(r, (int)i, &flen), *v = store_reply_str(r, (int)i + 1, NULL);
-        if (!f || !v || parse_value(v, &e[*n].controls) < 0)
+        if (!f)
+            continue;
+        e[*n].present = v && parse_value(v, &e[*n].controls) == 0;
+        if (!e[*n].present && !keep_absent)
             continue;
         e[*n].field = f;
         e[*n].field_len = flen;
@@ -64,6 +73,9 @@ static int expected(enum op op, const redisReply *r)
         return r->type == REDIS_REPLY_ARRAY;
     if (op == OP_GET)
         return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL;
+    if (op == OP_FEED)
+        return r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+               (r->elements == 1 || (r->element[1]->type == REDIS_REPLY_INTEGER && r->elements % 2 == 0));
     return r->type == REDIS_REPLY_INTEGER;
 }
 
@@ -79,19 +91,41 @@ static void reply_cb(void *arg, const redisReply *r)
     else
         out.status = QUEUES_OK;
     if (out.status == QUEUES_OK && c->op == OP_LIST)
-        out.entries = entries = decode_list(r, &out.n);
+        out.entries = entries = decode_list(r, 0, 0, &out.n);
     if (out.status == QUEUES_OK && c->op == OP_GET && r->type == REDIS_REPLY_STRING)
         out.found = parse_value(r->str, &out.controls) == 0;
+    if (out.status == QUEUES_OK && c->op == OP_PUT)
+        out.put = r->integer < 0 ? QUEUES_PUT_FULL : r->integer > 0 ? QUEUES_PUT_CREATED : QUEUES_PUT_REPLACED;
+    if (out.status == QUEUES_OK && c->op == OP_DELETE)
+        out.found = r->integer > 0;
+    if (out.status == QUEUES_OK && c->op == OP_FEED) {
+        out.version = r->element[0]->integer;
+        if (r->elements > 1) {
+            out.full = r->element[1]->integer != 0;
+            out.entries = entries = decode_list(r, 2, !out.full, &out.n);
+        }
+    }
     c->cb(c->arg, &out);
     free(entries);
     free(c);
 }
 
-static int submit(store *st, enum op op, int argc, const char **argv, queues_reply_cb cb, void *arg)
+/* A plain command (fn 0) or queues.lua with argv after its keys (fn 1). */
+static int submit(store *st, enum op op, int fn, int argc, const char **argv, queues_reply_cb cb, void *arg)
 {
     call *c = xmalloc(sizeof *c);
     *c = (call){op, cb, arg};
-    int rc = store_command(st, argc, argv, NULL, reply_cb, c);
+    int rc;
+    if (fn) {
+        const char *v[NKEYS + 4];
+        for (int i = 0; i < NKEYS; i++)
+            v[i] = fn_keys[i];
+        for (int i = 0; i < argc; i++)
+            v[NKEYS + i] = argv[i];
+        rc = store_eval(st, SCRIPT_QUEUES, NKEYS, NKEYS + argc, v, NULL, reply_cb, c);
+    } else {
+        rc = store_command(st, argc, argv, NULL, reply_cb, c);
+    }
     if (rc < 0)
         free(c);
     return rc;
@@ -100,19 +134,34 @@ static int submit(store *st, enum op op, int argc, const char **argv, queues_rep
 int queues_list(store *st, queues_reply_cb cb, void *arg)
 {
     const char *argv[] = {"HGETALL", QUEUES_KEY};
-    return submit(st, OP_LIST, 2, argv, cb, arg);
+    return submit(st, OP_LIST, 0, 2, argv, cb, arg);
 }
 
 int queues_get(store *st, const char *field, queues_reply_cb cb, void *arg)
 {
     const char *argv[] = {"HGET", QUEUES_KEY, field};
-    return submit(st, OP_GET, 3, argv, cb, arg);
+    return submit(st, OP_GET, 0, 3, argv, cb, arg);
 }
 
-int queues_put(store *st, const char *field, const queue_controls *c, queues_reply_cb cb, void *arg)
+int queues_put(store *st, const char *field, const queue_controls *c, uint64_t cap, queues_reply_cb cb, void *arg)
 {
-    char value[VALUE_MAX];
+    char value[VALUE_MAX], capbuf[24];
     format_value(c, value, sizeof value);
-    const char *argv[] = {"HSET", QUEUES_KEY, field, value};
-    return submit(st, OP_PUT, 4, argv, cb, arg);
+    snprintf(capbuf, sizeof capbuf, "%llu", (unsigned long long)cap);
+    const char *argv[] = {"put", field, value, capbuf};
+    return submit(st, OP_PUT, 1, 4, argv, cb, arg);
+}
+
+int queues_delete(store *st, const char *field, queues_reply_cb cb, void *arg)
+{
+    const char *argv[] = {"del", field};
+    return submit(st, OP_DELETE, 1, 2, argv, cb, arg);
+}
+
+int queues_feed(store *st, int64_t since, queues_reply_cb cb, void *arg)
+{
+    char buf[24];
+    snprintf(buf, sizeof buf, "%lld", (long long)(since < 0 ? -1 : since));
+    const char *argv[] = {"feed", buf};
+    return submit(st, OP_FEED, 1, 2, argv, cb, arg);
 }

@@ -6,6 +6,15 @@
  * knows the queue by), value "<parallelism> <paused 0|1> <dispatches per
  * second, 0: no limit>". A queue without a field has the defaults.
  *
+ * Change feed: every put and delete (one Redis function, queues.lua) also
+ * bumps a version counter (QUEUES_KEY ":version") and records the field in
+ * a change log (zset QUEUES_KEY ":changes", the last 1024 writes; the
+ * highest version trimmed from it in QUEUES_KEY ":floor"), so an engine
+ * polls with queues_feed: one cheap call when nothing changed, the changed
+ * fields when it is behind by less than the log, the whole hash otherwise.
+ * A tool that writes the hash directly must bump the version too (INCR
+ * "hw:queues:version"); engines read the whole hash when they start.
+ *
  * Threads and ownership: any thread may call a verb. A verb that returns 0
  * calls its callback exactly once, later, on the store's writer thread
  * (store.h); one that returns a negative errno (-EAGAIN, -ESHUTDOWN) never
@@ -35,18 +44,30 @@ enum queues_status {
     QUEUES_OK
 };
 
+/* put's outcome */
+enum queues_put_result {
+    QUEUES_PUT_REPLACED = 0, /* the field held controls already */
+    QUEUES_PUT_CREATED,      /* a new field */
+    QUEUES_PUT_FULL          /* refused: the hash holds `cap` fields; nothing written */
+};
+
 typedef struct queues_entry {
     const char *field; /* NUL-terminated */
     size_t field_len;
-    queue_controls controls;
+    queue_controls controls; /* when present */
+    int present; /* feed: 0 when the field was deleted (or holds a malformed value): the defaults */
 } queues_entry;
 
 typedef struct queues_reply {
     enum queues_status status;
-    int found;               /* get: the field holds well-formed controls */
+    int found;               /* get: the field holds well-formed controls; delete: a field was deleted */
+    enum queues_put_result put; /* put */
+    int64_t version;         /* feed: the version the entries bring the reader to */
+    int full;                /* feed: entries are the whole hash (fields not in it have the defaults) */
     queue_controls controls; /* get, when found */
     size_t n;                /* list: entries */
-    const queues_entry *entries; /* list: every field whose value is well formed, in the hash's order */
+    const queues_entry *entries; /* list: every field whose value is well formed, in the hash's order;
+                                  * feed: see queues_feed */
 } queues_reply;
 
 typedef void (*queues_reply_cb)(void *arg, const queues_reply *r);
@@ -57,8 +78,22 @@ int queues_list(store *st, queues_reply_cb cb, void *arg) __attribute__((warn_un
 /* One queue's controls; found is 0 when it has none (or a malformed value). */
 int queues_get(store *st, const char *field, queues_reply_cb cb, void *arg) __attribute__((warn_unused_result));
 
-/* Replaces one queue's controls with *c (copied before it returns). */
-int queues_put(store *st, const char *field, const queue_controls *c, queues_reply_cb cb, void *arg)
+/* Replaces one queue's controls with *c (copied before it returns), unless
+ * the field is new and the hash already holds cap fields (r->put says
+ * which). Bumps the version. */
+int queues_put(store *st, const char *field, const queue_controls *c, uint64_t cap, queues_reply_cb cb, void *arg)
     __attribute__((warn_unused_result));
+
+/* Deletes one queue's controls (the queue goes back to the defaults); found
+ * is 1 when there were any. Bumps the version when it deleted. */
+int queues_delete(store *st, const char *field, queues_reply_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* What changed after version `since` (-1: nothing read yet). r->version is
+ * the version now. When it equals since, n is 0 and nothing changed. Else,
+ * when r->full, the entries are the whole hash (every field not among them
+ * has the defaults; malformed values are left out); else they are the
+ * fields written after since, each present with its controls or not
+ * present (deleted or malformed: the defaults). */
+int queues_feed(store *st, int64_t since, queues_reply_cb cb, void *arg) __attribute__((warn_unused_result));
 
 #endif

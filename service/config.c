@@ -56,6 +56,9 @@ static const setting settings[] = {
       "Redis partitions (hash tags); must be the same for every instance and never change"),
     U("max-inflight", max_inflight, "256", 1, 100000, "attempts in flight, all queues together"),
     U("queue-parallelism", queue_parallelism, "64", 1, 100000, "attempts in flight per queue"),
+    U("max-queues", max_queues, "10000", 1, 10000000,
+      "queues with stored controls (PUT /queues/{name}), all namespaces together; a PUT of a new one beyond it "
+      "answers 409"),
     U("max-body-bytes", max_body_bytes, "65536", 1024, 16u << 20, "largest API request body (413 beyond)"),
     U("max-url-bytes", max_url_bytes, "2048", 16, 65536, "longest target URL"),
     U("max-headers", max_headers, "32", 0, 1000, "most headers per timer"),

@@ -81,7 +81,7 @@ struct engine {
     pthread_mutex_t mu; /* guards the inbox and queues_pending */
     job *inbox, **inbox_tail;
     struct queue_settings *queues_pending; /* read from Redis, not yet applied */
-    atomic_int queues_polling;             /* the hash read is in flight */
+    atomic_int queues_polling;             /* a feed read is in flight or not yet applied */
     atomic_int stop;
     atomic_int accepting;
     atomic_int pending_ops; /* sweeps and releases in flight */
@@ -101,6 +101,8 @@ struct engine {
     job_batch **finishes; /* per partition: the finishes gathered this turn */
     uint64_t limiter_next_us; /* a rate-limited queue's next token (UINT64_MAX: none) */
     uint64_t next_queues_ms;  /* next read of the queue settings */
+    int64_t queues_version;   /* the settings' version applied (-1: none yet) */
+    uint32_t queues_mark;     /* the mark of the last full read (limiter_reset_unmarked) */
     uint64_t next_sweep_ms;
     int sweep_more;       /* a partition returned a full batch: sweep again at once */
     uint64_t rng;
@@ -877,50 +879,69 @@ static void run(engine *e)
     }
 }
 
-/* ---- queue controls (queuecfg.h) ---- */
+/* ---- queue controls (queuecfg.h) ----
+ *
+ * Every QUEUES_POLL_MS the engine asks the change feed (queues_feed) what
+ * changed since the version it applied last: nothing (one small call: the
+ * usual case, however many queues are configured), the fields written since
+ * (applied one by one; a deleted one goes back to the defaults), or, at
+ * start or when too far behind, the whole hash (applied, then every
+ * configured queue not in it goes back to the defaults). A poll is in
+ * flight until its settings are applied, so the next asks from the version
+ * they brought. */
 
 typedef struct queue_settings {
+    int64_t version;
+    int full;
     size_t n;
     struct {
         char field[QUEUECFG_FIELD_MAX];
+        int present; /* 0: deleted, the defaults */
         queuecfg cfg;
     } q[];
 } queue_settings;
 
-/* Store thread: the settings read; hands them to the engine. */
+/* Store thread: the feed's answer; hands what changed to the engine. */
 static void queues_cb(void *arg, const queues_reply *r)
 {
     engine *e = arg;
-    if (r->status == QUEUES_OK) {
-        queue_settings *qs = xmalloc(sizeof *qs + r->n * sizeof qs->q[0]);
-        qs->n = 0;
-        for (size_t i = 0; i < r->n; i++) {
-            if (r->entries[i].field_len >= QUEUECFG_FIELD_MAX)
-                continue;
-            memcpy(qs->q[qs->n].field, r->entries[i].field, r->entries[i].field_len + 1);
-            qs->q[qs->n].cfg = r->entries[i].controls;
-            qs->n++;
-        }
-        pthread_mutex_lock(&e->mu);
-        free(e->queues_pending);
-        e->queues_pending = qs;
-        pthread_mutex_unlock(&e->mu);
-        wake(e);
+    if (r->status != QUEUES_OK || r->version == e->queues_version) {
+        atomic_store(&e->queues_polling, 0);
+        return;
     }
-    atomic_store(&e->queues_polling, 0);
+    queue_settings *qs = xmalloc(sizeof *qs + r->n * sizeof qs->q[0]);
+    qs->version = r->version;
+    qs->full = r->full;
+    qs->n = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->entries[i].field_len >= QUEUECFG_FIELD_MAX)
+            continue;
+        memcpy(qs->q[qs->n].field, r->entries[i].field, r->entries[i].field_len + 1);
+        qs->q[qs->n].present = r->entries[i].present;
+        qs->q[qs->n].cfg = r->entries[i].controls;
+        qs->n++;
+    }
+    pthread_mutex_lock(&e->mu);
+    free(e->queues_pending);
+    e->queues_pending = qs;
+    pthread_mutex_unlock(&e->mu);
+    wake(e); /* queues_polling stays set until apply_queue_settings */
 }
 
+/* Also frees the limiter's idle queues (limiter_drop_idle) once a poll:
+ * nothing here holds an lqueue across turns of the loop. */
 static void poll_queue_settings(engine *e, uint64_t now)
 {
     if (now < e->next_queues_ms || atomic_exchange(&e->queues_polling, 1))
         return;
     e->next_queues_ms = now + QUEUES_POLL_MS;
-    if (queues_list(e->st, queues_cb, e) < 0)
+    limiter_drop_idle(e->lim);
+    if (queues_feed(e->st, e->queues_version, queues_cb, e) < 0)
         atomic_store(&e->queues_polling, 0);
 }
 
-/* Applies the latest settings read, if any, to the limiter's queues; a
- * queue no longer in the hash keeps what it had (PUT is the only writer). */
+/* Applies what the last poll found changed, if anything, to the limiter's
+ * queues, touching only the queues whose controls differ. */
 static void apply_queue_settings(engine *e)
 {
     pthread_mutex_lock(&e->mu);
@@ -930,13 +951,28 @@ static void apply_queue_settings(engine *e)
     if (!qs)
         return;
     uint64_t now_us = clock_now_us();
+    if (qs->full)
+        e->queues_mark = e->queues_mark == UINT32_MAX ? 1 : e->queues_mark + 1;
+    uint32_t mark = e->queues_mark ? e->queues_mark : 1;
     for (size_t i = 0; i < qs->n; i++) {
         lqueue *q = limiter_queue(e->lim, qs->q[i].field);
-        limiter_set_queue_cap(e->lim, q, qs->q[i].cfg.parallelism);
-        limiter_set_queue_paused(e->lim, q, qs->q[i].cfg.paused);
-        limiter_set_queue_rate(e->lim, q, qs->q[i].cfg.rate, now_us);
+        const queuecfg *c = &qs->q[i].cfg;
+        if (!qs->q[i].present) {
+            limiter_reset_queue(e->lim, q, now_us);
+            continue;
+        }
+        if (limiter_queue_cap(q) != c->parallelism)
+            limiter_set_queue_cap(e->lim, q, c->parallelism);
+        if (limiter_queue_paused(q) != c->paused)
+            limiter_set_queue_paused(e->lim, q, c->paused);
+        limiter_set_queue_rate(e->lim, q, c->rate, now_us); /* a no-op when unchanged */
+        limiter_configure_queue(e->lim, q, mark);
     }
+    if (qs->full)
+        limiter_reset_unmarked(e->lim, mark, now_us);
+    e->queues_version = qs->version;
     free(qs);
+    atomic_store(&e->queues_polling, 0);
     pump(e);
 }
 
@@ -1065,6 +1101,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     atomic_init(&e->accepting, 1);
     atomic_init(&e->pending_ops, 0);
     atomic_init(&e->queues_polling, 0);
+    e->queues_version = -1;
     e->limiter_next_us = UINT64_MAX;
     atomic_init(&e->resident, 0);
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng)

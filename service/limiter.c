@@ -35,8 +35,19 @@
  * gave 0 on x86-64: a wake-up every microsecond).
  *
  * Queues are found by name in a chained hash table (FNV-1a, power-of-two
- * buckets, doubled when the load passes 1). Names are short and queues few
- * (hundreds at most), and each queue is one allocation with its name inline.
+ * buckets, doubled when the load passes 1); each queue is one allocation
+ * with its name inline. A queue lives while it is needed: while it has a
+ * job waiting or in flight, or is configured (holds stored controls,
+ * limiter_configure_queue), or has controls other than the defaults. The
+ * moment it is none of these (limiter_done, limiter_remove,
+ * limiter_reset_queue) it joins the idle list, and limiter_drop_idle frees
+ * every queue on it that is still idle: it holds exactly what a new queue
+ * would, so nothing is lost, and the table holds the configured queues plus
+ * the busy ones, not every name ever seen. Freeing only there keeps every
+ * lqueue pointer valid until the caller's next limiter_drop_idle, and a
+ * queue that is busy again by then is kept. A job lets go of its queue when
+ * it is done or removed (j->q = NULL), so no job points at a freed queue;
+ * limiter_queue finds or creates it again.
  */
 #include "limiter.h"
 
@@ -51,11 +62,13 @@ struct lqueue {
     struct list_node ring; /* link in limiter.eligible; self-linked when not eligible */
     struct lqueue *hnext;  /* hash chain */
     struct list_node limited; /* link in limiter.limited while rate > 0 */
+    struct list_node idle;    /* link in limiter.idle: was idle once since the last limiter_drop_idle */
     uint32_t hash;
     uint32_t cap;
     uint32_t inflight;
     uint32_t waiting;
     int paused;
+    uint32_t mark;   /* 0: not configured; else the mark of its last limiter_configure_queue */
     double rate;     /* starts per second; 0: no limit */
     double tokens;   /* 0..bucket capacity (limiter_tick) */
     uint64_t refilled_us;
@@ -68,6 +81,7 @@ struct limiter {
     uint32_t nqueues;
     struct list_node eligible; /* ring of eligible queues, next to serve first */
     struct list_node limited;  /* queues with a rate limit */
+    struct list_node idle;     /* queues that became idle (limiter_drop_idle) */
     uint32_t global_cap;
     uint32_t default_cap;
     uint32_t inflight;
@@ -106,6 +120,7 @@ limiter *limiter_create(uint32_t global_cap, uint32_t default_queue_cap)
     l->default_cap = default_queue_cap;
     list_init(&l->eligible);
     list_init(&l->limited);
+    list_init(&l->idle);
     return l;
 }
 
@@ -150,9 +165,55 @@ static lqueue *queue_new(limiter *l, const char *name, uint32_t hash)
     list_init(&q->fifo);
     list_init(&q->ring);
     list_init(&q->limited);
+    list_init(&q->idle);
     q->hash = hash;
     q->cap = l->default_cap;
     return q;
+}
+
+/* 1 when nothing needs q any more: no job waiting or in flight, not
+ * configured and with the defaults (so not rate-limited: on no list but
+ * its hash chain and the idle list). */
+static int idle(const limiter *l, const lqueue *q)
+{
+    return !q->waiting && !q->inflight && !q->mark && q->cap == l->default_cap && !q->paused && q->rate <= 0;
+}
+
+/* Puts q on the idle list when it is idle (limiter_drop_idle frees it). */
+static void note_idle(limiter *l, lqueue *q)
+{
+    if (idle(l, q) && !list_linked(&q->idle))
+        list_insert_tail(&l->idle, &q->idle);
+}
+
+static void drop(limiter *l, lqueue *q)
+{
+    lqueue **p = &l->buckets[q->hash & (l->nbuckets - 1)];
+    while (*p != q)
+        p = &(*p)->hnext;
+    *p = q->hnext;
+    if (list_linked(&q->ring))
+        list_remove(&q->ring);
+    if (list_linked(&q->limited))
+        list_remove(&q->limited);
+    if (list_linked(&q->idle))
+        list_remove(&q->idle);
+    l->nqueues--;
+    free(q);
+}
+
+size_t limiter_drop_idle(limiter *l)
+{
+    size_t n = 0;
+    struct list_node *node;
+    while ((node = list_pop_head(&l->idle))) {
+        lqueue *q = container_of(node, lqueue, idle);
+        if (idle(l, q)) {
+            drop(l, q);
+            n++;
+        }
+    }
+    return n;
 }
 
 lqueue *limiter_queue(limiter *l, const char *name)
@@ -235,6 +296,46 @@ uint64_t limiter_tick(limiter *l, uint64_t now_us, uint64_t period_us)
     return next;
 }
 
+void limiter_configure_queue(limiter *l, lqueue *q, uint32_t mark)
+{
+    (void)l;
+    q->mark = mark ? mark : 1;
+}
+
+void limiter_reset_queue(limiter *l, lqueue *q, uint64_t now_us)
+{
+    q->mark = 0;
+    q->cap = l->default_cap;
+    q->paused = 0;
+    limiter_set_queue_rate(l, q, 0, now_us);
+    queue_update(l, q);
+    note_idle(l, q);
+}
+
+size_t limiter_reset_unmarked(limiter *l, uint32_t mark, uint64_t now_us)
+{
+    size_t n = 0;
+    for (uint32_t b = 0; b < l->nbuckets; b++) {
+        lqueue *q = l->buckets[b], *next;
+        for (; q; q = next) {
+            next = q->hnext;
+            if (q->mark && q->mark != mark) {
+                limiter_reset_queue(l, q, now_us);
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+int limiter_queue_configured(const lqueue *q) { return q->mark != 0; }
+
+uint32_t limiter_queue_cap(const lqueue *q) { return q->cap; }
+
+double limiter_queue_rate(const lqueue *q) { return q->rate; }
+
+uint32_t limiter_queue_count(const limiter *l) { return l->nqueues; }
+
 int limiter_queue_paused(const lqueue *q) { return q->paused; }
 
 void ljob_init(ljob *j)
@@ -278,9 +379,12 @@ void limiter_done(limiter *l, ljob *j)
     if (!j->running)
         return;
     j->running = 0;
-    j->q->inflight--;
+    lqueue *q = j->q;
+    j->q = NULL;
+    q->inflight--;
     l->inflight--;
-    queue_update(l, j->q);
+    queue_update(l, q);
+    note_idle(l, q);
 }
 
 int limiter_remove(limiter *l, ljob *j)
@@ -288,9 +392,12 @@ int limiter_remove(limiter *l, ljob *j)
     if (j->running || !list_linked(&j->node))
         return 0;
     list_remove(&j->node);
-    j->q->waiting--;
+    lqueue *q = j->q;
+    j->q = NULL;
+    q->waiting--;
     l->waiting--;
-    queue_update(l, j->q);
+    queue_update(l, q);
+    note_idle(l, q);
     return 1;
 }
 

@@ -9,6 +9,7 @@
 #ifndef HW_LIMITER_H
 #define HW_LIMITER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "list.h"
@@ -29,9 +30,31 @@ limiter *limiter_create(uint32_t global_cap, uint32_t default_queue_cap);
 /* Frees the limiter and its queues; jobs are the caller's. NULL is a no-op. */
 void limiter_free(limiter *l);
 
-/* Returns the queue named `name`, creating it on first use. The limiter keeps
- * its own copy of the name. */
+/* Returns the queue named `name`, creating it (with the defaults) when the
+ * limiter has none. The limiter keeps its own copy of the name. A queue is
+ * kept while it has jobs waiting or in flight, is configured or has other
+ * controls than the defaults; limiter_drop_idle frees the others, so an
+ * lqueue pointer is valid until the next limiter_drop_idle call. */
 lqueue *limiter_queue(limiter *l, const char *name);
+
+/* Marks q configured (it holds stored controls: kept while idle) with mark
+ * (0 counts as 1), for limiter_reset_unmarked. */
+void limiter_configure_queue(limiter *l, lqueue *q, uint32_t mark);
+
+/* Gives q the defaults again (the creation parallelism, not paused, no
+ * rate limit) and unmarks it (limiter_drop_idle may then free it). */
+void limiter_reset_queue(limiter *l, lqueue *q, uint64_t now_us);
+
+/* Frees every queue that became idle since the last call (no job waiting or
+ * in flight, not configured, the defaults) and still is; every lqueue
+ * pointer the caller held is then void. Cost: the queues that became idle.
+ * Returns how many it freed. */
+size_t limiter_drop_idle(limiter *l);
+
+/* limiter_reset_queue on every configured queue whose mark is not `mark`
+ * (after a full read of the stored controls marked each queue found).
+ * O(queues). Returns how many it reset. */
+size_t limiter_reset_unmarked(limiter *l, uint32_t mark, uint64_t now_us);
 
 /* Changes a queue's parallelism (>= 1). Lowering it never stops running jobs. */
 void limiter_set_queue_cap(limiter *l, lqueue *q, uint32_t cap);
@@ -58,6 +81,10 @@ void limiter_set_queue_rate(limiter *l, lqueue *q, double per_s, uint64_t now_us
 uint64_t limiter_tick(limiter *l, uint64_t now_us, uint64_t period_us);
 
 int limiter_queue_paused(const lqueue *q);
+int limiter_queue_configured(const lqueue *q);
+uint32_t limiter_queue_cap(const lqueue *q);
+double limiter_queue_rate(const lqueue *q);
+uint32_t limiter_queue_count(const limiter *l); /* queues held: configured or busy */
 
 /* Initialises j so that limiter_remove on it is a safe no-op. */
 void ljob_init(ljob *j);

@@ -11,7 +11,7 @@
 
 #include "persistence/queues.h"
 
-#define QUEUES_POLL_MS 500          /* every engine reads the hash this often */
+#define QUEUES_POLL_MS 500          /* every engine asks the change feed (queues_feed) this often */
 #define QUEUECFG_FIELD_MAX 136      /* 64 + '/' + 64 + NUL, rounded up */
 /* max_dispatches_per_second is 0 (no limit) or in [QUEUECFG_MIN_RATE,
  * QUEUECFG_MAX_RATE]: one start per 1000 s at the slowest, and no faster than

@@ -479,6 +479,118 @@ static void test_a_zero_rate_is_no_limit_and_asks_for_no_wake_up(void **state)
     limiter_free(l);
 }
 
+/* ---- dropping idle queues ---- */
+
+static void test_an_idle_default_queue_is_dropped_and_found_again_by_name(void **state)
+{
+    (void)state;
+    limiter *l = limiter_create(4, 2);
+    tjob a, b;
+    lqueue *q = limiter_queue(l, "once");
+    push(l, q, &a, 1);
+    assert_int_equal(limiter_queue_count(l), 1);
+    assert_int_equal(limiter_drop_idle(l), 0); /* waiting: kept */
+    assert_ptr_equal(pop(l), &a);
+    assert_int_equal(limiter_drop_idle(l), 0); /* in flight: kept */
+    limiter_done(l, &a.j);
+    assert_null(a.j.q); /* the job let go of its queue */
+    assert_int_equal(limiter_queue_count(l), 1);
+    assert_int_equal(limiter_drop_idle(l), 1);
+    assert_int_equal(limiter_queue_count(l), 0);
+    limiter_done(l, &a.j); /* done twice: still a no-op */
+    assert_int_equal(limiter_remove(l, &a.j), 0);
+
+    /* Removed while waiting: dropped too. */
+    q = limiter_queue(l, "once");
+    push(l, q, &b, 2);
+    assert_int_equal(limiter_remove(l, &b.j), 1);
+    assert_int_equal(limiter_drop_idle(l), 1);
+    assert_int_equal(limiter_queue_count(l), 0);
+    limiter_free(l);
+}
+
+static void test_a_queue_busy_again_before_the_drop_is_kept(void **state)
+{
+    (void)state;
+    limiter *l = limiter_create(4, 2);
+    tjob a, b;
+    lqueue *q = limiter_queue(l, "q");
+    push(l, q, &a, 1);
+    assert_ptr_equal(pop(l), &a);
+    limiter_done(l, &a.j); /* idle for a moment */
+    assert_ptr_equal(limiter_queue(l, "q"), q);
+    push(l, q, &b, 2); /* busy again */
+    assert_int_equal(limiter_drop_idle(l), 0);
+    assert_int_equal(limiter_queue_count(l), 1);
+    assert_ptr_equal(pop(l), &b);
+    limiter_done(l, &b.j);
+    assert_int_equal(limiter_drop_idle(l), 1);
+    limiter_free(l);
+}
+
+static void test_configured_or_changed_queues_are_kept_until_reset(void **state)
+{
+    (void)state;
+    limiter *l = limiter_create(4, 2);
+    tjob a, b;
+    lqueue *conf = limiter_queue(l, "conf"), *capped = limiter_queue(l, "capped");
+    limiter_configure_queue(l, conf, 7);
+    limiter_set_queue_cap(l, capped, 1);
+    push(l, conf, &a, 1);
+    push(l, capped, &b, 2);
+    pop(l);
+    pop(l);
+    limiter_done(l, &a.j);
+    limiter_done(l, &b.j);
+    assert_int_equal(limiter_drop_idle(l), 0); /* configured, and not the defaults */
+    assert_int_equal(limiter_queue_count(l), 2);
+    assert_true(limiter_queue_configured(conf));
+
+    /* A full read that no longer has "conf" (mark 8) resets it; dropped next. */
+    lqueue *other = limiter_queue(l, "other");
+    limiter_configure_queue(l, other, 8);
+    assert_int_equal(limiter_reset_unmarked(l, 8, 0), 1);
+    assert_false(limiter_queue_configured(conf));
+    assert_true(limiter_queue_configured(other));
+    assert_int_equal(limiter_drop_idle(l), 1);
+    assert_int_equal(limiter_queue_count(l), 2); /* capped, other */
+
+    /* Reset of a rate-limited, paused queue: back to the defaults, then dropped. */
+    limiter_set_queue_rate(l, other, 5, 0);
+    limiter_set_queue_paused(l, other, 1);
+    limiter_reset_queue(l, other, 0);
+    assert_int_equal(limiter_queue_cap(other), 2);
+    assert_false(limiter_queue_paused(other));
+    assert_true(limiter_queue_rate(other) == 0);
+    assert_int_equal(limiter_tick(l, 1000, TICK_US), UINT64_MAX); /* off the rate-limited list */
+    assert_int_equal(limiter_drop_idle(l), 1);
+    assert_int_equal(limiter_queue_count(l), 1);
+    limiter_free(l);
+}
+
+static void test_many_one_off_queues_leave_nothing_behind(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    limiter *l = limiter_create(8, 2);
+    char name[32];
+    for (int i = 0; i < N; i++) {
+        tjob t;
+        snprintf(name, sizeof name, "one-off-%d", i);
+        push(l, limiter_queue(l, name), &t, i);
+        tjob *got = pop(l);
+        assert_ptr_equal(got, &t);
+        limiter_done(l, &t.j);
+        if (i % 1000 == 999)
+            limiter_drop_idle(l);
+    }
+    limiter_drop_idle(l);
+    assert_int_equal(limiter_queue_count(l), 0);
+    assert_int_equal(limiter_inflight(l), 0);
+    assert_int_equal(limiter_waiting(l), 0);
+    limiter_free(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -496,6 +608,10 @@ int main(void)
         cmocka_unit_test(test_a_tiny_rate_waits_at_most_the_longest_wait_and_never_spins),
         cmocka_unit_test(test_a_huge_rate_keeps_its_average_when_woken_once_a_tick),
         cmocka_unit_test(test_a_zero_rate_is_no_limit_and_asks_for_no_wake_up),
+        cmocka_unit_test(test_an_idle_default_queue_is_dropped_and_found_again_by_name),
+        cmocka_unit_test(test_a_queue_busy_again_before_the_drop_is_kept),
+        cmocka_unit_test(test_configured_or_changed_queues_are_kept_until_reset),
+        cmocka_unit_test(test_many_one_off_queues_leave_nothing_behind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

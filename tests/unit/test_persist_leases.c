@@ -70,10 +70,14 @@ typedef struct got {
     enum queues_status qstatus;
     int found;
     queue_controls controls;
+    enum queues_put_result put;
+    int64_t version;
+    int full;
     size_t n;
     struct {
         char field[64];
         queue_controls controls;
+        int present;
     } entry[MAX_ACTIONS];
 } got;
 
@@ -143,10 +147,14 @@ static void queues_cb(void *arg, const queues_reply *r)
     g.qstatus = r->status;
     g.found = r->found;
     g.controls = r->controls;
+    g.put = r->put;
+    g.version = r->version;
+    g.full = r->full;
     g.n = r->n;
     for (size_t i = 0; i < r->n && i < MAX_ACTIONS; i++) {
         copy(g.entry[i].field, sizeof g.entry[i].field, r->entries[i].field);
         g.entry[i].controls = r->entries[i].controls;
+        g.entry[i].present = r->entries[i].present;
     }
     signal_call();
 }
@@ -597,7 +605,8 @@ static void test_queue_controls_round_trip_and_malformed_values_are_left_out(voi
 
     queue_controls c = {.parallelism = 3, .paused = 1, .rate = 2.5};
     got_reset();
-    queues_call(queues_put(st, "ns/mail", &c, queues_cb, NULL));
+    queues_call(queues_put(st, "ns/mail", &c, 10, queues_cb, NULL));
+    assert_int_equal(g.put, QUEUES_PUT_CREATED);
     got_reset();
     queues_call(queues_get(st, "ns/mail", queues_cb, NULL));
     assert_true(g.found);
@@ -614,6 +623,86 @@ static void test_queue_controls_round_trip_and_malformed_values_are_left_out(voi
     assert_int_equal(g.n, 1);
     assert_string_equal(g.entry[0].field, "ns/mail");
     assert_int_equal(g.entry[0].controls.parallelism, 3);
+}
+
+static void test_queue_put_beyond_the_cap_stores_nothing_and_delete_answers_whether_it_deleted(void **state)
+{
+    (void)state;
+    queue_controls c = {.parallelism = 2};
+    got_reset();
+    queues_call(queues_put(st, "a", &c, 2, queues_cb, NULL));
+    assert_int_equal(g.put, QUEUES_PUT_CREATED);
+    got_reset();
+    queues_call(queues_put(st, "b", &c, 2, queues_cb, NULL));
+    assert_int_equal(g.put, QUEUES_PUT_CREATED);
+    got_reset();
+    queues_call(queues_put(st, "c", &c, 2, queues_cb, NULL));
+    assert_int_equal(g.put, QUEUES_PUT_FULL);
+    got_reset();
+    queues_call(queues_get(st, "c", queues_cb, NULL));
+    assert_false(g.found);
+    c.parallelism = 5; /* replacing an existing field is not refused at the cap */
+    got_reset();
+    queues_call(queues_put(st, "a", &c, 2, queues_cb, NULL));
+    assert_int_equal(g.put, QUEUES_PUT_REPLACED);
+
+    got_reset();
+    queues_call(queues_delete(st, "b", queues_cb, NULL));
+    assert_true(g.found);
+    got_reset();
+    queues_call(queues_delete(st, "b", queues_cb, NULL));
+    assert_false(g.found);
+    got_reset();
+    queues_call(queues_put(st, "c", &c, 2, queues_cb, NULL));
+    assert_int_equal(g.put, QUEUES_PUT_CREATED);
+}
+
+static void test_queue_feed_answers_nothing_the_changed_fields_or_the_whole_hash(void **state)
+{
+    (void)state;
+    queue_controls c = {.parallelism = 2};
+    got_reset();
+    queues_call(queues_feed(st, -1, queues_cb, NULL)); /* nothing read yet: the whole (empty) hash */
+    assert_true(g.full);
+    assert_int_equal(g.n, 0);
+    int64_t v0 = g.version;
+
+    got_reset();
+    queues_call(queues_put(st, "a", &c, 10, queues_cb, NULL));
+    got_reset();
+    queues_call(queues_put(st, "b", &c, 10, queues_cb, NULL));
+    got_reset();
+    queues_call(queues_feed(st, v0, queues_cb, NULL));
+    assert_false(g.full);
+    assert_int_equal(g.n, 2);
+    assert_true(g.entry[0].present && g.entry[1].present);
+    int64_t v1 = g.version;
+    assert_int_equal(v1, v0 + 2);
+
+    got_reset();
+    queues_call(queues_feed(st, v1, queues_cb, NULL)); /* nothing changed */
+    assert_int_equal(g.version, v1);
+    assert_int_equal(g.n, 0);
+
+    got_reset();
+    queues_call(queues_delete(st, "a", queues_cb, NULL));
+    got_reset();
+    queues_call(queues_feed(st, v1, queues_cb, NULL));
+    assert_false(g.full);
+    assert_int_equal(g.n, 1);
+    assert_string_equal(g.entry[0].field, "a");
+    assert_false(g.entry[0].present);
+
+    /* A reader from before the log's floor (or from a flushed Redis) gets the whole hash. */
+    cmd_ok("SET %s %s", "hw:queues:floor", "999");
+    got_reset();
+    queues_call(queues_feed(st, v1, queues_cb, NULL));
+    assert_true(g.full);
+    assert_int_equal(g.n, 1);
+    assert_string_equal(g.entry[0].field, "b");
+    got_reset();
+    queues_call(queues_feed(st, v1 + 1000, queues_cb, NULL));
+    assert_true(g.full);
 }
 
 /* ---- failures ---- */
@@ -644,7 +733,7 @@ static void test_every_verb_on_an_unreachable_redis_calls_back_once_with_unreach
     assert_int_equal(g.outcome, LEASE_UNREACHABLE);
     assert_int_equal(g.nactions, 0);
     g.qstatus = QUEUES_OK;
-    assert_int_equal(queues_put(down, "q", &c, queues_cb, NULL), 0);
+    assert_int_equal(queues_put(down, "q", &c, 10, queues_cb, NULL), 0);
     wait_calls(4);
     assert_int_equal(g.qstatus, QUEUES_UNREACHABLE);
 
@@ -683,6 +772,8 @@ int main(void)
         T(test_unlock_deletes_only_its_own_value),
         T(test_lease_names_keep_user_keys_out_of_hookwheels_own),
         T(test_queue_controls_round_trip_and_malformed_values_are_left_out),
+        T(test_queue_put_beyond_the_cap_stores_nothing_and_delete_answers_whether_it_deleted),
+        T(test_queue_feed_answers_nothing_the_changed_fields_or_the_whole_hash),
         T(test_every_verb_on_an_unreachable_redis_calls_back_once_with_unreachable),
         T(test_a_verb_the_store_refuses_never_calls_back),
     };

@@ -1,0 +1,65 @@
+-- queues: the queue controls' writes and the engines' change feed
+-- (persistence/queues.h). Every write bumps the version and records the
+-- field in the change log in the same step, so a reader that saw version v
+-- learns every field written since by reading the log above v.
+-- KEYS: 1 the controls hash (field -> value), 2 the version counter, 3 the
+--   change log (zset: member field, score the version of its last write),
+--   4 the log's floor (the highest version trimmed from the log)
+-- ARGV: 1 op
+--   put  2 field, 3 value, 4 cap (most fields the hash may hold)
+--        -> 1 stored a new field, 0 replaced one, -1 refused: the hash
+--           already holds cap fields and this one is new (nothing written)
+--   del  2 field -> 1 deleted, 0 there was nothing to delete
+--   feed 2 since (a version read before; -1: none)
+--        -> {version} nothing changed since;
+--           {version, 0, field, value, ...} every field written after
+--             `since` (value false: deleted);
+--           {version, 1, field, value, ...} the whole hash (`since` is
+--             unknown here, too old for the log, or from before a flush)
+local LOG_KEPT = 1024
+local function bump(field)
+  local v = redis.call('INCR', KEYS[2])
+  redis.call('ZADD', KEYS[3], v, field)
+  if redis.call('ZCARD', KEYS[3]) > LOG_KEPT then
+    local gone = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    redis.call('SET', KEYS[4], gone[2])
+    redis.call('ZREMRANGEBYRANK', KEYS[3], 0, 0)
+  end
+  return v
+end
+local op = ARGV[1]
+if op == 'put' then
+  local new = redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0
+  if new and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then
+    return -1
+  end
+  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+  bump(ARGV[2])
+  return new and 1 or 0
+elseif op == 'del' then
+  if redis.call('HDEL', KEYS[1], ARGV[2]) == 0 then
+    return 0
+  end
+  bump(ARGV[2])
+  return 1
+elseif op == 'feed' then
+  local version = tonumber(redis.call('GET', KEYS[2]) or '0')
+  local since = tonumber(ARGV[2])
+  if since == version then
+    return {version}
+  end
+  local floor = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if since < 0 or since > version or since < floor then
+    local out = redis.call('HGETALL', KEYS[1])
+    table.insert(out, 1, 1)
+    table.insert(out, 1, version)
+    return out
+  end
+  local out = {version, 0}
+  for _, f in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. since, '+inf')) do
+    out[#out + 1] = f
+    out[#out + 1] = redis.call('HGET', KEYS[1], f)
+  end
+  return out
+end
+return redis.error_reply('queues: unknown op')

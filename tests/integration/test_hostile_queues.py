@@ -1,0 +1,128 @@
+"""Queue settings stay bounded: DELETE /queues/{name} puts a queue back to the
+defaults, HOOKWHEEL_MAX_QUEUES caps how many queues have stored controls,
+and an idle instance with many configured queues stays idle (engines ask a
+change feed instead of re-reading every queue every half second)."""
+import os
+import subprocess
+import time
+
+from conftest import SLOW, scaled, wait_until
+
+APPLY_S = 1.2  # README: a PUT or DELETE holds on every instance within a second
+QUEUES_KEY = "hw:queues"
+
+
+def put(hw, name, settings):
+    return hw.request("PUT", f"/queues/{name}", json_body=settings)
+
+
+def delete(hw, name):
+    return hw.request("DELETE", f"/queues/{name}")
+
+
+def test_delete_puts_a_queue_back_to_the_defaults_and_answers_404_when_nothing_is_stored(hookwheel, receiver,
+                                                                                         redis):
+    status, _, body = put(hookwheel, "held", {"paused": True, "parallelism": 1})
+    assert status == 200, body
+    time.sleep(APPLY_S)
+    status, _, body = hookwheel.create({"id": "held-1", "url": receiver.url("/held"), "delay_ms": 0,
+                                        "queue": "held"})
+    assert status == 201, body
+    time.sleep(1.0)
+    assert receiver.requests("/held") == [], "a paused queue delivered"
+
+    status, _, body = delete(hookwheel, "held")
+    assert status == 204, body
+    assert redis.cmd("HEXISTS", QUEUES_KEY, "held") == 0
+    status, _, body = hookwheel.request("GET", "/queues/held")
+    assert status == 200 and body["configured"] is False and body["paused"] is False, body
+    # the engine applies the deletion: the queue is no longer paused
+    got = receiver.wait_for(1, path="/held", timeout=APPLY_S + scaled(1))
+    assert len(got) == 1, "a deleted queue's controls still held its timer"
+
+    status, headers, body = delete(hookwheel, "held")
+    assert status == 404, body
+    assert headers["Content-Type"].startswith("application/problem+json"), headers
+    status, _, body = delete(hookwheel, "never-configured")
+    assert status == 404, body
+    status, _, body = delete(hookwheel, "bad%21name")
+    assert status == 404, body
+
+
+def test_a_put_of_a_new_queue_beyond_max_queues_answers_409_and_stores_nothing(hookwheel_factory, redis):
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_MAX_QUEUES": "3"})
+    for name in ("a", "b", "c"):
+        status, _, body = put(hw, name, {"parallelism": 2})
+        assert status == 200, body
+    status, headers, body = put(hw, "d", {"parallelism": 2})
+    assert status == 409, body
+    assert headers["Content-Type"].startswith("application/problem+json"), headers
+    assert "HOOKWHEEL_MAX_QUEUES" in body["detail"] and "3" in body["detail"], body
+    assert redis.cmd("HLEN", QUEUES_KEY) == 3
+    assert redis.cmd("HEXISTS", QUEUES_KEY, "d") == 0
+    status, _, body = hw.request("GET", "/queues/d")
+    assert status == 200 and body["configured"] is False, body
+    # replacing a stored queue's controls is no new queue
+    status, _, body = put(hw, "a", {"parallelism": 5})
+    assert status == 200 and body["parallelism"] == 5, body
+    # a deletion makes room
+    assert delete(hw, "b")[0] == 204
+    status, _, body = put(hw, "d", {"parallelism": 2})
+    assert status == 200, body
+    assert redis.cmd("HLEN", QUEUES_KEY) == 3
+
+
+def _cpu_s_of(pid):
+    """utime + stime of a process, in seconds (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _redis_cpu_s(redis):
+    info = dict(line.split(":", 1) for line in redis.cli("INFO", "cpu").splitlines() if ":" in line)
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def _fill_queues(redis, n):
+    """n queues' controls straight into the hash, in the stored format."""
+    lines = []
+    for i in range(n):
+        field, value = f"bulk-{i:06d}", "2 0 0"
+        lines.append(f"*4\r\n$4\r\nHSET\r\n${len(QUEUES_KEY)}\r\n{QUEUES_KEY}\r\n"
+                     f"${len(field)}\r\n{field}\r\n${len(value)}\r\n{value}\r\n")
+    subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(redis.port), "--pipe"],
+                   input="".join(lines).encode(), capture_output=True, timeout=60, check=True)
+    assert redis.cmd("HLEN", QUEUES_KEY) == n
+
+
+def test_100000_configured_queues_leave_an_idle_instance_idle_and_a_put_still_holds(hookwheel_factory, redis,
+                                                                                    receiver):
+    n = 100_000
+    _fill_queues(redis, n)
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_MAX_QUEUES": str(n + 10)})
+    time.sleep(2.0)  # the first poll reads the whole hash once; let it settle
+
+    window = 5.0
+    hw0, r0, t0 = _cpu_s_of(hw.proc.pid), _redis_cpu_s(redis), time.monotonic()
+    time.sleep(window)
+    hw1, r1, t1 = _cpu_s_of(hw.proc.pid), _redis_cpu_s(redis), time.monotonic()
+    hw_share, redis_share = (hw1 - hw0) / (t1 - t0), (r1 - r0) / (t1 - t0)
+    # 2 % of a core; a sanitizer build's idle loop costs more, but not HGETALLs of 100,000 fields
+    print(f"idle: hookwheel {hw_share:.2%}, redis {redis_share:.2%} of a core")
+    bound = 0.04 if SLOW else 0.02
+    assert hw_share < bound, f"hookwheel used {hw_share:.1%} of a core while idle"
+    assert redis_share < bound, f"redis used {redis_share:.1%} of a core while hookwheel was idle"
+
+    # A change still reaches the engine within the documented delay.
+    status, _, body = put(hw, "bulk-000007", {"paused": True})
+    assert status == 200, body
+    time.sleep(APPLY_S)
+    status, _, body = hw.create({"id": "bulk-1", "url": receiver.url("/bulk"), "delay_ms": 0,
+                                 "queue": "bulk-000007"})
+    assert status == 201, body
+    time.sleep(1.0)
+    assert receiver.requests("/bulk") == [], "the PUT's pause did not hold"
+    status, _, body = put(hw, "bulk-000007", {"paused": False})
+    assert status == 200, body
+    assert wait_until(lambda: receiver.requests("/bulk"), APPLY_S + scaled(1)), "the PUT's resume did not hold"
