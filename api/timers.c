@@ -503,9 +503,12 @@ void api_readyz(http_req *r, const char *const *params, void *app)
 {
     (void)params;
     api *a = app;
-    if (store_ready(a->st) && engine_running(a->eng))
+    const char *why = !store_ready(a->st)             ? "Redis is unreachable."
+                      : store_refusing_writes(a->st) ? "Redis refuses writes (maxmemory reached)."
+                      : !engine_running(a->eng)      ? "Shutting down."
+                                                     : NULL;
+    if (!why)
         http_respond_json(r, 200, json_pack("{s:s}", "status", "ready"), NULL);
     else
-        http_respond_problem(r, 503, store_ready(a->st) ? "Shutting down." : "Redis is unreachable.", NULL,
-                             NULL, RETRY_AFTER_S);
+        http_respond_problem(r, 503, why, NULL, NULL, RETRY_AFTER_S);
 }

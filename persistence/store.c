@@ -56,6 +56,7 @@ struct store {
     uint64_t last_try_ms;   /* writer thread only */
     uint64_t backoff_ms;    /* writer thread only: wait before the next connect */
     volatile int ready;     /* written by the writer, read by anyone */
+    volatile uint64_t oom_ms; /* when Redis last refused a write for maxmemory (0: since then one passed) */
     int warned;             /* writer thread only: the outage was logged */
 };
 
@@ -275,6 +276,17 @@ static void fail_list(cmd *c)
     }
 }
 
+/* Notes whether Redis refuses writes: an OOM error (maxmemory reached with
+ * noeviction) marks it, a function call that succeeds clears it. The
+ * engine calls a function every lease tick, so the mark stays current. */
+static void note_writable(store *s, const cmd *c, const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "OOM", 3) == 0)
+        s->oom_ms = clock_now_ms();
+    else if (r->type != REDIS_REPLY_ERROR && s->oom_ms && c->len > 16 && memmem(c->buf, 16, "FCALL", 5))
+        s->oom_ms = 0;
+}
+
 /* Redis lost the library (a restart without persistence, FUNCTION FLUSH). */
 static int is_noscript(const redisReply *r)
 {
@@ -321,6 +333,7 @@ static void run_batch(store *s, cmd *batch)
             dtail = &c->next;
             continue;
         }
+        note_writable(s, c, r);
         finish_cmd(c, r);
         freeReplyObject(r);
     }
@@ -396,6 +409,12 @@ void store_free(store *s)
 }
 
 int store_ready(const store *s) { return s->ready; }
+
+int store_refusing_writes(const store *s)
+{
+    uint64_t t = s->oom_ms;
+    return t && clock_now_ms() - t < STORE_OOM_HOLD_MS;
+}
 
 uint32_t store_queued(store *s)
 {

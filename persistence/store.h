@@ -64,6 +64,11 @@ void store_free(store *s);
 /* 1 when the last contact with Redis succeeded and the scripts are loaded. */
 int store_ready(const store *s);
 
+/* 1 when Redis refused a write for lack of memory (maxmemory) within the
+ * last STORE_OOM_HOLD_MS and no function call succeeded since. Any thread. */
+#define STORE_OOM_HOLD_MS 2000
+int store_refusing_writes(const store *s);
+
 /* Commands waiting for the writer (what max_queued bounds). Any thread; holds
  * the submit lock only to read one number. */
 uint32_t store_queued(store *s);

@@ -526,6 +526,10 @@ static int parse_id(parse_ctx *c, const char *name, json_t *v)
     if (!spec_id_valid(json_string_value(v)))
         return fail(c->err, name,
                     "id must be 1 to 128 characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'");
+    /* A lease's on_expire timer is lease:<key>:<token> (service/leases.c); a
+     * client's timer of that id would make the expiry's create a conflict. */
+    if (strncmp(json_string_value(v), SPEC_RESERVED_ID_PREFIX, strlen(SPEC_RESERVED_ID_PREFIX)) == 0)
+        return fail(c->err, name, "ids that begin with lease: are reserved for the on_expire timers of leases");
     c->s->id = xstrdup(json_string_value(v));
     return 0;
 }

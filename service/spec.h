@@ -117,6 +117,10 @@ int spec_check_url(spec_error *err, const char *field, const char *url, const st
 /* Frees s. NULL is a no-op. */
 void spec_free(timer_spec *s);
 
+/* Timer ids a client may not choose: hookwheel names a lease's on_expire
+ * timer lease:<key>:<token>. */
+#define SPEC_RESERVED_ID_PREFIX "lease:"
+
 /* 1 if id matches [A-Za-z0-9._:-]{1,128}, else 0. */
 int spec_id_valid(const char *id);
 

@@ -70,12 +70,12 @@ def test_the_ends_of_the_rate_range_are_accepted_and_parallelism_is_bounded(hook
 @pytest.mark.parametrize("how", ["api", "stored"])
 def test_a_timer_waiting_for_a_token_of_the_slowest_rate_leaves_the_process_idle(
         redis, receiver, hookwheel_factory, how):
+    if how == "stored":  # a value written before the API refused it: 1e-14/s, there at start
+        redis.cmd("HSET", "hw:queues", "slow", "10 0 1e-14")
     hw = hookwheel_factory(redis)
     if how == "api":
         status, _, body = put_queue(hw, "slow", {RATE_FIELD: SLOWEST_RATE})
         assert status == 200, body
-    else:  # a value written before the API refused it: 1e-14/s
-        redis.cmd("HSET", "hw:queues", "slow", "10 0 1e-14")
     time.sleep(1.2)  # every engine reads the settings within QUEUES_POLL_MS (500 ms)
     for i in range(2):
         status, _, body = hw.create({"id": f"slow-{i}", "url": receiver.url("/slow"), "delay_ms": 0,
@@ -221,3 +221,30 @@ def test_lease_acquire_and_expiry_are_not_logged_at_info(redis, hookwheel_factor
     time.sleep(0.3)
     lines = info_lines(hw)[before:]
     assert not [r for r in lines if str(r.get("msg", "")).startswith("lease")], lines
+
+
+def test_readyz_answers_503_while_redis_refuses_writes_for_maxmemory(redis, hookwheel):
+    # Redis at maxmemory with noeviction refuses every write (OOM): the
+    # instance cannot accept timers, and /readyz must say so, then recover.
+    assert hookwheel.api.request("GET", "/readyz")[0] == 200
+    redis.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    redis.cmd("CONFIG", "SET", "maxmemory", "1")
+    try:
+        status, _, body = hookwheel.create({"url": "http://127.0.0.1:9/x", "delay_ms": 60000})
+        assert status == 503, body
+
+        def not_ready():
+            st, _, b = hookwheel.api.request("GET", "/readyz")
+            return st == 503 and "maxmemory" in b.get("detail", "")
+        assert wait_until(not_ready, scaled(5)), hookwheel.api.request("GET", "/readyz")
+    finally:
+        redis.cmd("CONFIG", "SET", "maxmemory", "0")
+    assert wait_until(lambda: hookwheel.api.request("GET", "/readyz")[0] == 200, scaled(10))
+    assert hookwheel.create({"url": "http://127.0.0.1:9/x", "delay_ms": 60000})[0] == 201
+
+
+def test_a_timer_id_in_the_lease_expiry_form_is_refused(hookwheel):
+    status, _, body = hookwheel.create({"id": "lease:orders-export:17", "url": "http://127.0.0.1:9/x",
+                                        "delay_ms": 60000})
+    assert status == 400 and body.get("field") == "id", body
+    assert hookwheel.get("lease:orders-export:17")[0] == 404

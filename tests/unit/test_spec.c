@@ -115,6 +115,16 @@ static void assert_canonical_round_trips(const timer_spec *s)
 
 /* ---- valid specs ------------------------------------------------------- */
 
+static void test_ids_beginning_with_lease_are_reserved(void **state)
+{
+    (void)state;
+    assert_rejected("{\"id\":\"lease:orders:17\",\"url\":\"https://example.com/\",\"delay_ms\":1}", "id");
+    assert_rejected("{\"id\":\"lease:\",\"url\":\"https://example.com/\",\"delay_ms\":1}", "id");
+    timer_spec *s = parse_ok("{\"id\":\"my-lease:1\",\"url\":\"https://example.com/\",\"delay_ms\":1}");
+    assert_string_equal(s->id, "my-lease:1");
+    spec_free(s);
+}
+
 static void test_a_minimal_spec_gets_every_default(void **state)
 {
     (void)state;
@@ -1041,6 +1051,7 @@ static void test_spec_free_accepts_null(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ids_beginning_with_lease_are_reserved),
         cmocka_unit_test(test_a_minimal_spec_gets_every_default),
         cmocka_unit_test(test_a_repeat_is_kept_in_the_canonical_form_with_its_mode),
         cmocka_unit_test(test_a_bad_repeat_is_rejected_naming_the_member),
