@@ -108,9 +108,12 @@ def test_100000_configured_queues_leave_an_idle_instance_idle_and_a_put_still_ho
     time.sleep(window)
     hw1, r1, t1 = _cpu_s_of(hw.proc.pid), _redis_cpu_s(redis), time.monotonic()
     hw_share, redis_share = (hw1 - hw0) / (t1 - t0), (r1 - r0) / (t1 - t0)
-    # 2 % of a core; a sanitizer build's idle loop costs more, but not HGETALLs of 100,000 fields
+    # Idle, an instance costs ~1-1.5 % of a core here with no queue at all
+    # (the lease worker's 50 ms tick, the store, the HTTP poller), measured in
+    # 10 ms clock ticks; re-reading 100,000 fields every half second cost 9 %.
+    # The bound leaves room for that baseline on a busy test machine.
     print(f"idle: hookwheel {hw_share:.2%}, redis {redis_share:.2%} of a core")
-    bound = 0.04 if SLOW else 0.02
+    bound = 0.05 if SLOW else 0.03
     assert hw_share < bound, f"hookwheel used {hw_share:.1%} of a core while idle"
     assert redis_share < bound, f"redis used {redis_share:.1%} of a core while hookwheel was idle"
 
