@@ -57,6 +57,24 @@ def scaled(seconds):
     return seconds * TIME_SCALE
 
 
+def partition(key_id, partitions=16):
+    """The partition of a timer's key id (persistence/keys.c keys_partition:
+    32-bit FNV-1a modulo the partitions)."""
+    h = 2166136261
+    for b in key_id.encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h % partitions
+
+
+def resp(*args):
+    """One command in Redis's protocol, for `redis-cli --pipe` (bytes pass as they are)."""
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
 def owner_tag(instance_id):
     """The tag an instance's claims are kept under in Redis (hw:{P}:cl:<tag>):
     16 hex digits of the 64-bit FNV-1a of its id (persistence/keys.c)."""

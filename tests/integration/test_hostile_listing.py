@@ -9,7 +9,7 @@ import threading
 import time
 from urllib.parse import quote
 
-from conftest import RespClient, now_ms, scaled
+from conftest import RespClient, now_ms, partition, resp, scaled
 
 TOKEN_BIG = "tenant-big-token-7d3e2a91c4"
 TOKEN_SMALL = "tenant-small-token-0b5f8e62a7"
@@ -18,21 +18,6 @@ N = 160_000  # 10,000 a partition: a filtered page used to examine them all in o
 
 def bearer(token):
     return {"Authorization": f"Bearer {token}"}
-
-
-def resp(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-
-
-def partition(key_id, partitions=16):
-    h = 2166136261
-    for b in key_id.encode():
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return h % partitions
 
 
 def start(tmp_path, redis, hookwheel_factory, env=None):

@@ -14,25 +14,10 @@ import time
 
 import pytest
 
-from conftest import SLOW, RespClient, free_port, now_ms, scaled
+from conftest import SLOW, RespClient, free_port, now_ms, partition, resp, scaled
 
 N = 100_000
 PROBES = 40
-
-
-def resp(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-
-
-def partition(key_id, partitions=16):
-    h = 2166136261
-    for b in key_id.encode():
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return h % partitions
 
 
 # Slow (100,000 attempts): run once, on the plain build. Its C paths (claim

@@ -10,20 +10,8 @@ timer in hw:{P}:claimed:<instance> and that instance in hw:instances.
 Then this build starts on that Redis: every timer must behave as it would
 have under the old one. Real redis-server, real binary, real receiver."""
 import json
-import time
 
-from conftest import Reply, now_ms, scaled, wait_until
-
-PARTITIONS = 16
-
-
-def partition(key_id):
-    """keys_partition: 32-bit FNV-1a of the key id, modulo the partitions."""
-    h = 2166136261
-    for b in key_id.encode():
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return h % PARTITIONS
-
+from conftest import Reply, now_ms, partition, scaled
 
 def old_record(state, fire_ms, spec, attempts=0, owner="", history="", run="", created=None, rid="",
                when=None):
