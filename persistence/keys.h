@@ -16,6 +16,9 @@
  *   hw:{P}:failed              zset: dead letters by failure time
  *   hw:{P}:lc:<tag>            list: ids of the instance's last claim, replayed
  *                              when that reply was lost
+ *   hw:{P}:rv:<tag>            list: "<version> <id>" of timers the instance holds
+ *                              waiting that an instruction took away, handed over
+ *                              by its next claim (_record.lua: revoke)
  * The partition count must be the same for every instance and must never
  * change while data exists: it decides where a timer's keys are. */
 #ifndef HW_KEYS_H

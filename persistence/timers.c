@@ -518,12 +518,31 @@ static void claim_done(void *arg, const redisReply *r)
     batch_ctx *c = arg;
     timers_claim_cb cb = (timers_claim_cb)c->cb;
     int st = reply_status(r, "claim");
-    size_t n = st == TIMERS_OK ? r->elements / 2 : 0, k = 0;
+    long long nrev = 0;
+    if (st == TIMERS_OK &&
+        (r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER || (nrev = r->element[0]->integer) < 0 ||
+         (size_t)nrev > r->elements - 1 || (r->elements - 1 - (size_t)nrev) % 2)) {
+        LOG(LOG_ERROR, "claim answered an unexpected reply", "\"elements\":%zu", r->elements);
+        st = TIMERS_FAILED;
+        nrev = 0;
+    }
+    size_t first = st == TIMERS_OK ? 1 + (size_t)nrev : 0;
+    size_t n = st == TIMERS_OK ? (r->elements - first) / 2 : 0, k = 0, kr = 0;
     timer_claimed *items = xmalloc((n ? n : 1) * sizeof *items);
+    timer_revoked *rev = xmalloc((nrev ? (size_t)nrev : 1) * sizeof *rev);
+    for (size_t i = 0; i < (size_t)nrev; i++) {
+        const char *s = store_reply_str(r, (int)(1 + i), NULL), *sp = s ? strchr(s, ' ') : NULL;
+        char *end;
+        unsigned long long ver = s ? strtoull(s, &end, 10) : 0;
+        if (!sp || end != sp || !sp[1])
+            continue; /* not written by revoke() */
+        rev[kr++] = (timer_revoked){sp + 1, ver};
+    }
     for (size_t i = 0; i < n; i++) {
         timer_view v;
         size_t len;
-        const char *id = store_reply_str(r, (int)(2 * i), NULL), *rec = store_reply_str(r, (int)(2 * i + 1), &len);
+        const char *id = store_reply_str(r, (int)(first + 2 * i), NULL),
+                   *rec = store_reply_str(r, (int)(first + 2 * i + 1), &len);
         if (!id || !rec || timers_decode(rec, len, NULL, 0, &v) < 0) {
             LOG(LOG_ERROR, "claimed timer unreadable", "\"timer\":\"%s\"", id ? id : "");
             continue;
@@ -531,7 +550,8 @@ static void claim_done(void *arg, const redisReply *r)
         items[k++] = (timer_claimed){id, v.spec, v.spec_len, v.fire_ms, v.attempts, v.version, v.request_id,
                                      v.request_id_len};
     }
-    cb(c->arg, st, k, items);
+    cb(c->arg, st, k, items, kr, rev);
+    free(rev);
     free(items);
     free(c);
 }

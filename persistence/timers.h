@@ -156,7 +156,18 @@ typedef struct timer_claimed {
     const char *request_id;
     size_t request_id_len;
 } timer_claimed;
-typedef void (*timers_claim_cb)(void *arg, int status, size_t n, const timer_claimed *items);
+/* A timer this instance held waiting that an instruction took away since
+ * its last claim in the partition (a cancel, fire, reschedule or pause made
+ * by any instance): the job holding `id` under `version` or an older one
+ * must not start and can be dropped. At most TIMERS_REVOKED_MAX a call
+ * (claim.lua); a claim with limit 0 only hands these over. */
+#define TIMERS_REVOKED_MAX 4096
+typedef struct timer_revoked {
+    const char *id; /* NUL-terminated */
+    uint64_t version;
+} timer_revoked;
+typedef void (*timers_claim_cb)(void *arg, int status, size_t n, const timer_claimed *items, size_t nrevoked,
+                                const timer_revoked *revoked);
 int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t limit, int replay,
                  timers_claim_cb cb, void *arg) __attribute__((warn_unused_result));
 

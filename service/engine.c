@@ -78,8 +78,9 @@ struct engine {
     pthread_t thread;
     int started;
 
-    pthread_mutex_t mu; /* guards the inbox and queues_pending */
+    pthread_mutex_t mu; /* guards the inbox, revoked and queues_pending */
     job *inbox, **inbox_tail;
+    struct revocation *revoked; /* from claims (timers_revoked), not yet applied */
     struct queue_settings *queues_pending; /* read from Redis, not yet applied */
     atomic_int queues_polling;             /* a feed read is in flight or not yet applied */
     atomic_int stop;
@@ -96,6 +97,7 @@ struct engine {
     job *backlog, **backlog_tail; /* claimed, not yet in the wheel (absorb) */
     job *starting, **starting_tail; /* begun, not yet handed to curl (start_some) */
     struct list_node all; /* every job held */
+    strtab byid;          /* the jobs taken from the inbox, by timer id */
     uint32_t store_jobs;  /* jobs whose begin or finish call is in flight */
     job_batch **begins;   /* per partition: the begins gathered this turn (NULL: none) */
     job_batch **finishes; /* per partition: the finishes gathered this turn */
@@ -187,6 +189,7 @@ static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uin
 
 static void job_free(engine *e, job *j)
 {
+    strtab_remove(&e->byid, &j->byid);
     wheel_cancel(e->w, &j->wt);
     if (limiter_remove(e->lim, &j->lj))
         metrics_gauge_add(e->m, j->spec->queue, MG_READY, -1);
@@ -613,7 +616,7 @@ static int parse_claimed(job *j)
 
 static void on_claimed(engine *e, job *j)
 {
-    if (atomic_load(&e->stop) || parse_claimed(j) < 0) {
+    if (atomic_load(&e->stop) || j->revoked || parse_claimed(j) < 0) {
         job_free(e, j); /* the claim is handed back by the release at stop */
         return;
     }
@@ -644,13 +647,20 @@ static void kick_dispatch(engine *e)
         dispatch_timeout(e->d);
 }
 
+static void apply_revocations(engine *e, struct revocation *r);
+
 static void drain_inbox(engine *e)
 {
+    pthread_mutex_lock(&e->mu); /* before the inbox: the jobs they name were posted before them */
+    struct revocation *rv = e->revoked;
+    e->revoked = NULL;
+    pthread_mutex_unlock(&e->mu);
     job *j = take_inbox(e);
     while (j) {
         job *next = j->inbox_next;
         switch (j->msg) {
         case MSG_CLAIMED:
+            strtab_add(&e->byid, &j->byid, j->id);
             if (j->spec) { /* handed over by a create or a control: ready as it is */
                 on_claimed(e, j);
                 break;
@@ -667,6 +677,68 @@ static void drain_inbox(engine *e)
             break;
         }
         j = next;
+    }
+    if (rv)
+        apply_revocations(e, rv);
+}
+
+/* ---- revocations ----
+ *
+ * A cancel, fire, reschedule or pause of a timer this instance holds
+ * waiting, made by any instance, leaves a revocation for this instance in
+ * Redis; the next claim in the timer's partition hands it over (claim.lua),
+ * at the latest one sweep (window/2) later. The jobs it names, claimed
+ * under its version or an older one, are dropped if they wait in the wheel
+ * or in the limiter (a job in a paused or slow queue would otherwise wait
+ * there until its turn, only to have its begin refused), and never start if
+ * they are still being taken in (backlog). A job whose begin was sent is
+ * left to the begin's answer. */
+
+struct revocation {
+    struct revocation *next;
+    uint64_t version;
+    char id[];
+};
+
+static void post_revocations(engine *e, size_t n, const timer_revoked *rv)
+{
+    struct revocation *first = NULL, **tail = &first;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(rv[i].id);
+        struct revocation *r = xmalloc(sizeof *r + len + 1);
+        r->next = NULL;
+        r->version = rv[i].version;
+        memcpy(r->id, rv[i].id, len + 1);
+        *tail = r;
+        tail = &r->next;
+    }
+    if (!first)
+        return;
+    pthread_mutex_lock(&e->mu);
+    *tail = e->revoked;
+    e->revoked = first;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void apply_revocations(engine *e, struct revocation *r)
+{
+    while (r) {
+        struct revocation *next = r->next;
+        strtab_node *n = strtab_find(&e->byid, r->id), *nn;
+        for (; n; n = nn) {
+            nn = strtab_next(n);
+            job *j = container_of(n, job, byid);
+            if (j->version > r->version || j->revoked)
+                continue;
+            if ((j->phase == JOB_WHEEL && list_linked(&j->wt.node)) || j->phase == JOB_READY) {
+                job_log(LOG_DEBUG, "timer revoked: dropped", j, "\"version\":%" PRIu64, j->version);
+                job_free(e, j);
+            } else if (j->phase == JOB_WHEEL) {
+                j->revoked = 1; /* in the backlog: on_claimed drops it */
+            }
+        }
+        free(r);
+        r = next;
     }
 }
 
@@ -689,7 +761,8 @@ static void expire(engine *e, uint64_t now)
 
 /* ---- loader: sweeps and releases ---- */
 
-static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items);
+static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items, size_t nrevoked,
+                     const timer_revoked *revoked);
 
 /* Sends partition p's claim of the sweep (any thread). */
 static int claim_next(engine *e, uint32_t p, uint64_t horizon, uint32_t limit)
@@ -702,10 +775,12 @@ static int claim_next(engine *e, uint32_t p, uint64_t horizon, uint32_t limit)
 
 /* Store thread: a partition's claim answered; the claimed timers go to the
  * engine in one post (their specs are parsed there, see parse_claimed). */
-static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items)
+static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items, size_t nrevoked,
+                     const timer_revoked *revoked)
 {
     sweep_ctx *c = arg;
     engine *e = c->e;
+    post_revocations(e, nrevoked, revoked); /* before the jobs: drain_inbox takes them first */
     atomic_store(&c->replay, status == TIMERS_UNREACHABLE); /* no reply: the claim may have run all the same */
     job *first = NULL, *last = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -723,7 +798,7 @@ static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items
     }
     if (first)
         post_chain(e, first, last); /* one lock and one wake-up for the whole batch */
-    if (n >= c->limit)
+    if ((c->limit && n >= c->limit) || nrevoked >= TIMERS_REVOKED_MAX)
         e->sweep_more = 1; /* read by the engine thread after the wake below: benign race */
     if (c->partition + 1 < e->cfg->partitions && claim_next(e, c->partition + 1, c->horizon, c->limit) == 0)
         return; /* the sweep goes on with the next partition */
@@ -741,8 +816,8 @@ static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items
 static void sweep(engine *e, uint64_t now)
 {
     long free_slots = room(e) / (long)e->cfg->partitions;
-    if (free_slots <= 0)
-        return;
+    if (free_slots < 0)
+        free_slots = 0; /* full: the claims only hand the revocations over */
     uint32_t limit = (uint64_t)free_slots < e->cfg->claim_batch ? (uint32_t)free_slots : (uint32_t)e->cfg->claim_batch;
     e->sweep_more = 0;
     atomic_fetch_add(&e->pending_ops, 1);
@@ -1096,6 +1171,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     e->backlog_tail = &e->backlog;
     e->starting_tail = &e->starting;
     list_init(&e->all);
+    strtab_init(&e->byid);
     pthread_mutex_init(&e->mu, NULL);
     atomic_init(&e->stop, 0);
     atomic_init(&e->accepting, 1);
@@ -1198,6 +1274,12 @@ void engine_free(engine *e)
         free(e->finishes[p]);
     }
     free(e->begins);
+    strtab_free(&e->byid);
+    while (e->revoked) {
+        struct revocation *r = e->revoked;
+        e->revoked = r->next;
+        free(r);
+    }
     free(e->finishes);
     timers_free(e->tm);
     free(e);

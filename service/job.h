@@ -18,6 +18,7 @@
 
 #include "limiter.h"
 #include "spec.h"
+#include "strtab.h"
 #include "timers.h"
 #include "wheel.h"
 
@@ -57,6 +58,8 @@ typedef struct job {
     wtimer wt;                 /* wheel link; wt.due_ms is the due time */
     ljob lj;                   /* limiter link */
     struct list_node all_node; /* the engine's list of every job it holds */
+    strtab_node byid;          /* the engine's index by timer id (engine thread) */
+    int revoked;               /* an instruction took the timer away: never start it */
     struct job *inbox_next;    /* engine inbox link */
     enum job_msg msg;          /* what the inbox message says */
     int reply_ok;              /* store callback: 1 when Redis answered */

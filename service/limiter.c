@@ -34,9 +34,8 @@
  * double -> uint64_t conversion out of range is undefined behaviour, and
  * gave 0 on x86-64: a wake-up every microsecond).
  *
- * Queues are found by name in a chained hash table (FNV-1a, power-of-two
- * buckets, doubled when the load passes 1); each queue is one allocation
- * with its name inline. A queue lives while it is needed: while it has a
+ * Queues are found by name in a strtab (strtab.h); each queue is one
+ * allocation with its name inline. A queue lives while it is needed: while it has a
  * job waiting or in flight, or is configured (holds stored controls,
  * limiter_configure_queue), or has controls other than the defaults. The
  * moment it is none of these (limiter_done, limiter_remove,
@@ -55,15 +54,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strtab.h"
 #include "xalloc.h"
 
 struct lqueue {
     struct list_node fifo; /* waiting ljobs, oldest first */
     struct list_node ring; /* link in limiter.eligible; self-linked when not eligible */
-    struct lqueue *hnext;  /* hash chain */
+    strtab_node byname;    /* link in limiter.names */
     struct list_node limited; /* link in limiter.limited while rate > 0 */
     struct list_node idle;    /* link in limiter.idle: was idle once since the last limiter_drop_idle */
-    uint32_t hash;
     uint32_t cap;
     uint32_t inflight;
     uint32_t waiting;
@@ -76,9 +75,7 @@ struct lqueue {
 };
 
 struct limiter {
-    struct lqueue **buckets;
-    uint32_t nbuckets; /* power of two */
-    uint32_t nqueues;
+    strtab names; /* every queue, by name */
     struct list_node eligible; /* ring of eligible queues, next to serve first */
     struct list_node limited;  /* queues with a rate limit */
     struct list_node idle;     /* queues that became idle (limiter_drop_idle) */
@@ -87,16 +84,6 @@ struct limiter {
     uint32_t inflight;
     uint32_t waiting;
 };
-
-#define INITIAL_BUCKETS 16
-
-static uint32_t name_hash(const char *s)
-{
-    uint32_t h = 2166136261u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h;
-}
 
 /* Puts q in the ring when it has become eligible and takes it out when it
  * has stopped being so; a queue that stays eligible keeps its turn. */
@@ -114,8 +101,7 @@ limiter *limiter_create(uint32_t global_cap, uint32_t default_queue_cap)
     if (global_cap < 1 || default_queue_cap < 1)
         return NULL;
     limiter *l = xcalloc(1, sizeof *l);
-    l->nbuckets = INITIAL_BUCKETS;
-    l->buckets = xcalloc(l->nbuckets, sizeof *l->buckets);
+    strtab_init(&l->names);
     l->global_cap = global_cap;
     l->default_cap = default_queue_cap;
     list_init(&l->eligible);
@@ -124,40 +110,22 @@ limiter *limiter_create(uint32_t global_cap, uint32_t default_queue_cap)
     return l;
 }
 
+static void free_queue(strtab_node *n, void *arg)
+{
+    (void)arg;
+    free(container_of(n, lqueue, byname));
+}
+
 void limiter_free(limiter *l)
 {
     if (!l)
         return;
-    for (uint32_t b = 0; b < l->nbuckets; b++) {
-        lqueue *q = l->buckets[b], *next;
-        for (; q; q = next) {
-            next = q->hnext;
-            free(q);
-        }
-    }
-    free(l->buckets);
+    strtab_each(&l->names, free_queue, NULL);
+    strtab_free(&l->names);
     free(l);
 }
 
-/* Doubles the bucket array and relinks every queue by its stored hash. */
-static void grow(limiter *l)
-{
-    uint32_t n = l->nbuckets * 2;
-    lqueue **nb = xcalloc(n, sizeof *nb);
-    for (uint32_t b = 0; b < l->nbuckets; b++) {
-        lqueue *q = l->buckets[b], *next;
-        for (; q; q = next) {
-            next = q->hnext;
-            q->hnext = nb[q->hash & (n - 1)];
-            nb[q->hash & (n - 1)] = q;
-        }
-    }
-    free(l->buckets);
-    l->buckets = nb;
-    l->nbuckets = n;
-}
-
-static lqueue *queue_new(limiter *l, const char *name, uint32_t hash)
+static lqueue *queue_new(limiter *l, const char *name)
 {
     size_t len = strlen(name);
     lqueue *q = xcalloc(1, sizeof *q + len + 1);
@@ -166,7 +134,6 @@ static lqueue *queue_new(limiter *l, const char *name, uint32_t hash)
     list_init(&q->ring);
     list_init(&q->limited);
     list_init(&q->idle);
-    q->hash = hash;
     q->cap = l->default_cap;
     return q;
 }
@@ -188,17 +155,13 @@ static void note_idle(limiter *l, lqueue *q)
 
 static void drop(limiter *l, lqueue *q)
 {
-    lqueue **p = &l->buckets[q->hash & (l->nbuckets - 1)];
-    while (*p != q)
-        p = &(*p)->hnext;
-    *p = q->hnext;
+    strtab_remove(&l->names, &q->byname);
     if (list_linked(&q->ring))
         list_remove(&q->ring);
     if (list_linked(&q->limited))
         list_remove(&q->limited);
     if (list_linked(&q->idle))
         list_remove(&q->idle);
-    l->nqueues--;
     free(q);
 }
 
@@ -218,16 +181,11 @@ size_t limiter_drop_idle(limiter *l)
 
 lqueue *limiter_queue(limiter *l, const char *name)
 {
-    uint32_t h = name_hash(name);
-    for (lqueue *q = l->buckets[h & (l->nbuckets - 1)]; q; q = q->hnext)
-        if (q->hash == h && strcmp(q->name, name) == 0)
-            return q;
-    if (l->nqueues >= l->nbuckets)
-        grow(l);
-    lqueue *q = queue_new(l, name, h);
-    q->hnext = l->buckets[h & (l->nbuckets - 1)];
-    l->buckets[h & (l->nbuckets - 1)] = q;
-    l->nqueues++;
+    strtab_node *n = strtab_find(&l->names, name);
+    if (n)
+        return container_of(n, lqueue, byname);
+    lqueue *q = queue_new(l, name);
+    strtab_add(&l->names, &q->byname, q->name);
     return q;
 }
 
@@ -312,20 +270,28 @@ void limiter_reset_queue(limiter *l, lqueue *q, uint64_t now_us)
     note_idle(l, q);
 }
 
+typedef struct reset_ctx {
+    limiter *l;
+    uint32_t mark;
+    uint64_t now_us;
+    size_t n;
+} reset_ctx;
+
+static void reset_if_unmarked(strtab_node *node, void *arg)
+{
+    reset_ctx *c = arg;
+    lqueue *q = container_of(node, lqueue, byname);
+    if (q->mark && q->mark != c->mark) {
+        limiter_reset_queue(c->l, q, c->now_us); /* frees nothing (limiter_drop_idle does) */
+        c->n++;
+    }
+}
+
 size_t limiter_reset_unmarked(limiter *l, uint32_t mark, uint64_t now_us)
 {
-    size_t n = 0;
-    for (uint32_t b = 0; b < l->nbuckets; b++) {
-        lqueue *q = l->buckets[b], *next;
-        for (; q; q = next) {
-            next = q->hnext;
-            if (q->mark && q->mark != mark) {
-                limiter_reset_queue(l, q, now_us);
-                n++;
-            }
-        }
-    }
-    return n;
+    reset_ctx c = {l, mark, now_us, 0};
+    strtab_each(&l->names, reset_if_unmarked, &c);
+    return c.n;
 }
 
 int limiter_queue_configured(const lqueue *q) { return q->mark != 0; }
@@ -334,7 +300,7 @@ uint32_t limiter_queue_cap(const lqueue *q) { return q->cap; }
 
 double limiter_queue_rate(const lqueue *q) { return q->rate; }
 
-uint32_t limiter_queue_count(const limiter *l) { return l->nqueues; }
+uint32_t limiter_queue_count(const limiter *l) { return strtab_count(&l->names); }
 
 int limiter_queue_paused(const lqueue *q) { return q->paused; }
 

@@ -186,6 +186,20 @@ end
 
 local function claimed_key(tkey, owner) return key_base(tkey) .. 'cl:' .. owner end
 
+-- The revocations of an instance: a list hw:{P}:rv:<tag> of "<version> <id>"
+-- of the timers it held waiting (in its wheel or limiter) that an
+-- instruction took away (cancel, fire, reschedule, pause). Its next claim in
+-- the partition hands them over and empties the list (claim.lua), so the
+-- instance drops those jobs then, rather than holding them until a begin is
+-- refused (a job in a paused queue would wait for ever). The release of an
+-- instance deletes its list. Call before the instruction changes r.
+local function revoked_key(tkey, owner) return key_base(tkey) .. 'rv:' .. owner end
+local function revoke(tkey, id, r)
+  if r.owner ~= NO_OWNER and is_waiting(r.st) then
+    redis.call('RPUSH', revoked_key(tkey, r.owner), r.ver .. ' ' .. id)
+  end
+end
+
 local function place_key(tkey, id, r)
   if r.owner ~= NO_OWNER then return claimed_key(tkey, r.owner) end
   return ix_key(tkey, id, r.st)

@@ -20,5 +20,6 @@ if r.st == 'firing' and tail_decode(v).every > 0 then
   return answer(2)
 end
 if not is_waiting(r.st) and r.st ~= 'paused' then return answer(0) end
+revoke(KEYS[1], ARGV[1], r)
 to_final(KEYS[1], ARGV[1], r, 'cancelled', ARGV[3], ARGV[2])
 return answer(1, 1) -- 1: cancelled by this call (counted once in metrics)

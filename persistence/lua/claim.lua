@@ -9,8 +9,16 @@
 --       owner tag, 4 timer key prefix "hw:{P}:t:" (same hash tag, so the same
 --       slot), 5 replay ("1": the reply to the previous claim was lost;
 --       return its timers again, those still waiting and still ours)
--- Returns {id, record, id, record, ...}, one pair per claimed timer.
-local out, batch = {}, {}
+-- Returns {n, revoked_1, ..., revoked_n, id, record, id, record, ...}: the
+-- revocations of this instance in the partition ("<version> <id>", see
+-- revoke(); taken off the list, at most REVOKED_MAX a call), then one pair
+-- per claimed timer. A limit of 0 only reads the revocations.
+local REVOKED_MAX = 4096
+local rk = revoked_key(ARGV[4], ARGV[3])
+local out = redis.call('LRANGE', rk, 0, REVOKED_MAX - 1)
+if #out > 0 then redis.call('LTRIM', rk, #out, -1) end
+table.insert(out, 1, #out)
+local batch = {}
 local function take(id, v)
   out[#out + 1] = id
   out[#out + 1] = v
@@ -23,6 +31,7 @@ if ARGV[5] == '1' then
   end
 end
 local limit, base = tonumber(ARGV[2]), key_base(ARGV[4])
+if limit <= 0 then return out end
 -- The due entries of every waiting index, soonest first (ties by id, as a
 -- zset orders them), at most limit in all.
 local due = {}

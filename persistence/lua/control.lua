@@ -32,6 +32,7 @@ local function done(held)
   return answer(1, held)
 end
 local function wait_at(fire)
+  revoke(KEYS[1], ARGV[1], r)
   unplace(KEYS[1], ARGV[1], r)
   r.ver = r.ver + 1
   run_clear(r)
@@ -66,6 +67,7 @@ if op == 'fire' then return wait_at(now) end
 if op == 'reschedule' then return wait_at(tonumber(ARGV[4])) end
 if op == 'pause' then
   if st == 'paused' then return answer(1) end
+  revoke(KEYS[1], ARGV[1], r)
   unplace(KEYS[1], ARGV[1], r)
   r.ver = r.ver + 1
   r.rsv, r.next = 0, 0

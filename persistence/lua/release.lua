@@ -42,6 +42,6 @@ end
 for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
   if head_get(ARGV[1] .. id) then n = n + 1 end
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], revoked_key(ARGV[1], ARGV[6]))
 redis.call('SREM', key_base(ARGV[1]) .. 'holders', ARGV[6], ARGV[7])
 return n

@@ -56,6 +56,9 @@ typedef struct result {
     timer_finished fin[TIMERS_BATCH_MAX];
     timer_claimed claimed[64];
     char ids[64][64];
+    size_t nrev;
+    timer_revoked rev[8];
+    char rev_ids[8][64];
     long long count;
 } result;
 
@@ -130,12 +133,18 @@ static void finish_cb(void *arg, int status, size_t n, const timer_finished *r)
     signal_done();
 }
 
-static void claim_cb(void *arg, int status, size_t n, const timer_claimed *items)
+static void claim_cb(void *arg, int status, size_t n, const timer_claimed *items, size_t nrev,
+                     const timer_revoked *rev)
 {
     (void)arg;
     memset(&res, 0, sizeof res);
     res.status = status;
     res.n = n;
+    res.nrev = nrev;
+    for (size_t i = 0; i < nrev && i < 8; i++) {
+        snprintf(res.rev_ids[i], sizeof res.rev_ids[i], "%s", rev[i].id);
+        res.rev[i] = (timer_revoked){res.rev_ids[i], rev[i].version};
+    }
     for (size_t i = 0; i < n && i < 64; i++) {
         snprintf(res.ids[i], sizeof res.ids[i], "%s", items[i].id);
         res.claimed[i] = items[i];
@@ -450,6 +459,59 @@ static void test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_b
     assert_int_equal(res.claimed[0].fire_ms, now + 1000);
 }
 
+static void claim(timers *t, const char *id, uint32_t limit)
+{
+    assert_int_equal(timers_claim(t, timers_partition(t, id), clock_now_ms() + 5000, limit, 0, claim_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+}
+
+static void test_the_holder_learns_at_its_next_claim_which_held_timers_were_taken_away(void **state)
+{
+    fixture *f = *state;
+    char ids[4][16];
+    same_partition(f->a, ids, 4);
+    int64_t soon = (int64_t)clock_now_ms() + 1000;
+    uint64_t ver[4];
+    for (int i = 0; i < 4; i++) {
+        create(f->b, ids[i], soon, 1, NULL, TIMERS_OK); /* held by b */
+        ver[i] = res.v.version;
+    }
+    /* a cancels one, reschedules one and pauses one of b's; the fourth stays b's */
+    assert_int_equal(timers_cancel(f->a, ids[0], clock_now_ms(), view_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(timers_control(f->a, ids[1], "reschedule", clock_now_ms(), soon + 600000, 0, view_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(timers_control(f->a, ids[2], "pause", clock_now_ms(), 0, 0, view_cb, NULL), 0);
+    wait_done();
+    claim(f->a, ids[0], 10); /* a held none of them: nothing for a */
+    assert_int_equal(res.nrev, 0);
+    claim(f->b, ids[0], 0); /* limit 0: only the revocations */
+    assert_int_equal(res.n, 0);
+    assert_int_equal(res.nrev, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(res.rev[i].id, ids[i]);
+        assert_int_equal(res.rev[i].version, ver[i]); /* the version b holds the job under */
+    }
+    claim(f->b, ids[0], 10); /* handed over once */
+    assert_int_equal(res.nrev, 0);
+    /* a release deletes what its instance was still to learn */
+    assert_int_equal(timers_cancel(f->a, ids[3], clock_now_ms(), view_cb, NULL), 0);
+    wait_done();
+    memset(&res, 0, sizeof res);
+    assert_int_equal(timers_release(f->b, "box-b", "test", clock_now_ms(), release_cb, NULL), 16);
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&mu);
+        size_t n = res.n;
+        pthread_mutex_unlock(&mu);
+        if (n == 16)
+            break;
+        usleep(2000);
+    }
+    claim(f->b, ids[0], 10);
+    assert_int_equal(res.nrev, 0);
+}
+
 static void test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable(void **state)
 {
     (void)state;
@@ -490,6 +552,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_an_attempt_that_never_left_is_requeued_without_counting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_history_keeps_the_newest_attempts_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_back,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_holder_learns_at_its_next_claim_which_held_timers_were_taken_away,
                                         setup, teardown),
         cmocka_unit_test(test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable),
         cmocka_unit_test(test_a_record_of_another_layout_does_not_decode),
