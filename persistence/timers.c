@@ -107,9 +107,9 @@ static size_t record_new(const timers *t, const timer_new *n, unsigned char **ou
     size_t rlen = n->request_id ? strnlen(n->request_id, 255) : 0;
     const char *q = n->queue && strcmp(n->queue, "default") ? n->queue : "";
     size_t qlen = strnlen(q, 255);
-    int delay = strncmp(n->when, "delay_ms=", 9) == 0;
+    int delay = strncmp(n->when, "delay_ms=", 9) == 0, calendar = strcmp(n->when, "cron") == 0;
     const char *eq = strchr(n->when, '=');
-    int64_t when = eq ? strtoll(eq + 1, NULL, 10) : n->fire_ms;
+    int64_t when = calendar ? 0 : eq ? strtoll(eq + 1, NULL, 10) : n->fire_ms;
     size_t len = HEAD + 7 + rlen + 14 + qlen + n->spec_len;
     unsigned char *r = xmalloc(len), *p = r;
     memset(r, 0, HEAD);
@@ -122,7 +122,7 @@ static size_t record_new(const timers *t, const timer_new *n, unsigned char **ou
     p[6] = (unsigned char)rlen;
     memcpy(p + 7, n->request_id ? n->request_id : "", rlen);
     p += 7 + rlen;
-    p[0] = delay ? 'd' : 'f';
+    p[0] = delay ? 'd' : calendar ? 'c' : 'f';
     put_le(p + 1, (uint64_t)when, 6);
     put_le(p + 7, n->every_ms, 6);
     p[13] = (unsigned char)qlen;
@@ -577,11 +577,13 @@ static void begin_done(void *arg, const redisReply *r)
     batch_ctx *c = arg;
     timers_begin_cb cb = (timers_begin_cb)c->cb;
     int st = reply_status(r, "begin");
-    if (st == TIMERS_OK && r->elements != c->n)
+    if (st == TIMERS_OK && r->elements != 3 * c->n)
         st = TIMERS_FAILED;
-    int32_t res[TIMERS_BATCH_MAX];
+    timer_begun res[TIMERS_BATCH_MAX];
     for (size_t i = 0; st == TIMERS_OK && i < c->n; i++)
-        res[i] = (int32_t)store_reply_int(r, (int)i, TIMERS_GONE);
+        res[i] = (timer_begun){(int32_t)store_reply_int(r, (int)(3 * i), TIMERS_GONE),
+                               (uint32_t)store_reply_int(r, (int)(3 * i + 1), 0),
+                               store_reply_int(r, (int)(3 * i + 2), 0)};
     cb(c->arg, st, st == TIMERS_OK ? c->n : 0, res);
     free(c);
 }

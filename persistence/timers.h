@@ -43,7 +43,7 @@ typedef struct timer_view {
     int64_t created_ms;
     uint64_t version;      /* moved by every instruction (fire, reschedule, ...) */
     uint64_t runs;         /* runs started */
-    uint64_t every_ms;     /* 0: one-shot */
+    uint64_t every_ms;     /* 0: one-shot; TIMERS_CALENDAR: a calendar schedule */
     const char *request_id; /* of the request that created it ("" none) */
     size_t request_id_len;
     const char *queue;     /* "default" when the spec names none */
@@ -65,6 +65,10 @@ typedef struct timers_config {
     uint32_t history;        /* attempts kept per timer */
 } timers_config;
 
+/* every_ms of a calendar schedule (repeat.cron): stored as -1, its next slots
+ * computed by the engine (finish's next fire). */
+#define TIMERS_CALENDAR UINT64_MAX
+
 /* Returns the verbs' handle over st (not owned), or NULL when c is invalid. */
 timers *timers_new(store *st, const timers_config *c);
 void timers_free(timers *t); /* NULL is a no-op */
@@ -78,9 +82,10 @@ typedef struct timer_new {
     const char *id;         /* key id */
     const char *spec;       /* stored spec (spec.h) */
     size_t spec_len;
-    const char *when;       /* the due time as given: "delay_ms=N" or "fire_at_ms=N" */
+    const char *when;       /* the due time as given: "delay_ms=N" or "fire_at_ms=N", or "cron"
+                             * (a calendar schedule: fire_ms is its first slot) */
     int64_t fire_ms;
-    uint64_t every_ms;      /* repeat.every_ms, 0: one-shot */
+    uint64_t every_ms;      /* repeat.every_ms, 0: one-shot, TIMERS_CALENDAR: repeat.cron */
     const char *queue;      /* the queue ("default" or NULL: the default) */
     const char *request_id; /* the creating request's id, or NULL */
     uint64_t now_ms;
@@ -172,8 +177,9 @@ int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t li
                  timers_claim_cb cb, void *arg) __attribute__((warn_unused_result));
 
 /* Begins the attempts of n timers of one partition (at most
- * TIMERS_BATCH_MAX): results[i] is the attempt number (>= 1) of items[i]
- * when it may start, else one of enum timers_refusal. */
+ * TIMERS_BATCH_MAX): results[i].attempt is the attempt number (>= 1) of
+ * items[i] when it may start, else one of enum timers_refusal; then its run
+ * number (>= 1) and when that run was due. */
 #define TIMERS_BATCH_MAX 256
 typedef struct timer_begin {
     const char *id;
@@ -182,7 +188,12 @@ typedef struct timer_begin {
     int recurring;
 } timer_begin;
 enum timers_refusal { TIMERS_GONE = 0, TIMERS_NOT_WAITING = -1, TIMERS_NOT_OURS = -2, TIMERS_MOVED = -3 };
-typedef void (*timers_begin_cb)(void *arg, int status, size_t n, const int32_t *results);
+typedef struct timer_begun {
+    int32_t attempt;    /* >= 1, or enum timers_refusal */
+    uint32_t run;       /* the run this attempt belongs to (1: the first) */
+    int64_t run_due_ms; /* when that run was due */
+} timer_begun;
+typedef void (*timers_begin_cb)(void *arg, int status, size_t n, const timer_begun *results);
 int timers_begin(timers *t, uint32_t partition, size_t n, const timer_begin *items, timers_begin_cb cb, void *arg)
     __attribute__((warn_unused_result));
 

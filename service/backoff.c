@@ -1,8 +1,10 @@
 /* backoff.c - retry delays and the Retry-After header.
  *
- * The delay after n failed attempts is drawn uniformly from
- * [min, min(max, min * 2^(n-1))] ("full jitter" above the floor, so a burst of
- * failures spreads out instead of retrying in lockstep). The ceiling is
+ * The delay after n failed attempts is drawn uniformly from the upper half
+ * of its ceiling c = min(max, min * 2^(n-1)): [max(min, c/2), c] ("equal
+ * jitter": a burst of failures spreads out instead of retrying in lockstep,
+ * while the sum of the delays, and so how long a policy keeps retrying, has
+ * a floor half its ceiling, so a ladder can promise "at least 12 h"). The ceiling is
  * computed by comparing min with max >> (n-1), so it never overflows, and the
  * draw maps rnd onto the range with a 64x64->128 multiply (Lemire), which
  * has no modulo bias worth the name and no division.
@@ -36,9 +38,10 @@ uint64_t backoff_delay_ms(uint32_t attempts, uint64_t min_ms, uint64_t max_ms, u
         hi = max_ms;
     else
         hi = min_ms << shift;
-    /* min_ms >= 1, so the range's size hi - min_ms + 1 cannot wrap. */
-    uint64_t span = hi - min_ms + 1;
-    return min_ms + (uint64_t)(((u128)rnd * span) >> 64);
+    uint64_t lo = hi / 2 > min_ms ? hi / 2 : min_ms;
+    /* lo >= 1, so the range's size hi - lo + 1 cannot wrap. */
+    uint64_t span = hi - lo + 1;
+    return lo + (uint64_t)(((u128)rnd * span) >> 64);
 }
 
 static int is_ows(char c) { return c == ' ' || c == '\t'; }

@@ -1,4 +1,4 @@
-/* backoff.h - retry delays: exponential backoff with full jitter, and the
+/* backoff.h - retry delays: exponential backoff with equal jitter, and the
  * Retry-After header.
  *
  * Pure functions, any thread. */
@@ -8,7 +8,8 @@
 #include <stdint.h>
 
 /* Delay before the next attempt after `attempts` (>= 1) failed attempts:
- * uniformly drawn from [min_ms, min(max_ms, min_ms * 2^(attempts-1))] using
+ * with the ceiling c = min(max_ms, min_ms * 2^(attempts-1)), uniformly drawn
+ * from [max(min_ms, c/2), c] using
  * the random value rnd (any 64-bit value; the caller draws it). Never below
  * min_ms, never above max_ms (max_ms < min_ms is treated as max_ms = min_ms).
  * No overflow for any input. */

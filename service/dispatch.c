@@ -262,8 +262,8 @@ static void hdr_user(hdr_block *b, const char *line)
 static struct curl_slist *build_headers(const dispatch *d, const job *j)
 {
     const timer_spec *s = j->spec;
-    uint32_t max = s->nheaders + 8;
-    size_t text = 4 * 200 + SIGN_HEADER_MAX + 32;
+    uint32_t max = s->nheaders + 10;
+    size_t text = 6 * 300 + SIGN_HEADER_MAX + 32;
     uint64_t ts = clock_now_ms() / 1000u;
     for (uint32_t i = 0; i < s->nheaders; i++)
         text += strlen(s->headers[i]) + 2;
@@ -278,14 +278,22 @@ static struct curl_slist *build_headers(const dispatch *d, const job *j)
         hdr_link(&b, "Accept:");
     hdr_link(&b, "Expect:");
     const char *slash = strrchr(j->id, '/'), *id = slash ? slash + 1 : j->id; /* without the namespace */
-    hdr_printf(&b, "webhook-id: %s", id);
+    /* One message identity per run: a one-shot timer's is its id, a recurring
+     * timer's "<id>:<run>"; the retries of a run share it. */
+    char mid[2 * SPEC_ID_MAX + 16]; /* a lease's on_expire id may be longer than a client's */
+    if (spec_recurring(s))
+        snprintf(mid, sizeof mid, "%s:%u", id, j->run);
+    else
+        snprintf(mid, sizeof mid, "%s", id);
+    hdr_printf(&b, "webhook-id: %s", mid);
     hdr_printf(&b, "webhook-timestamp: %" PRIu64, ts);
     if (d->sign) { /* signs exactly what is sent: webhook-id, webhook-timestamp, body */
         char sig[SIGN_HEADER_MAX];
-        if (signer_sign(signer_for(d->sign, j->id), id, ts, s->body, s->body ? s->body_len : 0, sig))
+        if (signer_sign(signer_for(d->sign, j->id), mid, ts, s->body, s->body ? s->body_len : 0, sig))
             hdr_printf(&b, "webhook-signature: %s", sig);
     }
     hdr_printf(&b, "Hookwheel-Timer-Id: %s", id);
+    hdr_printf(&b, "Hookwheel-Run: %u", j->run);
     hdr_printf(&b, "Hookwheel-Attempt: %u", j->attempts);
     return b.nodes;
 }

@@ -256,15 +256,18 @@ static void park(engine *e, job *j)
 
 /* Store thread: the batch's begin answered; each job goes back to the
  * engine with its own result, in one post. */
-static void begun_cb(void *arg, int status, size_t n, const int32_t *res)
+static void begun_cb(void *arg, int status, size_t n, const timer_begun *res)
 {
     job_batch *b = arg;
     for (size_t i = 0; i < b->n; i++) {
         job *j = b->jobs[i];
         j->reply_ok = status == TIMERS_OK && i < n;
-        j->reply_code = j->reply_ok && res[i] >= 1 ? 1 : 0;
-        if (j->reply_code == 1)
-            j->attempts = (uint32_t)res[i];
+        j->reply_code = j->reply_ok && res[i].attempt >= 1 ? 1 : 0;
+        if (j->reply_code == 1) {
+            j->attempts = (uint32_t)res[i].attempt;
+            j->run = res[i].run;
+            j->run_due_ms = res[i].run_due_ms;
+        }
         j->msg = MSG_BEGUN;
         j->inbox_next = i + 1 < b->n ? b->jobs[i + 1] : NULL;
     }
@@ -457,7 +460,10 @@ static int retryable(const attempt_result *res)
  * be able to make a timer run back to back. An attempt that got no socket
  * here (out of file descriptors) never reached the target: it is retried
  * after a short jittered delay whatever max_attempts says, so a local
- * shortage cannot turn timers into dead letters. */
+ * shortage cannot turn timers into dead letters. With retry.max_duration_ms
+ * a run's retries also end once that long has passed since it was due: the
+ * last retry is moved up to that deadline, and an attempt failing at or
+ * after it fails the timer. */
 static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
 {
     const timer_spec *s = j->spec;
@@ -486,8 +492,18 @@ static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
     uint64_t delay = backoff_delay_ms(j->attempts, s->min_backoff_ms, s->max_backoff_ms, splitmix64_next(&e->rng));
     if (res->retry_after_ms >= 0)
         delay = (uint64_t)res->retry_after_ms < s->max_backoff_ms ? (uint64_t)res->retry_after_ms : s->max_backoff_ms;
+    uint64_t next = now + delay;
+    if (s->max_duration_ms && j->run_due_ms > 0) {
+        uint64_t deadline = (uint64_t)j->run_due_ms + s->max_duration_ms;
+        if (now >= deadline) {
+            j->outcome = OUT_FAILED;
+            return;
+        }
+        if (next > deadline)
+            next = deadline;
+    }
     j->outcome = OUT_RETRY;
-    j->next_fire_ms = now + delay;
+    j->next_fire_ms = next;
 }
 
 static void attempt_done_cb(void *arg, job *j, const attempt_result *res)

@@ -73,6 +73,8 @@ typedef struct job {
     char *raw_spec;            /* stored spec text from a claim, parsed on the engine thread */
     size_t raw_len;
     uint32_t attempts;         /* attempts recorded in Redis (of the current run) */
+    uint32_t run;              /* the current run's number (begin; 1: the first) */
+    int64_t run_due_ms;        /* when the current run was due (begin; retry.max_duration_ms) */
     uint64_t version;          /* the run line's version it was claimed under */
     uint32_t token;            /* unique among this instance's jobs (begin.lua) */
     enum job_phase phase;

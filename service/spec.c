@@ -353,7 +353,7 @@ static int name_valid(const char *s, size_t max, const char *punct)
     return n > 0;
 }
 
-int spec_id_valid(const char *id) { return name_valid(id, 128, "._:-"); }
+int spec_id_valid(const char *id) { return name_valid(id, SPEC_ID_MAX, "._:-"); }
 
 /* Rejects members of obj for which known() is 0, naming prefix + key. */
 static int check_keys(spec_error *err, json_t *obj, const char *prefix, int (*known)(const char *))
@@ -819,7 +819,7 @@ static int parse_time(parse_ctx *c, const char *unused_name, json_t *unused_v)
 static int is_retry_member(const char *key)
 {
     return strcmp(key, "max_attempts") == 0 || strcmp(key, "min_backoff_ms") == 0 ||
-           strcmp(key, "max_backoff_ms") == 0;
+           strcmp(key, "max_backoff_ms") == 0 || strcmp(key, "max_duration_ms") == 0;
 }
 
 /* Reads retry.<key> into *out if present; *out keeps its default if not. */
@@ -838,6 +838,7 @@ static int parse_retry(parse_ctx *c, const char *name, json_t *v)
     const spec_limits *l = c->lim;
     int64_t attempts = l->default_max_attempts;
     int64_t min = cap_int64(l->default_min_backoff_ms), max = cap_int64(l->default_max_backoff_ms);
+    int64_t duration = 0; /* none: the count alone bounds the retries */
 
     if (v && !json_is_object(v))
         return fail(c->err, name, "retry must be an object");
@@ -845,7 +846,8 @@ static int parse_retry(parse_ctx *c, const char *name, json_t *v)
         return -EINVAL;
     if (retry_int(c, v, "max_attempts", 1, l->max_attempts, &attempts) < 0 ||
         retry_int(c, v, "min_backoff_ms", 0, l->max_backoff_cap_ms, &min) < 0 ||
-        retry_int(c, v, "max_backoff_ms", 0, l->max_backoff_cap_ms, &max) < 0)
+        retry_int(c, v, "max_backoff_ms", 0, l->max_backoff_cap_ms, &max) < 0 ||
+        retry_int(c, v, "max_duration_ms", 1, l->max_delay_ms, &duration) < 0)
         return -EINVAL;
     if (!(v && json_object_get(v, "max_backoff_ms")) && max < min)
         max = min; /* only min given, above the default max: widen the default */
@@ -855,17 +857,22 @@ static int parse_retry(parse_ctx *c, const char *name, json_t *v)
     c->s->max_attempts = (uint32_t)attempts;
     c->s->min_backoff_ms = (uint64_t)min;
     c->s->max_backoff_ms = (uint64_t)max;
+    c->s->max_duration_ms = (uint64_t)duration;
     jbuf b = {0}; /* keys in sorted order */
     jb_put(&b, "{\"max_attempts\":", 16);
     jb_int(&b, attempts);
     jb_put(&b, ",\"max_backoff_ms\":", 18);
     jb_int(&b, max);
+    if (duration) {
+        jb_put(&b, ",\"max_duration_ms\":", 19);
+        jb_int(&b, duration);
+    }
     jb_put(&b, ",\"min_backoff_ms\":", 18);
     jb_int(&b, min);
     jb_put(&b, "}", 1);
     member_set(c, M_RETRY, &b,
                attempts == SPEC_DEFAULT_MAX_ATTEMPTS && min == SPEC_DEFAULT_MIN_BACKOFF_MS &&
-                   max == SPEC_DEFAULT_MAX_BACKOFF_MS);
+                   max == SPEC_DEFAULT_MAX_BACKOFF_MS && !duration);
     return 0;
 }
 

@@ -9,7 +9,8 @@
  * and defaults applied, without the id and without the due time:
  *   {"body"|"json", "headers", "method", "queue",
  *    "repeat":{"every_ms","mode","times"} (recurring timers only),
- *    "retry":{"max_attempts","max_backoff_ms","min_backoff_ms"}, "timeout_ms", "url"}
+ *    "retry":{"max_attempts","max_backoff_ms","max_duration_ms" (when set),"min_backoff_ms"},
+ *    "timeout_ms", "url"}
  * It is exactly the spec part of the Timer resource the API returns, so the
  * API answers by appending the state fields to it, without re-encoding.
  * The due time as the client gave it is kept apart, in `when`
@@ -24,9 +25,13 @@
  * canonical form back, and equal canonical forms have equal stored forms. */
 
 #define SPEC_DEFAULT_TIMEOUT_MS 10000
-#define SPEC_DEFAULT_MAX_ATTEMPTS 5
+/* The default retry policy: backoff doubling from 1 s to 1 h, each delay
+ * drawn from the upper half of its ceiling (backoff.h), 36 attempts: a
+ * failing target is retried for at least 12 h (12.07 h) and at most 24.2 h
+ * after the first attempt (README: the retry ladder). */
+#define SPEC_DEFAULT_MAX_ATTEMPTS 36
 #define SPEC_DEFAULT_MIN_BACKOFF_MS 1000
-#define SPEC_DEFAULT_MAX_BACKOFF_MS 300000
+#define SPEC_DEFAULT_MAX_BACKOFF_MS 3600000
 /* The shortest period of a recurring timer (repeat.every_ms, and the floor
  * of a Hookwheel-Next-Delay-Ms answer): shorter periods are below any
  * sensible tick. */
@@ -81,6 +86,8 @@ typedef struct timer_spec {
     uint32_t max_attempts;
     uint64_t min_backoff_ms;
     uint64_t max_backoff_ms;
+    uint64_t max_duration_ms; /* retry.max_duration_ms: a run's retries end this long after it
+                                 was due (0: no such bound) */
     char *queue;           /* "default" when not given */
     uint64_t every_ms;     /* repeat.every_ms; 0: a one-shot timer */
     int fixed_rate;        /* repeat.mode is fixed_rate (else fixed_delay) */
@@ -114,6 +121,9 @@ int spec_parse_when(const char *json, size_t len, const spec_limits *lim, uint64
  * field. */
 int spec_check_url(spec_error *err, const char *field, const char *url, const struct netpolicy *policy);
 
+/* 1 for a recurring timer (it has runs: repeat), 0 for a one-shot. */
+static inline int spec_recurring(const timer_spec *s) { return s->every_ms != 0; }
+
 /* Frees s. NULL is a no-op. */
 void spec_free(timer_spec *s);
 
@@ -121,7 +131,9 @@ void spec_free(timer_spec *s);
  * timer lease:<key>:<token>. */
 #define SPEC_RESERVED_ID_PREFIX "lease:"
 
-/* 1 if id matches [A-Za-z0-9._:-]{1,128}, else 0. */
+#define SPEC_ID_MAX 128 /* bytes of a timer id */
+
+/* 1 if id matches [A-Za-z0-9._:-]{1,SPEC_ID_MAX}, else 0. */
 int spec_id_valid(const char *id);
 
 #endif

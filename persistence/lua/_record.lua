@@ -18,14 +18,16 @@
 --               starts right after it); bits 1-2 flag (what arrived during
 --               a run for after it: 1 pause, 2 cancel); bit 3 the timer has
 --               a history key (so a first attempt writes it without a read)
---     planned   when the current run was due (fixed_rate counts from it)
+--     planned   when the current run was due (fixed_rate and a retry's
+--               deadline, retry.max_duration_ms, count from it)
 --     next      a reschedule during a run: when the next run is due
 --     token     the job (of the owner) whose attempt began: only it may
 --               begin again (a begin whose reply was lost is re-sent)
 --   tail: created_ms (i6), the creating request's id (length byte + text),
 --     then what idempotency compares: the due time as the client gave it
---     (kind byte 'd' delay_ms | 'f' fire_at/fire_at_ms, value i6), every_ms
---     (i6; 0: one-shot), the queue (length byte + name; empty: default) and
+--     (kind byte 'd' delay_ms | 'f' fire_at/fire_at_ms | 'c' a calendar
+--     schedule's first slot, value i6; 0 for 'c'), every_ms (i6; 0: one-shot,
+--     -1: a calendar schedule, whose next slots the engine computes), the queue (length byte + name; empty: default) and
 --     the stored spec (compact JSON, the rest of the string).
 -- So the hot functions read and write HEAD bytes, and no function decodes
 -- user JSON: what they branch on (every_ms, queue) has a field of its own.
@@ -166,6 +168,11 @@ end
 -- What a run resets: the reservations and instructions that arrived during
 -- it (the version stays: it moves only on instructions).
 local function run_clear(r) r.rsv, r.flag, r.next = 0, 0, 0 end
+
+-- A retry or replay of a dead letter is the run it failed in, again: begin
+-- counts a run at its first attempt, so the count steps back one here and
+-- the replayed attempts carry that run's number (and message identity).
+local function replay_run(r) if r.runs > 0 then r.runs = r.runs - 1 end end
 
 -- Where a timer is found. A timer some instance holds (owner set: waiting
 -- in its wheel, or firing) is in that instance's claimed zset,

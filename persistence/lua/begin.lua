@@ -7,39 +7,47 @@
 -- KEYS: the timer keys
 -- ARGV: 1 this instance's owner tag, then for the i-th timer (from 2 + 3(i-1)):
 --       the version its run was claimed under, the job's token (unique per
---       job of the instance), recurring ("1": remember when this run was
---       due, for fixed_rate)
--- Returns one number per timer: its attempt number (>= 1) when it may
+--       job of the instance), recurring (unused: every run remembers when it
+--       was due, for fixed_rate and for the retry deadline)
+-- Returns three numbers per timer: its attempt number (>= 1) when it may
 -- start, else 0 gone, -1 not waiting (paused, cancelled, finished), -2 not
--- claimed by this instance, -3 moved (a newer version). Repeating it is
--- safe: a timer this instance already marked firing for the same job
--- (token) answers its attempt again, so a begin whose reply was lost is
--- sent again and the attempt still happens; another job of the same timer
--- (held twice after a lost create reply) is refused.
+-- claimed by this instance, -3 moved (a newer version); then its run number
+-- (1 for the first run; a manual retry of a dead letter replays the run it
+-- failed in) and when that run was due (ms; a retry's deadline counts from
+-- it), both 0 when it may not start. Repeating it is safe: a timer this
+-- instance already marked firing for the same job (token) answers its
+-- attempt again, so a begin whose reply was lost is sent again and the
+-- attempt still happens; another job of the same timer (held twice after a
+-- lost create reply) is refused.
 local out = {}
+local function answer(att, r)
+  out[#out + 1] = att
+  out[#out + 1] = att >= 1 and r.runs or 0
+  out[#out + 1] = att >= 1 and r.plan or 0
+end
 for i, tk in ipairs(KEYS) do
   local a = 2 + 3 * (i - 1)
   local r = head_get(tk)
   local tok = tonumber(ARGV[a + 1])
   if not r then
-    out[i] = 0
+    answer(0)
   elseif r.st == 'firing' and r.owner == ARGV[1] and r.tok == tok then
-    out[i] = r.att
+    answer(r.att, r)
   elseif not is_waiting(r.st) then
-    out[i] = -1
+    answer(-1)
   elseif r.owner ~= ARGV[1] then
-    out[i] = -2
+    answer(-2)
   elseif r.ver ~= tonumber(ARGV[a]) then
-    out[i] = -3
+    answer(-3)
   else
     r.att = r.att + 1
-    if r.att == 1 then
+    if r.att == 1 then -- a new run: its number, and when it was due
       r.runs = r.runs + 1
-      if ARGV[a + 2] == '1' then r.plan = r.fire end
+      r.plan = r.fire
     end
     r.tok, r.st = tok, 'firing' -- stays in this instance's claimed zset, where it was
     head_put(tk, r)
-    out[i] = r.att
+    answer(r.att, r)
   end
 end
 return out

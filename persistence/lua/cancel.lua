@@ -13,7 +13,7 @@ local function answer(code, now)
   return {code, redis.call('GET', KEYS[1]), redis.call('GET', hist_key(KEYS[1])) or '', now}
 end
 if r.st == 'cancelled' then return answer(1) end
-if r.st == 'firing' and tail_decode(v).every > 0 then
+if r.st == 'firing' and tail_decode(v).every ~= 0 then -- recurring (every < 0: a calendar schedule)
   r.flag = 2
   r.rsv, r.next = 0, 0
   head_put(KEYS[1], r)

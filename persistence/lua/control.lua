@@ -44,6 +44,7 @@ if op == 'retry' then
   if st ~= 'failed' then return answer(0) end
   redis.call('ZREM', key_base(KEYS[1]) .. 'failed', ARGV[1])
   keep_forever(KEYS[1])
+  replay_run(r)
   return wait_at(now)
 end
 if is_final(st) then return answer(0) end
@@ -77,4 +78,7 @@ if op == 'pause' then
 end
 if st ~= 'paused' then return answer(1) end -- resume of a timer that is not paused
 if every > 0 then return wait_at(now + every) end
+-- a calendar schedule (every < 0) resumes at the slot it was paused at, even
+-- past: the engine applies its misfire policy to a slot that was missed
+if every < 0 then return wait_at(r.fire) end
 return wait_at(math.max(r.fire, now))

@@ -25,6 +25,7 @@ while done < limit and examined < budget do
       else -- a new series of attempts, due now, under the same id
         r.ver = r.ver + 1
         run_clear(r)
+        replay_run(r)
         r.att, r.fire = 0, tonumber(ARGV[4])
         unplace(tk, id, r)
         r.st, r.owner = 'scheduled', NO_OWNER

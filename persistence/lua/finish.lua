@@ -11,7 +11,8 @@
 --       | failed | next: a recurring run succeeded | stop: a recurring run
 --       answered 410 | requeue: the attempt never left this instance, as when
 --       it had no socket: due again at next fire_ms, and not counted), the
---       attempt (JSON), next fire_ms (retry), keep,
+--       attempt (JSON), next fire_ms (retry, requeue; next of a calendar
+--       schedule: its next slot), keep,
 --       repeat.every_ms, fixed_rate ("1"), repeat.times (0: no limit), the
 --       callback's Hookwheel-Next-Delay-Ms (-1: none)
 -- Returns five numbers per timer: ok, fire_ms, version, kept, attempts; ok
@@ -42,9 +43,10 @@ end
 
 -- When a recurring timer's next run is due after a run that succeeded.
 local function next_run(r, a)
-  local every, override = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 8])
+  local every, override, slot = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 8]), tonumber(ARGV[a + 3])
   if r.rsv == 1 then return now end
   if r.next > 0 then return r.next end
+  if every == 0 then return slot end -- a calendar schedule: the next slot, from the engine
   if override >= 0 then return now + override end
   if ARGV[a + 6] ~= '1' then return now + every end
   local plan = r.plan > 0 and r.plan or now -- fixed_rate

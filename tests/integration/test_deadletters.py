@@ -23,7 +23,9 @@ def test_a_failed_timer_is_replayed_from_the_dead_letters_and_delivered(hookwhee
     status, _, body = hookwheel.request("POST", "/timers/dl-one/retry")
     assert status == 200 and body["state"] in ("scheduled", "firing", "delivered"), body
     done = hookwheel.wait_state("dl-one", "delivered", timeout=scaled(5))
-    assert done["attempts"] == 1 and done["runs"] == 2 and done["version"] == 1, done
+    # a retry replays the run that failed: still run 1 (webhook-id and Hookwheel-Run unchanged)
+    assert done["attempts"] == 1 and done["runs"] == 1 and done["version"] == 1, done
+    assert [r.headers["Hookwheel-Run"] for r in receiver.requests(timer_id="dl-one")] == ["1", "1"]
     assert done["last_attempt"]["status"] == 204, done
     assert listed(hookwheel, "failed") == []
     assert [r.path for r in receiver.requests(timer_id="dl-one")] == ["/once-broken"] * 2

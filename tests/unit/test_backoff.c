@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "backoff.h"
+#include "spec.h"
 
 /* min(max, min * 2^(attempts-1)) computed the slow, obviously right way. */
 static uint64_t ceiling_of(uint32_t attempts, uint64_t min_ms, uint64_t max_ms)
@@ -29,10 +30,10 @@ static void test_backoff_delay_stays_within_its_bounds(void **state)
     for (size_t a = 0; a < 4; a++) {
         for (size_t b = 0; b < 4; b++) {
             for (uint32_t n = 1; n <= 100; n++) {
-                uint64_t hi = ceiling_of(n, mins[a], maxs[b]);
+                uint64_t hi = ceiling_of(n, mins[a], maxs[b]), lo = hi / 2 > mins[a] ? hi / 2 : mins[a];
                 for (int k = 0; k < 200; k++) {
                     uint64_t d = backoff_delay_ms(n, mins[a], maxs[b], splitmix64_next(&seed));
-                    assert_in_range(d, mins[a], hi);
+                    assert_in_range(d, lo, hi); /* the upper half of the ceiling, never below min */
                 }
             }
         }
@@ -44,11 +45,13 @@ static void test_backoff_delay_reaches_both_ends_of_its_range(void **state)
     (void)state;
     assert_int_equal(backoff_delay_ms(1, 100, 60000, 0), 100);
     assert_int_equal(backoff_delay_ms(1, 100, 60000, UINT64_MAX), 100);
-    assert_int_equal(backoff_delay_ms(4, 100, 60000, 0), 100);
+    assert_int_equal(backoff_delay_ms(4, 100, 60000, 0), 400);
     assert_int_equal(backoff_delay_ms(4, 100, 60000, UINT64_MAX), 800);
+    assert_int_equal(backoff_delay_ms(30, 100, 60000, 0), 30000);
     assert_int_equal(backoff_delay_ms(30, 100, 60000, UINT64_MAX), 60000);
     /* Half of the random range lands at about the middle. */
     assert_int_equal(backoff_delay_ms(2, 100, 60000, UINT64_C(1) << 63), 150);
+    assert_int_equal(backoff_delay_ms(3, 100, 60000, UINT64_C(1) << 63), 300);
 }
 
 static void test_backoff_delay_does_not_overflow_for_huge_attempts(void **state)
@@ -56,7 +59,7 @@ static void test_backoff_delay_does_not_overflow_for_huge_attempts(void **state)
     (void)state;
     const uint32_t attempts[] = {0, 63, 64, 65, 1000, UINT32_MAX};
     for (size_t i = 0; i < sizeof attempts / sizeof attempts[0]; i++) {
-        assert_in_range(backoff_delay_ms(attempts[i], 1000, 60000, 12345), 1000, 60000);
+        assert_in_range(backoff_delay_ms(attempts[i], 1000, 60000, 12345), attempts[i] <= 1 ? 1000 : 30000, 60000);
         assert_int_equal(backoff_delay_ms(attempts[i], 1000, 60000, UINT64_MAX),
                          attempts[i] <= 1 ? 1000 : 60000);
         assert_int_equal(backoff_delay_ms(attempts[i], UINT64_MAX - 1, UINT64_MAX, UINT64_MAX),
@@ -72,6 +75,20 @@ static void test_backoff_delay_treats_max_below_min_as_min(void **state)
     uint64_t seed = 9;
     for (uint32_t n = 1; n <= 100; n++)
         assert_int_equal(backoff_delay_ms(n, 5000, 10, splitmix64_next(&seed)), 5000);
+}
+
+/* The default policy's ladder (spec.h): 36 attempts, backoff 1 s doubling
+ * to 1 h, keep retrying for at least 12 h and at most about 24 h. */
+static void test_the_default_ladder_retries_for_12_to_25_hours(void **state)
+{
+    (void)state;
+    uint64_t lo = 0, hi = 0;
+    for (uint32_t n = 1; n < SPEC_DEFAULT_MAX_ATTEMPTS; n++) { /* the delays after attempts 1..35 */
+        lo += backoff_delay_ms(n, SPEC_DEFAULT_MIN_BACKOFF_MS, SPEC_DEFAULT_MAX_BACKOFF_MS, 0);
+        hi += backoff_delay_ms(n, SPEC_DEFAULT_MIN_BACKOFF_MS, SPEC_DEFAULT_MAX_BACKOFF_MS, UINT64_MAX);
+    }
+    assert_true(lo >= 12u * 3600000u);
+    assert_true(hi <= 25u * 3600000u);
 }
 
 static void test_retry_after_parses_delta_seconds(void **state)
@@ -169,6 +186,7 @@ int main(void)
         cmocka_unit_test(test_backoff_delay_reaches_both_ends_of_its_range),
         cmocka_unit_test(test_backoff_delay_does_not_overflow_for_huge_attempts),
         cmocka_unit_test(test_backoff_delay_treats_max_below_min_as_min),
+        cmocka_unit_test(test_the_default_ladder_retries_for_12_to_25_hours),
         cmocka_unit_test(test_retry_after_parses_delta_seconds),
         cmocka_unit_test(test_retry_after_rejects_invalid_values),
         cmocka_unit_test(test_retry_after_parses_an_http_date_in_the_future),

@@ -31,9 +31,9 @@ static spec_limits timer_lim = {
     .max_attempts = 100,
     .max_backoff_cap_ms = 86400000,
     .default_timeout_ms = 10000,
-    .default_max_attempts = 5,
+    .default_max_attempts = SPEC_DEFAULT_MAX_ATTEMPTS,
     .default_min_backoff_ms = 1000,
-    .default_max_backoff_ms = 300000,
+    .default_max_backoff_ms = SPEC_DEFAULT_MAX_BACKOFF_MS,
 };
 static lease_limits lim = {.max_ttl_ms = 3600000, .timer = &timer_lim};
 

@@ -30,9 +30,9 @@ static const spec_limits lim = {
     .max_attempts = 100,
     .max_backoff_cap_ms = 86400000,
     .default_timeout_ms = 10000,
-    .default_max_attempts = 5,
+    .default_max_attempts = SPEC_DEFAULT_MAX_ATTEMPTS,
     .default_min_backoff_ms = 1000,
-    .default_max_backoff_ms = 300000,
+    .default_max_backoff_ms = SPEC_DEFAULT_MAX_BACKOFF_MS,
 };
 
 /* Returns a malloc'd copy of s with ' turned into ". */
@@ -140,12 +140,13 @@ static void test_a_minimal_spec_gets_every_default(void **state)
     assert_int_equal(s->has_content_type, 0);
     assert_int_equal(s->fire_at_ms, NOW + 1500);
     assert_int_equal(s->timeout_ms, 10000);
-    assert_int_equal(s->max_attempts, 5);
+    assert_int_equal(s->max_attempts, 36);
     assert_int_equal(s->min_backoff_ms, 1000);
-    assert_int_equal(s->max_backoff_ms, 300000);
+    assert_int_equal(s->max_backoff_ms, 3600000);
+    assert_int_equal(s->max_duration_ms, 0);
     assert_string_equal(s->canonical,
                         "{\"headers\":{},\"method\":\"POST\",\"queue\":\"default\","
-                        "\"retry\":{\"max_attempts\":5,\"max_backoff_ms\":300000,"
+                        "\"retry\":{\"max_attempts\":36,\"max_backoff_ms\":3600000,"
                         "\"min_backoff_ms\":1000},\"timeout_ms\":10000,"
                         "\"url\":\"http://example.com/hook\"}");
     assert_string_equal(s->when, "delay_ms=1500");
@@ -234,7 +235,7 @@ static void test_the_stored_form_leaves_out_the_defaults_and_parses_back_to_the_
     assert_non_null(strstr(t->stored, "\"method\":\"PUT\""));
     assert_non_null(strstr(t->stored, "\"queue\":\"q\""));
     assert_non_null(strstr(t->stored, "\"timeout_ms\":5"));
-    assert_non_null(strstr(t->stored, "\"retry\":{\"max_attempts\":2,\"max_backoff_ms\":300000,"));
+    assert_non_null(strstr(t->stored, "\"retry\":{\"max_attempts\":2,\"max_backoff_ms\":3600000,"));
     assert_int_equal(spec_parse(t->stored, t->stored_len, NULL, NOW, &again, &err), 0);
     assert_string_equal(again->canonical, t->canonical);
     spec_free(again);
@@ -247,7 +248,7 @@ static void test_explicit_defaults_give_the_same_canonical_form_as_omitted_ones(
     (void)state;
     timer_spec *a = parse_ok("{'url':'http://h/x','delay_ms':60000}");
     timer_spec *b = parse_ok("{'queue':'default','timeout_ms':10000,'method':'POST','headers':{},"
-                             "'retry':{'max_backoff_ms':300000,'max_attempts':5},"
+                             "'retry':{'max_backoff_ms':3600000,'max_attempts':36},"
                              "'delay_ms':60000,'url':'http://h/x'}");
 
     assert_string_equal(a->canonical, b->canonical);
@@ -511,10 +512,10 @@ static void test_the_maximum_delay_itself_is_accepted(void **state)
 static void test_min_backoff_above_the_default_max_raises_the_max(void **state)
 {
     (void)state;
-    timer_spec *s = parse_ok("{'url':'http://h/','delay_ms':1,'retry':{'min_backoff_ms':400000}}");
+    timer_spec *s = parse_ok("{'url':'http://h/','delay_ms':1,'retry':{'min_backoff_ms':4000000}}");
 
-    assert_int_equal(s->min_backoff_ms, 400000);
-    assert_int_equal(s->max_backoff_ms, 400000);
+    assert_int_equal(s->min_backoff_ms, 4000000);
+    assert_int_equal(s->max_backoff_ms, 4000000);
     spec_free(s);
 }
 
@@ -869,6 +870,23 @@ static void test_zero_or_too_many_attempts_are_rejected(void **state)
                     "retry.max_attempts");
 }
 
+static void test_a_retry_duration_bounds_the_retries_and_round_trips(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_ok("{'url':'http://h/','delay_ms':1,'retry':{'max_duration_ms':5000}}"), *again;
+    spec_error err;
+    assert_int_equal(s->max_duration_ms, 5000);
+    assert_non_null(strstr(s->canonical, "\"max_backoff_ms\":3600000,\"max_duration_ms\":5000,\"min_backoff_ms\""));
+    assert_int_equal(spec_parse(s->stored, s->stored_len, NULL, NOW, &again, &err), 0);
+    assert_int_equal(again->max_duration_ms, 5000);
+    assert_string_equal(again->canonical, s->canonical);
+    spec_free(again);
+    spec_free(s);
+    assert_rejected("{'url':'http://h/','delay_ms':1,'retry':{'max_duration_ms':0}}", "retry.max_duration_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'retry':{'max_duration_ms':-5}}", "retry.max_duration_ms");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'retry':{'max_duration_ms':'5s'}}", "retry.max_duration_ms");
+}
+
 static void test_an_unknown_retry_member_is_rejected(void **state)
 {
     (void)state;
@@ -1104,6 +1122,7 @@ int main(void)
         cmocka_unit_test(test_spec_id_valid_follows_the_contract_pattern),
         cmocka_unit_test(test_a_timeout_of_zero_or_above_the_cap_is_rejected),
         cmocka_unit_test(test_zero_or_too_many_attempts_are_rejected),
+        cmocka_unit_test(test_a_retry_duration_bounds_the_retries_and_round_trips),
         cmocka_unit_test(test_an_unknown_retry_member_is_rejected),
         cmocka_unit_test(test_a_max_backoff_below_the_min_backoff_is_rejected),
         cmocka_unit_test(test_backoffs_above_the_cap_or_negative_are_rejected),

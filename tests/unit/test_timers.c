@@ -53,6 +53,8 @@ typedef struct result {
     timer_view v;
     char spec[512], history[2048];
     int32_t begun[TIMERS_BATCH_MAX];
+    uint32_t run[TIMERS_BATCH_MAX];
+    int64_t run_due[TIMERS_BATCH_MAX];
     timer_finished fin[TIMERS_BATCH_MAX];
     timer_claimed claimed[64];
     char ids[64][64];
@@ -113,13 +115,17 @@ static void view_cb(void *arg, int status, const timer_view *v, int flag)
     signal_done();
 }
 
-static void begin_cb(void *arg, int status, size_t n, const int32_t *r)
+static void begin_cb(void *arg, int status, size_t n, const timer_begun *r)
 {
     (void)arg;
     memset(&res, 0, sizeof res);
     res.status = status;
     res.n = n;
-    memcpy(res.begun, r, n * sizeof *r);
+    for (size_t i = 0; i < n; i++) {
+        res.begun[i] = r[i].attempt;
+        res.run[i] = r[i].run;
+        res.run_due[i] = r[i].run_due_ms;
+    }
     signal_done();
 }
 
@@ -397,6 +403,31 @@ static void test_an_attempt_that_never_left_is_requeued_without_counting(void **
     assert_int_equal(res.begun[0], 1); /* the next attempt is attempt 1 again */
 }
 
+static void test_a_dead_letter_retried_runs_again_as_the_run_it_failed_in(void **state)
+{
+    fixture *f = *state;
+    int64_t due = (int64_t)clock_now_ms() - 5;
+    create(f->a, "t-run", due, 1, NULL, TIMERS_OK);
+    timer_begin b = {"t-run", 0, 41, 0};
+    begin(f->a, 1, &b);
+    assert_int_equal(res.begun[0], 1);
+    assert_int_equal(res.run[0], 1);
+    assert_int_equal(res.run_due[0], due); /* a retry's deadline counts from here */
+    timer_finish fin = {"t-run", TIMER_FAILED, "{\"status\":500}", 0, 1, 0, 0, 0, -1};
+    finish(f->a, 1, &fin);
+    assert_int_equal(timers_control(f->a, "t-run", "retry", clock_now_ms(), 0, clock_now_ms() + 5000, view_cb, NULL),
+                     0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+    get(f->a, "t-run");
+    b.version = res.v.version;
+    b.token = 42;
+    begin(f->a, 1, &b);
+    assert_int_equal(res.begun[0], 1);
+    assert_int_equal(res.run[0], 1); /* the same run again, not a second one */
+    assert_true(res.run_due[0] > due);
+}
+
 static void test_the_history_keeps_the_newest_attempts_only(void **state)
 {
     fixture *f = *state; /* the fixture keeps 3 attempts */
@@ -406,6 +437,7 @@ static void test_the_history_keeps_the_newest_attempts_only(void **state)
         timer_begin b = {"t-hist", 0, 100 + i, 0};
         begin(f->a, 1, &b);
         assert_int_equal(res.begun[0], (int32_t)i + 1);
+        assert_int_equal(res.run[0], 1); /* the retries of one run */
         snprintf(json[i], sizeof json[i], "{\"a\":%u}", i);
         timer_finish fin = {"t-hist", TIMER_RETRY, json[i], (int64_t)clock_now_ms(), 1, 0, 0, 0, -1};
         finish(f->a, 1, &fin);
@@ -551,6 +583,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_an_attempt_that_never_left_is_requeued_without_counting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_history_keeps_the_newest_attempts_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_dead_letter_retried_runs_again_as_the_run_it_failed_in, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_back,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_holder_learns_at_its_next_claim_which_held_timers_were_taken_away,
