@@ -14,7 +14,7 @@ PYTHON    ?= /usr/bin/python3
 PKGS      := libmicrohttpd libcurl jansson hiredis openssl
 DEB_PKGS  := build-essential pkg-config libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev \
              libhiredis-dev libssl-dev libcmocka-dev redis-server redis-tools nginx-light \
-             python3 python3-pytest curl clang libclang-rt-14-dev
+             python3 python3-pytest curl clang libclang-rt-14-dev tzdata
 # The deploy files and the API contract: docker-compose (config check only),
 # jsonschema (contract tests), Node.js for the OpenAPI linter. npm comes with
 # NodeSource's nodejs; with Debian's nodejs it is a package of its own.

@@ -13,6 +13,7 @@ const http_route api_routes[] = {
     {"POST", "/timers/{id}/pause", api_timer_pause, 0, 0},
     {"POST", "/timers/{id}/resume", api_timer_resume, 0, 0},
     {"POST", "/timers/{id}/retry", api_timer_retry, 0, 0},
+    {"GET", "/schedules/preview", api_schedule_preview, 0, 0},
     {"POST", "/dead-letters/replay", api_dead_letters_replay, 0, 0},
     {"POST", "/dead-letters/purge", api_dead_letters_purge, 0, 0},
     {"GET", "/queues", api_queue_list, 0, 0},

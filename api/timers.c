@@ -137,6 +137,13 @@ char *api_timer_from_view(const char *id, const timer_view *v, size_t *len)
     char *t = api_timer_text(id, spec->canonical, strlen(spec->canonical), v->state, v->fire_ms, v->created_ms,
                              v->attempts, (long long)v->version, (long long)v->runs, v->history, v->history_len,
                              len);
+    if (t && spec->cron_x && v->with_skipped) { /* a calendar schedule: the slots its misfire policy skipped */
+        char extra[48];
+        int k = snprintf(extra, sizeof extra, ",\"skipped_slots\":%" PRIu64 "}", v->skipped);
+        t = xrealloc(t, *len + (size_t)k);
+        memcpy(t + *len - 1, extra, (size_t)k + 1);
+        *len += (size_t)k - 1;
+    }
     spec_free(spec);
     return t;
 }

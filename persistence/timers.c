@@ -328,8 +328,12 @@ static void view_done(one_ctx *c, const redisReply *r)
     if (!strcmp(c->verb, "get")) {
         if (r->elements == 0)
             c->cb.view(c->arg, TIMERS_UNKNOWN, NULL, 0);
-        else
-            c->cb.view(c->arg, view_at(r, 0, &v) == 0 ? TIMERS_OK : TIMERS_FAILED, &v, 0);
+        else if (view_at(r, 0, &v) == 0) {
+            v.skipped = (uint64_t)store_reply_int(r, 2, 0);
+            v.with_skipped = 1;
+            c->cb.view(c->arg, TIMERS_OK, &v, 0);
+        } else
+            c->cb.view(c->arg, TIMERS_FAILED, NULL, 0);
         return;
     }
     long long code = store_reply_int(r, 0, -9);
@@ -393,6 +397,22 @@ int timers_control(timers *t, const char *id, const char *op, uint64_t now_ms, i
     arg_i64(&a, fire_ms);
     arg_i64(&a, hold_until_ms ? (int64_t)hold_until_ms : -1);
     arg_str(&a, t->tag);
+    return one_timer(t, "control", SCRIPT_CONTROL, id, &a, cb, arg);
+}
+
+int timers_skip(timers *t, const char *id, uint64_t version, uint64_t now_ms, int64_t fire_ms, uint64_t skipped,
+                uint64_t hold_until_ms, timers_view_cb cb, void *arg)
+{
+    args a;
+    args_timer(t, &a, id, 8);
+    arg_str(&a, id);
+    arg_str(&a, "skip");
+    arg_u64(&a, now_ms);
+    arg_i64(&a, fire_ms);
+    arg_i64(&a, hold_until_ms ? (int64_t)hold_until_ms : -1);
+    arg_str(&a, t->tag);
+    arg_u64(&a, version);
+    arg_u64(&a, skipped);
     return one_timer(t, "control", SCRIPT_CONTROL, id, &a, cb, arg);
 }
 

@@ -52,6 +52,8 @@ typedef struct timer_view {
     size_t spec_len;
     const char *history;   /* attempts, newest first, JSON objects separated by tabs ("" none) */
     size_t history_len;
+    uint64_t skipped;      /* slots of a calendar schedule its misfire policy skipped (with_skipped) */
+    int with_skipped;      /* 1: skipped was read (timers_get) */
 } timer_view;
 
 /* Decodes a record and its history (history may be NULL). Returns 0, or
@@ -115,6 +117,14 @@ int timers_cancel(timers *t, const char *id, uint64_t now_ms, timers_view_cb cb,
  * TIMERS_OK, TIMERS_TOO_LATE (v: as it is), TIMERS_UNKNOWN. */
 int timers_control(timers *t, const char *id, const char *op, uint64_t now_ms, int64_t fire_ms,
                    uint64_t hold_until_ms, timers_view_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* The holder of a calendar schedule's waiting run (claimed under version,
+ * no attempt yet) whose slot was missed moves it to its next slot fire_ms,
+ * counting `skipped` slots (GET shows the total), held by this instance
+ * when due by hold_until_ms (flag 1). TIMERS_TOO_LATE when the timer moved
+ * or began meanwhile. */
+int timers_skip(timers *t, const char *id, uint64_t version, uint64_t now_ms, int64_t fire_ms, uint64_t skipped,
+                uint64_t hold_until_ms, timers_view_cb cb, void *arg) __attribute__((warn_unused_result));
 
 /* One partition's part of a listing page (list.lua): up to limit timers of
  * namespace ns in state, after the cursor (cursor_score NULL: from the

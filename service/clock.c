@@ -12,25 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "civil.h"
+
 /* 9999-12-31T23:59:59.999Z: the last instant with a four-digit year. */
 #define CLOCK_MAX_MS 253402300799999ull
-
-/* The proleptic Gregorian date of a day counted from 1970-01-01 (days >= 0),
- * by Howard Hinnant's civil_from_days. gmtime_r would do, but glibc takes
- * its global time-zone lock in it, and every API answer and attempt formats
- * times: the HTTP threads queued on that lock. */
-static void civil_from_days(uint64_t days, unsigned *y, unsigned *m, unsigned *d)
-{
-    uint64_t z = days + 719468; /* days from 0000-03-01 */
-    uint64_t era = z / 146097;
-    unsigned doe = (unsigned)(z - era * 146097);                                /* [0, 146096] */
-    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;       /* [0, 399] */
-    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);                     /* [0, 365] */
-    unsigned mp = (5 * doy + 2) / 153;                                          /* [0, 11], March first */
-    *d = doy - (153 * mp + 2) / 5 + 1;
-    *m = mp < 10 ? mp + 3 : mp - 9;
-    *y = (unsigned)(yoe + era * 400) + (*m <= 2);
-}
 
 /* Writes v as exactly n decimal digits at p. */
 static void put_digits(char *p, unsigned v, int n)
@@ -48,12 +33,14 @@ void clock_format_rfc3339(uint64_t ms, char *buf, size_t size)
     if (size == 0)
         return;
     uint64_t secs = ms / 1000;
-    unsigned y, mo, d, sod = (unsigned)(secs % 86400);
-    civil_from_days(secs / 86400, &y, &mo, &d);
+    unsigned sod = (unsigned)(secs % 86400);
+    int64_t y;
+    int mo, d; /* civil_from_days, not gmtime_r: glibc takes its global time-zone lock in it */
+    civil_from_days((int64_t)(secs / 86400), &y, &mo, &d);
     char t[25] = "YYYY-MM-DDTHH:MM:SS.mmmZ";
-    put_digits(t, y, 4);
-    put_digits(t + 5, mo, 2);
-    put_digits(t + 8, d, 2);
+    put_digits(t, (unsigned)y, 4);
+    put_digits(t + 5, (unsigned)mo, 2);
+    put_digits(t + 8, (unsigned)d, 2);
     put_digits(t + 11, sod / 3600, 2);
     put_digits(t + 14, sod / 60 % 60, 2);
     put_digits(t + 17, sod % 60, 2);
@@ -91,12 +78,6 @@ static int field(const char **p, int n, char sep, int *out)
     return 0;
 }
 
-static int days_in_month(int year, int month)
-{
-    static const int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    return month == 2 && leap ? 29 : days[month - 1];
-}
 
 /* Reads an optional ".digits" fraction as milliseconds. */
 static int fraction(const char **p, int *ms)
@@ -146,7 +127,7 @@ int clock_parse_rfc3339(const char *s, int64_t *out_ms)
     if (field(&p, 2, ':', &hour) < 0 || field(&p, 2, ':', &min) < 0 ||
         field(&p, 2, '\0', &sec) < 0 || fraction(&p, &ms) < 0 || offset(&p, &off) < 0 || *p)
         return -EINVAL;
-    if (month < 1 || month > 12 || day < 1 || day > days_in_month(year, month) || hour > 23 ||
+    if (month < 1 || month > 12 || day < 1 || day > civil_days_in_month(year, month) || hour > 23 ||
         min > 59 || sec > 60)
         return -EINVAL;
     tm.tm_year = year - 1900;

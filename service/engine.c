@@ -293,7 +293,7 @@ static void send_begins(engine *e, job_batch *b)
     timer_begin items[TIMERS_BATCH_MAX] = {{0}};
     for (size_t i = 0; i < n; i++) {
         job *j = b->jobs[i];
-        items[i] = (timer_begin){j->id, j->version, j->token, j->spec->every_ms != 0};
+        items[i] = (timer_begin){j->id, j->version, j->token, spec_recurring(j->spec)};
     }
     if (timers_begin(e->tm, b->partition, n, items, begun_cb, b) < 0) {
         for (size_t i = 0; i < n; i++) {
@@ -330,8 +330,78 @@ static void pump(engine *e)
         send_begin(e, container_of(lj, job, lj));
 }
 
+/* ---- misfires of calendar schedules ----
+ *
+ * A calendar schedule's run is missed when the slot after its own has
+ * passed too before it could start (every instance was down, its queue
+ * was paused). With misfire "skip" (the default) the holder does not run
+ * it: it counts the missed slots (at most MISFIRE_COUNT_MAX a time) and
+ * moves the timer to its next slot in the future, under the version it
+ * holds (timers_skip), so an instruction that came meanwhile wins. With
+ * "fire_once" it runs once now, and the schedule goes on from its next
+ * slot after that run (the other missed slots are passed over). A retry's
+ * attempt is never a misfire: the run began. */
+
+#define MISFIRE_COUNT_MAX 1000
+
+static void skipped_cb(void *arg, int status, const timer_view *v, int held)
+{
+    job *j = arg;
+    j->reply_ok = status != TIMERS_UNREACHABLE;
+    j->reply_code = status == TIMERS_OK ? (held ? 2 : 1) : 0;
+    if (status == TIMERS_OK) {
+        j->version = v->version;
+        j->next_fire_ms = (uint64_t)v->fire_ms;
+    }
+    post(j->owner, j, MSG_SKIPPED);
+}
+
+/* Skips j's run when its slot was missed; returns 1 when it did. */
+static int skip_missed(engine *e, job *j)
+{
+    const timer_spec *s = j->spec;
+    int64_t now = (int64_t)clock_now_ms(), next;
+    if (!s->cron_x || s->misfire_fire_once || j->attempts > 0)
+        return 0;
+    if (spec_next_slot(s, (int64_t)j->wt.due_ms, &next, NULL) < 0 || next > now)
+        return 0; /* on time, if late; or its last slot (it runs, then the schedule ends) */
+    uint64_t n = 1; /* its own slot */
+    while (next <= now && n < MISFIRE_COUNT_MAX) {
+        n++;
+        if (spec_next_slot(s, next, &next, NULL) < 0)
+            return 0; /* no slot after the missed ones: run this one as the last */
+    }
+    if (next <= now && spec_next_slot(s, now, &next, NULL) < 0)
+        return 0;
+    job_log(LOG_INFO, "missed slots skipped", j, "\"skipped\":%" PRIu64 ",\"next_ms\":%" PRId64, n, next);
+    j->phase = JOB_SKIP;
+    e->store_jobs++;
+    if (timers_skip(e->tm, j->id, j->version, (uint64_t)now, next, n, (uint64_t)now + e->cfg->window_ms, skipped_cb,
+                    j) < 0) {
+        e->store_jobs--;
+        park(e, j);
+    }
+    return 1;
+}
+
+static void on_skipped(engine *e, job *j)
+{
+    e->store_jobs--;
+    if (!j->reply_ok) { /* Redis unreachable: the misfire is looked at again */
+        park(e, j);
+        return;
+    }
+    if (j->reply_code == 2 && !atomic_load(&e->stop)) { /* its next slot is ours */
+        schedule(e, j, JOB_WHEEL, j->next_fire_ms);
+        return;
+    }
+    job_free(e, j); /* in the index for a later sweep, or moved by an instruction meanwhile */
+}
+
 static void make_ready(engine *e, job *j)
 {
+    if (skip_missed(e, j))
+        return;
     j->phase = JOB_READY;
     j->due_ms = j->wt.due_ms;
     char qn[QUEUECFG_FIELD_MAX];
@@ -475,13 +545,24 @@ static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
         j->next_fire_ms = now + local_retry_ms + splitmix64_next(&e->rng) % local_retry_ms;
         return;
     }
+    j->next_fire_ms = 0;
+    if (res->status >= 200 && res->status < 300 && s->cron_x) { /* a calendar schedule: its next slot */
+        int64_t slot, after = (int64_t)now > j->run_due_ms ? (int64_t)now : j->run_due_ms;
+        if (spec_next_slot(s, after, &slot, NULL) < 0) {
+            j->outcome = OUT_DELIVERED; /* no slot left (end_at): the schedule is over */
+            return;
+        }
+        j->outcome = OUT_NEXT;
+        j->next_fire_ms = (uint64_t)slot;
+        return;
+    }
     if (res->status >= 200 && res->status < 300) {
         j->outcome = s->every_ms ? OUT_NEXT : OUT_DELIVERED;
         if (s->every_ms && res->next_delay_ms >= 0 && (uint64_t)res->next_delay_ms <= e->cfg->max_delay_ms)
             j->next_delay_ms = res->next_delay_ms < SPEC_MIN_EVERY_MS ? SPEC_MIN_EVERY_MS : res->next_delay_ms;
         return;
     }
-    if (s->every_ms && res->status == 410) {
+    if (spec_recurring(s) && res->status == 410) {
         j->outcome = OUT_STOP;
         return;
     }
@@ -690,6 +771,9 @@ static void drain_inbox(engine *e)
             break;
         case MSG_FINISHED:
             on_finished(e, j);
+            break;
+        case MSG_SKIPPED:
+            on_skipped(e, j);
             break;
         }
         j = next;

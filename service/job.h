@@ -9,6 +9,8 @@
  *   RUNNING    holds a slot; the HTTP attempt is in flight (dispatch)
  *   FINISH     the outcome script is in flight
  *   PARKED     in the wheel until a store write is retried (Redis was down)
+ *   SKIP       a calendar schedule's missed slot is being skipped (its
+ *              move to the next slot is in flight; misfire skip)
  * The job owns its spec, id and the outcome text it is writing. */
 #ifndef HW_JOB_H
 #define HW_JOB_H
@@ -24,7 +26,7 @@
 
 struct netpolicy;
 
-enum job_phase { JOB_WHEEL, JOB_READY, JOB_BEGIN, JOB_RUNNING, JOB_FINISH, JOB_PARKED };
+enum job_phase { JOB_WHEEL, JOB_READY, JOB_BEGIN, JOB_RUNNING, JOB_FINISH, JOB_PARKED, JOB_SKIP };
 /* OUT_NEXT: a recurring run succeeded (its successor is due); OUT_STOP: a
  * recurring run answered 410 Gone. */
 enum job_outcome {
@@ -35,7 +37,7 @@ enum job_outcome {
     OUT_STOP = TIMER_STOP,
     OUT_REQUEUE = TIMER_REQUEUE, /* no socket here: the attempt did not count */
 };
-enum job_msg { MSG_CLAIMED, MSG_BEGUN, MSG_FINISHED };
+enum job_msg { MSG_CLAIMED, MSG_BEGUN, MSG_FINISHED, MSG_SKIPPED };
 
 /* What one HTTP attempt gave. */
 typedef struct attempt_result {

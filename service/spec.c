@@ -30,8 +30,10 @@
 #include <strings.h>
 
 #include "clock.h"
+#include "cron.h"
 #include "jsonesc.h"
 #include "netpolicy.h"
+#include "tzfile.h"
 #include "xalloc.h"
 
 /* Caps lifted; the defaults are the contract's, although a canonical spec
@@ -802,6 +804,14 @@ static int parse_time(parse_ctx *c, const char *unused_name, json_t *unused_v)
         c->s->fire_at_ms = (int64_t)c->now_ms;
         return 0;
     }
+    json_t *rep = json_object_get(c->root, "repeat");
+    if (json_is_object(rep) && json_object_get(rep, "cron")) { /* parse_calendar sets the first slot */
+        if (chosen < n)
+            return fail(c->err, time_fields[chosen].name,
+                        "a calendar schedule (repeat.cron) runs at its slots: give no delay_ms, fire_at or "
+                        "fire_at_ms (repeat.start_at sets where the slots begin)");
+        return 0;
+    }
     if (chosen == n)
         return fail(c->err, "delay_ms", "one of delay_ms, fire_at or fire_at_ms is required");
     const char *name = time_fields[chosen].name;
@@ -880,7 +890,147 @@ static int parse_retry(parse_ctx *c, const char *name, json_t *v)
 
 static int is_repeat_member(const char *key)
 {
-    return strcmp(key, "every_ms") == 0 || strcmp(key, "mode") == 0 || strcmp(key, "times") == 0;
+    static const char *const names[] = {"every_ms", "mode",     "times",       "cron",        "tz",
+                                        "dst_gap",  "dst_overlap", "start_at", "start_at_ms", "end_at",
+                                        "end_at_ms", "misfire"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strcmp(key, names[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* One of the strings in names[n] (the first, names[0], when v is absent):
+ * its index, or -1 after fail(). */
+static int get_choice(spec_error *err, const char *path, json_t *v, const char *const *names, int n)
+{
+    if (!v)
+        return 0;
+    const char *t = json_string_value(v);
+    for (int i = 0; t && i < n; i++)
+        if (strcmp(t, names[i]) == 0)
+            return i;
+    return fail(err, path, "%s must be %s or %s", path, names[0], names[1]), -1;
+}
+
+/* A bound of a calendar schedule: `<name>` (RFC 3339) or `<name>_ms` (epoch
+ * ms), at most one of them; 0 when neither is given. */
+static int get_bound(parse_ctx *c, json_t *rep, const char *name, int64_t *out)
+{
+    char key_ms[24], path[40], path_ms[40];
+    snprintf(key_ms, sizeof key_ms, "%s_ms", name);
+    snprintf(path, sizeof path, "repeat.%s", name);
+    snprintf(path_ms, sizeof path_ms, "repeat.%s", key_ms);
+    json_t *v = json_object_get(rep, name), *vms = json_object_get(rep, key_ms);
+    int64_t ms = 0, i = 0;
+    *out = 0;
+    if (v && vms)
+        return fail(c->err, path, "give only one of %s or %s", path, path_ms);
+    if (v && (!json_is_string(v) || clock_parse_rfc3339(json_string_value(v), &ms) < 0))
+        return fail(c->err, path, "%s must be an RFC 3339 date-time", path);
+    if (vms && get_int(c->err, path_ms, vms, 1, INT64_MAX, &i) < 0)
+        return -EINVAL;
+    *out = vms ? i : ms;
+    return 0;
+}
+
+int spec_next_slot(const timer_spec *s, int64_t after_ms, int64_t *next_ms, int *flags)
+{
+    cron_instant in;
+    if (!s->cron_x)
+        return -1;
+    if (s->start_at_ms && after_ms < s->start_at_ms - 1)
+        after_ms = s->start_at_ms - 1;
+    if (cron_next(s->cron_x, s->tz, (enum cron_gap)s->dst_gap, (enum cron_overlap)s->dst_overlap, after_ms, &in) < 0)
+        return -1;
+    if (s->end_at_ms && in.utc_ms > s->end_at_ms)
+        return -1;
+    *next_ms = in.utc_ms;
+    if (flags)
+        *flags = in.flags;
+    return 0;
+}
+
+static const char *const gap_names[] = {"shift", "skip"};         /* enum cron_gap */
+static const char *const overlap_names[] = {"first", "both"};     /* enum cron_overlap */
+static const char *const misfire_names[] = {"skip", "fire_once"};
+
+/* repeat {cron, tz, dst_gap, dst_overlap, start_at, end_at, misfire, times}:
+ * a calendar schedule. A new one's first run is its first slot from now
+ * (or from start_at); the client gives no due time. */
+static int parse_calendar(parse_ctx *c, json_t *v, json_t *cv)
+{
+    timer_spec *s = c->s;
+    int64_t times = 0;
+    if (json_object_get(v, "every_ms") || json_object_get(v, "mode"))
+        return fail(c->err, json_object_get(v, "every_ms") ? "repeat.every_ms" : "repeat.mode",
+                    "give either repeat.cron or repeat.every_ms (with repeat.mode), not both");
+    const char *expr = json_string_value(cv);
+    if (!expr)
+        return fail(c->err, "repeat.cron", "repeat.cron must be a string");
+    cron_error ce;
+    if (cron_parse(expr, &s->cron_x, &ce) < 0)
+        return fail(c->err, "repeat.cron", "%s (%s, position %d)", ce.msg, ce.field, ce.position);
+    s->cron = xstrdup(expr);
+    json_t *zv = json_object_get(v, "tz");
+    const char *zone = zv ? json_string_value(zv) : "UTC";
+    char zerr[128] = "";
+    if (!zone)
+        return fail(c->err, "repeat.tz", "repeat.tz must be a string (an IANA time zone name)");
+    if (!(s->tz = tz_get(zone, zerr, sizeof zerr)))
+        return fail(c->err, "repeat.tz", "%s", zerr);
+    int gap = get_choice(c->err, "repeat.dst_gap", json_object_get(v, "dst_gap"), gap_names, 2),
+        ov = gap < 0 ? -1 : get_choice(c->err, "repeat.dst_overlap", json_object_get(v, "dst_overlap"), overlap_names, 2),
+        mf = ov < 0 ? -1 : get_choice(c->err, "repeat.misfire", json_object_get(v, "misfire"), misfire_names, 2);
+    if (mf < 0)
+        return -EINVAL;
+    s->dst_gap = gap;
+    s->dst_overlap = ov;
+    s->misfire_fire_once = mf;
+    if (get_bound(c, v, "start_at", &s->start_at_ms) < 0 || get_bound(c, v, "end_at", &s->end_at_ms) < 0)
+        return -EINVAL;
+    if (s->start_at_ms && s->end_at_ms && s->end_at_ms <= s->start_at_ms)
+        return fail(c->err, "repeat.end_at", "repeat.end_at must be after repeat.start_at");
+    json_t *tv = json_object_get(v, "times");
+    if (tv && get_int(c->err, "repeat.times", tv, 1, UINT32_MAX, &times) < 0)
+        return -EINVAL;
+    s->times = (uint32_t)times;
+    if (c->lim != &no_limits) { /* a new timer: its first run is its first slot */
+        int64_t first, now = (int64_t)c->now_ms;
+        if (spec_next_slot(s, now - 1, &first, NULL) < 0)
+            return fail(c->err, "repeat.cron", "the schedule has no slot %s",
+                        s->end_at_ms ? "before repeat.end_at" : "within the next 10 years");
+        if (first > now && (uint64_t)(first - now) > c->lim->max_delay_ms)
+            return fail(c->err, s->start_at_ms ? "repeat.start_at" : "repeat.cron",
+                        "the first slot is beyond the maximum delay of %" PRIu64 " ms", c->lim->max_delay_ms);
+        s->fire_at_ms = first;
+        snprintf(s->when, sizeof s->when, "cron");
+    }
+    jbuf b = {0}; /* keys in sorted order */
+    jb_put(&b, "{\"cron\":", 8);
+    jb_str(&b, expr, strlen(expr));
+    jb_put(&b, ",\"dst_gap\":", 11);
+    jb_str(&b, gap_names[gap], strlen(gap_names[gap]));
+    jb_put(&b, ",\"dst_overlap\":", 15);
+    jb_str(&b, overlap_names[ov], strlen(overlap_names[ov]));
+    if (s->end_at_ms) {
+        jb_put(&b, ",\"end_at_ms\":", 13);
+        jb_int(&b, s->end_at_ms);
+    }
+    jb_put(&b, ",\"misfire\":", 11);
+    jb_str(&b, misfire_names[mf], strlen(misfire_names[mf]));
+    if (s->start_at_ms) {
+        jb_put(&b, ",\"start_at_ms\":", 15);
+        jb_int(&b, s->start_at_ms);
+    }
+    if (times) {
+        jb_put(&b, ",\"times\":", 9);
+        jb_int(&b, times);
+    }
+    jb_put(&b, ",\"tz\":", 6);
+    jb_str(&b, tz_name(s->tz), strlen(tz_name(s->tz)));
+    jb_put(&b, "}", 1);
+    member_set(c, M_REPEAT, &b, 0);
+    return 0;
 }
 
 /* repeat {every_ms, mode: fixed_delay | fixed_rate, times}: a recurring
@@ -896,10 +1046,19 @@ static int parse_repeat(parse_ctx *c, const char *name, json_t *v)
         return fail(c->err, name, "repeat must be an object");
     if (check_keys(c->err, v, "repeat.", is_repeat_member) < 0)
         return -EINVAL;
+    json_t *cv = json_object_get(v, "cron");
+    if (cv)
+        return parse_calendar(c, v, cv);
+    static const char *const calendar_only[] = {"tz", "dst_gap", "dst_overlap", "start_at", "start_at_ms",
+                                                "end_at", "end_at_ms", "misfire"};
+    for (size_t i = 0; i < sizeof calendar_only / sizeof *calendar_only; i++)
+        if (json_object_get(v, calendar_only[i]))
+            return fail(c->err, "repeat.cron", "repeat.%s belongs to a calendar schedule: give repeat.cron",
+                        calendar_only[i]);
     json_t *ev = json_object_get(v, "every_ms"), *mv = json_object_get(v, "mode"),
            *tv = json_object_get(v, "times");
     if (!ev)
-        return fail(c->err, "repeat.every_ms", "repeat.every_ms is required");
+        return fail(c->err, "repeat.every_ms", "repeat.every_ms or repeat.cron is required");
     if (get_int(c->err, "repeat.every_ms", ev, SPEC_MIN_EVERY_MS, c->lim->max_delay_ms, &every) < 0)
         return -EINVAL;
     if (mv) {
@@ -1075,5 +1234,7 @@ void spec_free(timer_spec *s)
     free(s->queue);
     free(s->canonical);
     free(s->stored);
+    free(s->cron);
+    cron_free(s->cron_x);
     free(s);
 }

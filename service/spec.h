@@ -48,6 +48,8 @@
 #include <stdint.h>
 
 struct netpolicy;
+struct cron_expr;
+struct tz;
 
 typedef struct spec_limits {
     size_t max_url_len;           /* bytes of `url` */
@@ -89,9 +91,18 @@ typedef struct timer_spec {
     uint64_t max_duration_ms; /* retry.max_duration_ms: a run's retries end this long after it
                                  was due (0: no such bound) */
     char *queue;           /* "default" when not given */
-    uint64_t every_ms;     /* repeat.every_ms; 0: a one-shot timer */
+    uint64_t every_ms;     /* repeat.every_ms; 0: a one-shot timer or a calendar schedule */
     int fixed_rate;        /* repeat.mode is fixed_rate (else fixed_delay) */
     uint32_t times;        /* repeat.times; 0: no limit */
+    /* a calendar schedule (repeat.cron; NULL: none) and its settings */
+    char *cron;                 /* the expression as given */
+    struct cron_expr *cron_x;   /* parsed */
+    const struct tz *tz;        /* repeat.tz (UTC by default); process-wide, never freed */
+    int dst_gap;                /* enum cron_gap: repeat.dst_gap */
+    int dst_overlap;            /* enum cron_overlap: repeat.dst_overlap */
+    int64_t start_at_ms;        /* repeat.start_at: no slot before it (0: none) */
+    int64_t end_at_ms;          /* repeat.end_at: no slot after it (0: none) */
+    int misfire_fire_once;      /* repeat.misfire: 1 fire_once, 0 skip */
     char *canonical;       /* canonical JSON, see above */
     char *stored;          /* the form kept in Redis, see below */
     size_t stored_len;
@@ -122,7 +133,14 @@ int spec_parse_when(const char *json, size_t len, const spec_limits *lim, uint64
 int spec_check_url(spec_error *err, const char *field, const char *url, const struct netpolicy *policy);
 
 /* 1 for a recurring timer (it has runs: repeat), 0 for a one-shot. */
-static inline int spec_recurring(const timer_spec *s) { return s->every_ms != 0; }
+static inline int spec_recurring(const timer_spec *s) { return s->every_ms != 0 || s->cron_x != NULL; }
+
+/* A calendar schedule's first slot strictly after after_ms within its
+ * bounds (start_at, end_at) and by its DST policy: returns 0 with *next_ms
+ * (and *flags, may be NULL: CRON_SHIFTED, CRON_SECOND_OCCURRENCE), or -1
+ * when there is none (past end_at, none within 10 years, not a calendar
+ * schedule). */
+int spec_next_slot(const timer_spec *s, int64_t after_ms, int64_t *next_ms, int *flags);
 
 /* Frees s. NULL is a no-op. */
 void spec_free(timer_spec *s);

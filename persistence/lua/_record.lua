@@ -17,7 +17,9 @@
 --     rf        bit 0 reserved (a fire arrived during a run: the next run
 --               starts right after it); bits 1-2 flag (what arrived during
 --               a run for after it: 1 pause, 2 cancel); bit 3 the timer has
---               a history key (so a first attempt writes it without a read)
+--               a history key (so a first attempt writes it without a read);
+--               bit 4 it has a count of skipped slots (hw:{P}:sk, a hash:
+--               a calendar schedule's slots its misfire policy skipped)
 --     planned   when the current run was due (fixed_rate and a retry's
 --               deadline, retry.max_duration_ms, count from it)
 --     next      a reschedule during a run: when the next run is due
@@ -27,7 +29,8 @@
 --     then what idempotency compares: the due time as the client gave it
 --     (kind byte 'd' delay_ms | 'f' fire_at/fire_at_ms | 'c' a calendar
 --     schedule's first slot, value i6; 0 for 'c'), every_ms (i6; 0: one-shot,
---     -1: a calendar schedule, whose next slots the engine computes), the queue (length byte + name; empty: default) and
+--     -1: a calendar schedule, whose next slots the engine computes), the
+--     queue (length byte + name; empty: default) and
 --     the stored spec (compact JSON, the rest of the string).
 -- So the hot functions read and write HEAD bytes, and no function decodes
 -- user JSON: what they branch on (every_ms, queue) has a field of its own.
@@ -61,13 +64,14 @@ end
 local function head_decode(v)
   local _, st, att, fire, owner, ver, runs, rf, plan, nxt, tok = struct.unpack(HEAD_FMT, v)
   return {st = STATE_NAME[st], att = att, fire = fire, owner = owner, ver = ver, runs = runs,
-          rsv = rf % 2, flag = math.floor(rf / 2) % 4, hist = math.floor(rf / 8), plan = plan, next = nxt,
+          rsv = rf % 2, flag = math.floor(rf / 2) % 4, hist = math.floor(rf / 8) % 2, sk = math.floor(rf / 16) % 2,
+          plan = plan, next = nxt,
           tok = tok}
 end
 
 local function head_encode(r)
   return struct.pack(HEAD_FMT, MAGIC, string.byte(STATE_CODE[r.st]), r.att, r.fire, r.owner, r.ver, r.runs,
-                     r.rsv + 2 * r.flag + 8 * r.hist, r.plan, r.next, r.tok)
+                     r.rsv + 2 * r.flag + 8 * r.hist + 16 * (r.sk or 0), r.plan, r.next, r.tok)
 end
 
 -- The fields of the tail a function may branch on, from the whole record.
@@ -259,7 +263,13 @@ end
 -- A finished timer: out of its place, into the final state's index, its
 -- retention countdown started (hist_set: as hist_add's px did for the
 -- history).
+local function skipped_key(tkey) return key_base(tkey) .. 'sk' end
+
 local function to_final(tkey, id, r, state, now, retention, hist_set)
+  if r.sk == 1 then -- its count of skipped slots goes with the schedule
+    redis.call('HDEL', skipped_key(tkey), id)
+    r.sk = 0
+  end
   unplace(tkey, id, r)
   r.st, r.owner = state, NO_OWNER
   run_clear(r)

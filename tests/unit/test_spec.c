@@ -887,6 +887,58 @@ static void test_a_retry_duration_bounds_the_retries_and_round_trips(void **stat
     assert_rejected("{'url':'http://h/','delay_ms':1,'retry':{'max_duration_ms':'5s'}}", "retry.max_duration_ms");
 }
 
+static void test_a_calendar_schedule_starts_at_its_first_slot_and_round_trips(void **state)
+{
+    (void)state; /* NOW is Friday 2026-01-02 03:04:05.678 UTC */
+    timer_spec *s = parse_ok("{'url':'http://h/','repeat':{'cron':'0 9 * * MON-FRI','tz':'Europe/Berlin'}}"), *again;
+    spec_error err;
+    int64_t next;
+    assert_true(spec_recurring(s));
+    assert_int_equal(s->every_ms, 0);
+    assert_int_equal(s->fire_at_ms, 1767340800000LL); /* 09:00 CET = 08:00 UTC, the same day */
+    assert_string_equal(s->when, "cron");
+    assert_non_null(strstr(s->canonical, "\"repeat\":{\"cron\":\"0 9 * * MON-FRI\",\"dst_gap\":\"shift\","
+                                         "\"dst_overlap\":\"first\",\"misfire\":\"skip\",\"tz\":\"Europe/Berlin\"}"));
+    assert_int_equal(spec_next_slot(s, s->fire_at_ms, &next, NULL), 0);
+    assert_int_equal(next, 1767600000000LL); /* Monday */
+    assert_int_equal(spec_parse(s->stored, s->stored_len, NULL, NOW, &again, &err), 0);
+    assert_string_equal(again->canonical, s->canonical);
+    assert_non_null(again->cron_x);
+    assert_int_equal(spec_next_slot(again, s->fire_at_ms, &next, NULL), 0);
+    assert_int_equal(next, 1767600000000LL);
+    spec_free(again);
+    spec_free(s);
+
+    s = parse_ok("{'url':'http://h/','repeat':{'cron':'0 9 * * MON-FRI','tz':'Europe/Berlin',"
+                 "'start_at':'2026-02-01T00:00:00Z','misfire':'fire_once','times':3}}");
+    assert_int_equal(s->fire_at_ms, 1770019200000LL); /* Monday 2026-02-02 */
+    assert_int_equal(s->misfire_fire_once, 1);
+    assert_int_equal(s->times, 3);
+    assert_non_null(strstr(s->canonical, "\"start_at_ms\":1769904000000,\"times\":3,"));
+    spec_free(s);
+}
+
+static void test_bad_calendar_schedules_are_rejected_naming_the_field(void **state)
+{
+    (void)state;
+    assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * FUNDAY'}}", "repeat.cron");
+    assert_rejected("{'url':'http://h/','repeat':{'cron':5}}", "repeat.cron");
+    assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','tz':'Nowhere/Land'}}", "repeat.tz");
+    assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','tz':7}}", "repeat.tz");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'repeat':{'cron':'0 9 * * *'}}", "delay_ms");
+    assert_rejected("{'url':'http://h/','fire_at_ms':1,'repeat':{'cron':'0 9 * * *'}}", "fire_at_ms");
+    assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','mode':'fixed_rate'}}", "repeat.mode");
+    assert_rejected("{'url':'http://h/','delay_ms':1,'repeat':{'every_ms':100,'misfire':'skip'}}", "repeat.cron");
+    assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','dst_overlap':'last'}}", "repeat.dst_overlap");
+    assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','start_at':'soon'}}", "repeat.start_at");
+    assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','start_at':'2026-02-01T00:00:00Z',"
+                    "'start_at_ms':5}}", "repeat.start_at");
+    assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','end_at':'2026-01-01T00:00:00Z'}}",
+                    "repeat.cron"); /* no slot before end_at */
+    assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','start_at':'2029-01-01T00:00:00Z'}}",
+                    "repeat.start_at"); /* beyond the maximum delay of a year */
+}
+
 static void test_an_unknown_retry_member_is_rejected(void **state)
 {
     (void)state;
@@ -1123,6 +1175,8 @@ int main(void)
         cmocka_unit_test(test_a_timeout_of_zero_or_above_the_cap_is_rejected),
         cmocka_unit_test(test_zero_or_too_many_attempts_are_rejected),
         cmocka_unit_test(test_a_retry_duration_bounds_the_retries_and_round_trips),
+        cmocka_unit_test(test_a_calendar_schedule_starts_at_its_first_slot_and_round_trips),
+        cmocka_unit_test(test_bad_calendar_schedules_are_rejected_naming_the_field),
         cmocka_unit_test(test_an_unknown_retry_member_is_rejected),
         cmocka_unit_test(test_a_max_backoff_below_the_min_backoff_is_rejected),
         cmocka_unit_test(test_backoffs_above_the_cap_or_negative_are_rejected),

@@ -428,6 +428,43 @@ static void test_a_dead_letter_retried_runs_again_as_the_run_it_failed_in(void *
     assert_true(res.run_due[0] > due);
 }
 
+static void test_the_holder_skips_a_missed_slot_under_its_version_and_the_count_is_kept(void **state)
+{
+    fixture *f = *state;
+    int64_t slot = (int64_t)clock_now_ms() - 10000, next = (int64_t)clock_now_ms() + 1000;
+    create(f->a, "t-skip", slot, 1, "cron", TIMERS_OK);
+    get(f->a, "t-skip");
+    uint64_t ver = res.v.version;
+    assert_false(res.v.with_skipped && res.v.skipped);
+    /* under another version: refused, nothing moves */
+    assert_int_equal(timers_skip(f->a, "t-skip", ver + 1, clock_now_ms(), next, 4, clock_now_ms() + 5000, view_cb, NULL),
+                     0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_TOO_LATE);
+    /* by another instance: refused */
+    assert_int_equal(timers_skip(f->b, "t-skip", ver, clock_now_ms(), next, 4, clock_now_ms() + 5000, view_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_TOO_LATE);
+    assert_int_equal(timers_skip(f->a, "t-skip", ver, clock_now_ms(), next, 4, clock_now_ms() + 5000, view_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+    assert_int_equal(res.flag, 1); /* due within the horizon: still held by a */
+    assert_int_equal(res.v.fire_ms, next);
+    assert_int_equal(res.v.version, ver + 1);
+    assert_int_equal(timers_skip(f->a, "t-skip", ver + 1, clock_now_ms(), next + 1000, 3, 0, view_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.flag, 0); /* no horizon: back in the index for any sweep */
+    get(f->a, "t-skip");
+    assert_int_equal(res.v.with_skipped, 1);
+    assert_int_equal(res.v.skipped, 7);
+    assert_string_equal(res.v.state, "scheduled");
+    /* the count goes with the timer */
+    assert_int_equal(timers_cancel(f->a, "t-skip", clock_now_ms(), view_cb, NULL), 0);
+    wait_done();
+    get(f->a, "t-skip");
+    assert_int_equal(res.v.skipped, 0);
+}
+
 static void test_the_history_keeps_the_newest_attempts_only(void **state)
 {
     fixture *f = *state; /* the fixture keeps 3 attempts */
@@ -583,6 +620,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_an_attempt_that_never_left_is_requeued_without_counting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_history_keeps_the_newest_attempts_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_holder_skips_a_missed_slot_under_its_version_and_the_count_is_kept,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_dead_letter_retried_runs_again_as_the_run_it_failed_in, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_back,

@@ -1,0 +1,152 @@
+"""Calendar schedules (repeat.cron + repeat.tz): the runs a timer makes are
+its preview, each run has its own webhook-id, a missed slot follows the
+misfire policy, and DST rules are visible in GET /schedules/preview. With a
+real redis-server, the real hookwheel binary and a real receiver."""
+import math
+import signal
+import time
+import urllib.parse
+
+from conftest import assert_created, scaled
+
+
+def preview(hw, **query):
+    status, _, body = hw.request("GET", "/schedules/preview?" + urllib.parse.urlencode(query))
+    return status, body
+
+
+def slots(hw, cron, from_ms, count, **extra):
+    status, body = preview(hw, cron=cron, **{"from": str(int(from_ms)), "count": str(count)}, **extra)
+    assert status == 200, body
+    return [i["at_ms"] for i in body["instants"] if i.get("dst") != "skipped"]
+
+
+def assert_on_slots(deliveries, expected, late_s=0.8):
+    """Each delivery came at its slot, not before, and not much after."""
+    assert len(deliveries) == len(expected), ([r.wall_ms for r in deliveries], expected)
+    for r, slot in zip(deliveries, expected):
+        assert slot <= r.wall_ms + 5 <= slot + late_s * 1000 + 5, (r.wall_ms, slot, expected)
+
+
+def test_an_every_second_schedule_runs_at_its_previewed_slots_each_run_with_its_own_webhook_id(hookwheel,
+                                                                                               receiver):
+    receiver.plan("/sec", [500])  # the first run's first attempt fails; its retry shares its webhook-id
+    created_ms = time.time() * 1000
+    timer = assert_created(*hookwheel.create({
+        "id": "sec", "url": receiver.url("/sec"),
+        "repeat": {"cron": "*/1 * * * * *", "times": 4},
+        "retry": {"max_attempts": 3, "min_backoff_ms": 50, "max_backoff_ms": 100}}))
+    assert timer["repeat"]["cron"] == "*/1 * * * * *" and timer["repeat"]["tz"] == "UTC", timer
+    assert timer["repeat"]["misfire"] == "skip" and timer["repeat"]["dst_gap"] == "shift", timer
+    receiver.wait_for(5, path="/sec", timeout=scaled(10))
+    got = receiver.requests("/sec")
+    assert [(r.headers["webhook-id"], r.headers["Hookwheel-Attempt"]) for r in got] == [
+        ("sec:1", "1"), ("sec:1", "2"), ("sec:2", "1"), ("sec:3", "1"), ("sec:4", "1")]
+    expected = slots(hookwheel, "*/1 * * * * *", created_ms, 4)
+    assert timer["fire_at_ms"] == expected[0], (timer["fire_at_ms"], expected)
+    assert_on_slots([got[0], got[2], got[3], got[4]], expected)
+    body = hookwheel.wait_state("sec", "delivered", scaled(5))
+    assert body["runs"] == 4 and body["skipped_slots"] == 0, body
+
+
+def _stop_and_restart(hw_factory, redis, hw, seconds):
+    assert hw.stop(signal.SIGTERM, timeout=scaled(15)) == 0
+    time.sleep(seconds)
+    restarted_ms = time.time() * 1000
+    return hw_factory(redis, instance_id="sched-b"), restarted_ms
+
+
+def test_misfire_fire_once_makes_one_catch_up_run_after_a_5_s_stop(hookwheel_factory, redis, receiver):
+    a = hookwheel_factory(redis, instance_id="sched-a")
+    assert_created(*a.create({"id": "fo", "url": receiver.url("/fo"),
+                              "repeat": {"cron": "*/2 * * * * *", "misfire": "fire_once"}}))
+    receiver.wait_for(2, path="/fo", timeout=scaled(8))
+    b, restarted_ms = _stop_and_restart(hookwheel_factory, redis, a, 5)
+    before = len([r for r in receiver.requests("/fo") if r.wall_ms < restarted_ms])
+    receiver.wait_for(before + 3, path="/fo", timeout=scaled(10))
+    after = [r for r in receiver.requests("/fo") if r.wall_ms >= restarted_ms]
+    catch_up, rest = after[0], after[1:3]
+    # one catch-up run at once, then the schedule's own slots, none skipped
+    assert catch_up.wall_ms - restarted_ms < scaled(3000), catch_up.wall_ms - restarted_ms
+    assert_on_slots(rest, slots(b, "*/2 * * * * *", catch_up.wall_ms, 2))
+    runs = [int(r.headers["Hookwheel-Run"]) for r in receiver.requests("/fo")]
+    assert runs == list(range(1, len(runs) + 1)), runs
+    b.cancel("fo")
+
+
+def test_misfire_skip_runs_nothing_for_missed_slots_and_counts_them(hookwheel_factory, redis, receiver):
+    a = hookwheel_factory(redis, instance_id="sched-a")
+    assert_created(*a.create({"id": "sk", "url": receiver.url("/sk"),
+                              "repeat": {"cron": "*/2 * * * * *"}}))
+    receiver.wait_for(1, path="/sk", timeout=scaled(6))
+    b, restarted_ms = _stop_and_restart(hookwheel_factory, redis, a, 5)
+    before = len([r for r in receiver.requests("/sk") if r.wall_ms < restarted_ms])
+    receiver.wait_for(before + 2, path="/sk", timeout=scaled(10))
+    after = [r for r in receiver.requests("/sk") if r.wall_ms >= restarted_ms][:2]
+    # no catch-up: the first run after the restart is at a slot of its own
+    assert_on_slots(after, slots(b, "*/2 * * * * *", restarted_ms, 2), late_s=scaled(1.5))
+    status, _, body = b.get("sk")
+    assert status == 200 and body["skipped_slots"] >= 2, body
+    b.cancel("sk")
+
+
+def test_the_preview_shows_the_dst_rules_at_the_edges(hookwheel):
+    spring, autumn = "2027-03-27T12:00:00Z", "2027-10-30T12:00:00Z"
+    status, body = preview(hookwheel, cron="30 2 * * *", tz="Europe/Berlin", **{"from": spring, "count": "2"})
+    assert status == 200, body
+    first = body["instants"][0]
+    assert (first["at"], first["local"], first["dst"]) == ("2027-03-28T01:00:00.000Z", "2027-03-28T03:00:00+02:00",
+                                                           "shifted"), body
+    assert body["instants"][1]["at"] == "2027-03-29T00:30:00.000Z", body
+    status, body = preview(hookwheel, cron="30 2 * * *", tz="Europe/Berlin", dst_gap="skip",
+                           **{"from": spring, "count": "1"})
+    assert status == 200, body
+    assert [(i["at"], i.get("dst")) for i in body["instants"]] == [
+        ("2027-03-28T01:00:00.000Z", "skipped"), ("2027-03-29T00:30:00.000Z", None)], body
+    status, body = preview(hookwheel, cron="30 2 * * *", tz="Europe/Berlin", **{"from": autumn, "count": "2"})
+    assert [i["at"] for i in body["instants"]] == ["2027-10-31T00:30:00.000Z", "2027-11-01T01:30:00.000Z"], body
+    status, body = preview(hookwheel, cron="30 2 * * *", tz="Europe/Berlin", dst_overlap="both",
+                           **{"from": autumn, "count": "3"})
+    assert [(i["at"], i["abbrev"], i.get("dst")) for i in body["instants"]] == [
+        ("2027-10-31T00:30:00.000Z", "CEST", None), ("2027-10-31T01:30:00.000Z", "CET", "second_occurrence"),
+        ("2027-11-01T01:30:00.000Z", "CET", None)], body
+    status, body = preview(hookwheel, every_ms="1500", **{"from": "0", "count": "3"})
+    assert status == 200 and [i["at_ms"] for i in body["instants"]] == [0, 1500, 3000], body
+
+
+def test_bad_schedules_answer_400_naming_the_field(hookwheel, receiver):
+    url = receiver.url("/never")
+    cases = [
+        ({"repeat": {"cron": "61 * * * *"}}, "repeat.cron", "minute"),
+        ({"repeat": {"cron": "* * * *"}}, "repeat.cron", None),
+        ({"repeat": {"cron": "0 9 * * MON-FRI", "tz": "Mars/Olympus"}}, "repeat.tz", None),
+        ({"repeat": {"cron": "0 9 * * *", "tz": "../etc/passwd"}}, "repeat.tz", None),
+        ({"repeat": {"cron": "0 9 * * *"}, "delay_ms": 5}, "delay_ms", None),
+        ({"repeat": {"cron": "0 9 * * *", "every_ms": 1000}}, "repeat.every_ms", None),
+        ({"repeat": {"every_ms": 1000, "tz": "UTC"}, "delay_ms": 0}, "repeat.cron", None),
+        ({"repeat": {"cron": "0 9 * * *", "dst_gap": "later"}}, "repeat.dst_gap", None),
+        ({"repeat": {"cron": "0 9 * * *", "misfire": "all"}}, "repeat.misfire", None),
+        ({"repeat": {"cron": "0 0 30 2 *"}}, "repeat.cron", None),
+        ({"repeat": {"cron": "0 9 * * *", "start_at": "2030-01-02T00:00:00Z",
+                     "end_at": "2030-01-01T00:00:00Z"}}, "repeat.end_at", None),
+    ]
+    for extra, field, word in cases:
+        status, _, body = hookwheel.create({"url": url, **extra})
+        assert status == 400 and body["field"] == field, (extra, status, body)
+        if word:
+            assert word in body["detail"] and "position" in body["detail"], body
+    status, body = preview(hookwheel, cron="0 25 * * *")
+    assert status == 400 and body["field"] == "repeat.cron", body
+    status, body = preview(hookwheel, cron="0 9 * * *", count="101")
+    assert status == 400 and body["field"] == "count", body
+    assert receiver.requests("/never") == []
+
+
+def test_a_schedule_bounded_by_start_at_and_end_at_runs_only_between_them(hookwheel, receiver):
+    start = math.ceil(time.time() + 2)
+    assert_created(*hookwheel.create({
+        "id": "bounded", "url": receiver.url("/bounded"),
+        "repeat": {"cron": "*/1 * * * * *", "start_at_ms": start * 1000, "end_at_ms": (start + 2) * 1000}}))
+    body = hookwheel.wait_state("bounded", "delivered", scaled(10))
+    assert body["state"] == "delivered" and body["runs"] == 3, body
+    assert_on_slots(receiver.requests("/bounded"), [start * 1000, (start + 1) * 1000, (start + 2) * 1000])
