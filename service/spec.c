@@ -927,6 +927,8 @@ static int get_bound(parse_ctx *c, json_t *rep, const char *name, int64_t *out)
         return fail(c->err, path, "give only one of %s or %s", path, path_ms);
     if (v && (!json_is_string(v) || clock_parse_rfc3339(json_string_value(v), &ms) < 0))
         return fail(c->err, path, "%s must be an RFC 3339 date-time", path);
+    if (v && ms < 1)
+        return fail(c->err, path, "%s must be after 1970-01-01T00:00:00Z", path);
     if (vms && get_int(c->err, path_ms, vms, 1, INT64_MAX, &i) < 0)
         return -EINVAL;
     *out = vms ? i : ms;

@@ -18,12 +18,13 @@ FUZZ_MAX_LEN  ?= 16384
 FUZZ_DIR      := tests/fuzz
 FUZZ_BIN      := $(BUILD)/fuzz/fuzz_spec
 FUZZ_SRCS     := $(FUZZ_DIR)/fuzz_spec.c service/spec.c service/netpolicy.c service/xalloc.c service/clock.c \
-                 service/jsonesc.c
-FUZZ_HDRS     := service/spec.h service/netpolicy.h service/xalloc.h service/clock.h service/jsonesc.h
+                 service/jsonesc.c service/cron.c service/tzfile.c
+FUZZ_HDRS     := service/spec.h service/netpolicy.h service/xalloc.h service/clock.h service/jsonesc.h \
+                 service/cron.h service/tzfile.h service/civil.h
 FUZZ_CFLAGS   = -std=gnu11 -g -O1 -fno-omit-frame-pointer $(WARN) -D_GNU_SOURCE -Iservice \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
                 $(shell pkg-config --cflags jansson libcurl 2>/dev/null)
-FUZZ_LIBS     = $(shell pkg-config --libs jansson libcurl 2>/dev/null)
+FUZZ_LIBS     = $(shell pkg-config --libs jansson libcurl 2>/dev/null) -lpthread
 FUZZ_SEEDS    := $(wildcard $(FUZZ_DIR)/corpus/*)
 FUZZ_CRASHES  := $(filter-out %/README,$(wildcard $(FUZZ_DIR)/crashes/*))
 # -timeout: a spec parse takes microseconds, so 5 s means a hang.

@@ -931,6 +931,8 @@ static void test_bad_calendar_schedules_are_rejected_naming_the_field(void **sta
     assert_rejected("{'url':'http://h/','delay_ms':1,'repeat':{'every_ms':100,'misfire':'skip'}}", "repeat.cron");
     assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','dst_overlap':'last'}}", "repeat.dst_overlap");
     assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','start_at':'soon'}}", "repeat.start_at");
+    assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','start_at':'1013-03-01T00:00:00Z'}}",
+                    "repeat.start_at");
     assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','start_at':'2026-02-01T00:00:00Z',"
                     "'start_at_ms':5}}", "repeat.start_at");
     assert_rejected("{'url':'http://h/','repeat':{'cron':'0 9 * * *','end_at':'2026-01-01T00:00:00Z'}}",
