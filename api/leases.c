@@ -180,10 +180,24 @@ static void acquire_cb(void *arg, const lease_reply *reply)
     free(c);
 }
 
+/* A lease's keys and the lease schedule are not yet laid out for a Redis
+ * Cluster (one call would touch several slots), so on a cluster the lease
+ * endpoints answer 501 and write nothing. */
+static int refused_on_cluster(http_req *r, const api *a)
+{
+    if (!store_is_cluster(a->st))
+        return 0;
+    http_respond_problem(r, 501, "Watchdog leases are not available on a Redis Cluster yet; use one Redis.", NULL,
+                         NULL, 0);
+    return 1;
+}
+
 void api_lease_acquire(http_req *r, const char *const *params, void *app)
 {
     (void)params;
     const api *a = app;
+    if (refused_on_cluster(r, a))
+        return;
     size_t len;
     const char *body = http_req_body(r, &len);
     uint64_t now = clock_now_ms();
@@ -235,6 +249,8 @@ static void heartbeat_cb(void *arg, const lease_reply *reply)
 void api_lease_heartbeat(http_req *r, const char *const *params, void *app)
 {
     const api *a = app;
+    if (refused_on_cluster(r, a))
+        return;
     size_t len;
     const char *body = http_req_body(r, &len);
     char owner[LEASE_OWNER_MAX + 1];
@@ -269,6 +285,8 @@ static void get_cb(void *arg, const lease_reply *reply)
 void api_lease_get(http_req *r, const char *const *params, void *app)
 {
     const api *a = app;
+    if (refused_on_cluster(r, a))
+        return;
     lease_ctx *c = path_ctx(r, a, params[0]);
     if (!c)
         return;
@@ -298,6 +316,8 @@ static void release_cb(void *arg, const lease_reply *reply)
 void api_lease_release(http_req *r, const char *const *params, void *app)
 {
     const api *a = app;
+    if (refused_on_cluster(r, a))
+        return;
     const char *owner = http_req_query(r, "owner"), *token = http_req_query(r, "token");
     uint64_t tok = 0;
     if (!lease_key_valid(params[0])) {

@@ -30,6 +30,8 @@ void api_metrics(http_req *r, const char *const *params, void *app)
     }
     engine_gauges eg;
     engine_read_gauges(a->eng, &eg);
+    store_stats ss;
+    store_get_stats(a->st, &ss);
     metrics_gauges g = {
         .claimed = (double)eg.claimed,
         .in_wheel = (double)eg.in_wheel,
@@ -37,6 +39,12 @@ void api_metrics(http_req *r, const char *const *params, void *app)
         .redis_up = store_ready(a->st) ? 1.0 : 0.0,
         .lease_age_s = lease_age_s(&eg),
         .lease_ttl_s = (double)a->cfg->lease_ttl_ms / 1000.0,
+        .redis_masters = store_is_cluster(a->st) ? (double)ss.masters : 1.0,
+        .redis_moved = (double)ss.moved,
+        .redis_ask = (double)ss.ask,
+        .redis_tryagain = (double)ss.tryagain,
+        .redis_map_refreshes = (double)ss.map_refreshes,
+        .redis_replica_ack_timeouts = (double)ss.replica_ack_timeouts,
     };
     size_t len;
     char *text = metrics_render(a->m, &g, &len);

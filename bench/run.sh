@@ -15,7 +15,9 @@
 #                                     (base, current, base, current, ...); the
 #                                     report gives both and current/base.
 #                                     Writes <date>-ab.md (or -quick-ab, ...).
-# Environment: RUNS, QUICK, BASE, KEEP=1 (keep the work directory with all
+# Environment: RUNS, QUICK, BASE, REDIS_FSYNC (the Redis's appendfsync,
+# default everysec; always: every write fsynced before Redis answers, as the
+# embedded Redis's default), KEEP=1 (keep the work directory with all
 # logs), BUILD (default build), ONLY (workloads to run, default
 # "R L L20 D M W"; W is the wheel microbenchmark, current tree only; rows of
 # workloads not run say "not run"), HW_EXTRA (extra hookwheel flags, e.g.
@@ -52,6 +54,8 @@ if [[ $ONLY != " R L L20 D M W " ]]; then # a partial run is named apart from a 
     SUFFIX+="-only-$(tr -cd 'A-Z0-9' <<<"$ONLY")"
 fi
 [[ -z ${HW_EXTRA:-} ]] || SUFFIX+="-custom" # nor does a run with non-default flags
+REDIS_FSYNC=${REDIS_FSYNC:-everysec}
+[[ $REDIS_FSYNC == everysec ]] || SUFFIX+="-fsync-$REDIS_FSYNC" # nor one with another AOF fsync
 BASE=${BASE:-}
 [[ -z $BASE ]] || SUFFIX+="-ab" # nor does an A/B run
 HW_FLAGS=(--log-level warn --max-inflight 1024 --queue-parallelism 1024 --destination-allowlist 127.0.0.0/8 ${HW_EXTRA:-})
@@ -166,7 +170,7 @@ start_redis() {
     mkdir -p "$dir"
     RPORT=$(free_port)
     redis-server --bind 127.0.0.1 --port "$RPORT" --dir "$dir" --appendonly yes \
-        --appendfsync everysec --save "" --daemonize no --logfile "$dir/redis.log" >/dev/null 2>&1 &
+        --appendfsync "$REDIS_FSYNC" --save "" --daemonize no --logfile "$dir/redis.log" >/dev/null 2>&1 &
     RPID=$!
     PIDS+=("$RPID")
     for ((i = 0; i < 200; i++)); do
@@ -863,7 +867,7 @@ write_report() {
         echo "## Commands"
         echo
         echo "Each run: fresh \`redis-server --bind 127.0.0.1 --port <free> --dir <tmp> --appendonly yes"
-        echo "--appendfsync everysec --save \"\"\` and fresh \`hookwheel --listen 127.0.0.1:<free> --redis-url"
+        echo "--appendfsync $REDIS_FSYNC --save \"\"\` and fresh \`hookwheel --listen 127.0.0.1:<free> --redis-url"
         echo "redis://127.0.0.1:<port> --instance-id bench-<run> ${HW_FLAGS[*]}\`; receiver"
         echo "\`build/bench/sink --port <free> --expect N --exit-when-done\` (2 MHD epoll threads, 204)."
         echo

@@ -9,12 +9,14 @@
 
 #include "xalloc.h"
 
-#define QUEUES_KEY "hw:queues"
+#define QUEUES_KEY "hw:{queues}"
 #define VALUE_MAX 64
 
 /* queues.lua's keys, in its KEYS order */
 static const char *const fn_keys[] = {QUEUES_KEY, QUEUES_KEY ":version", QUEUES_KEY ":changes", QUEUES_KEY ":floor"};
 #define NKEYS 4
+/* Their names before they shared a hash tag, in the same order. */
+static const char *const old_keys[] = {"hw:queues", "hw:queues:version", "hw:queues:changes", "hw:queues:floor"};
 
 enum op { OP_LIST, OP_GET, OP_PUT, OP_DELETE, OP_FEED };
 
@@ -164,4 +166,21 @@ int queues_feed(store *st, int64_t since, queues_reply_cb cb, void *arg)
     snprintf(buf, sizeof buf, "%lld", (long long)(since < 0 ? -1 : since));
     const char *argv[] = {"feed", buf};
     return submit(st, OP_FEED, 1, 2, argv, cb, arg);
+}
+
+static void ignore_cb(void *arg, const redisReply *r)
+{
+    (void)arg;
+    (void)r;
+}
+
+int queues_upgrade(store *st)
+{
+    const char *v[NKEYS + 1 + NKEYS];
+    for (int i = 0; i < NKEYS; i++) {
+        v[i] = fn_keys[i];
+        v[NKEYS + 1 + i] = old_keys[i];
+    }
+    v[NKEYS] = "upgrade";
+    return store_eval(st, SCRIPT_QUEUES, NKEYS, NKEYS + 1 + NKEYS, v, NULL, ignore_cb, NULL);
 }

@@ -1,7 +1,7 @@
 /* queues.h - the durable format of queue controls (parallelism, pause,
  * dispatch rate), which api/queues.c writes and every engine polls.
  *
- * Redis layout: one hash QUEUES_KEY ("hw:queues"), field "<namespace>/<queue>"
+ * Redis layout: one hash QUEUES_KEY ("hw:{queues}"), field "<namespace>/<queue>"
  * ("<queue>" when the API runs without namespaces; the name the limiter
  * knows the queue by), value "<parallelism> <paused 0|1> <dispatches per
  * second, 0: no limit>". A queue without a field has the defaults.
@@ -13,7 +13,10 @@
  * polls with queues_feed: one cheap call when nothing changed, the changed
  * fields when it is behind by less than the log, the whole hash otherwise.
  * A tool that writes the hash directly must bump the version too (INCR
- * "hw:queues:version"); engines read the whole hash when they start.
+ * "hw:{queues}:version"); engines read the whole hash when they start.
+ * The four keys share the hash tag {queues}, so on a Redis Cluster the
+ * function's call is in one slot; before they did they were named
+ * "hw:queues", "hw:queues:version", ... (queues_upgrade).
  *
  * Threads and ownership: any thread may call a verb. A verb that returns 0
  * calls its callback exactly once, later, on the store's writer thread
@@ -95,5 +98,13 @@ int queues_delete(store *st, const char *field, queues_reply_cb cb, void *arg) _
  * fields written after since, each present with its controls or not
  * present (deleted or malformed: the defaults). */
 int queues_feed(store *st, int64_t since, queues_reply_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* Renames the keys of a build before the hash tag (hw:queues...) to the
+ * current names, each only when it exists and the new name does not (one
+ * call of queues.lua). For one Redis only: on a Cluster the old and new
+ * names are in different slots, and a cluster never held the old names.
+ * Queued before anything else the process sends, so the first read sees the
+ * moved keys. Returns 0 or the store's -errno (store_eval). */
+int queues_upgrade(store *st) __attribute__((warn_unused_result));
 
 #endif

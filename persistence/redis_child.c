@@ -51,6 +51,7 @@ struct redis_child {
     char *dir;     /* absolute data directory */
     char *sock;    /* dir/redis.sock */
     char *logfile; /* dir/redis.log */
+    const char *appendfsync; /* "always" or "everysec" (static) */
 };
 
 enum probe { PROBE_NONE, PROBE_BUSY, PROBE_PONG };
@@ -265,7 +266,7 @@ static char **build_argv(const redis_child *c, const char *server)
         server,           "--port",          "0",
         "--unixsocket",   c->sock,           "--unixsocketperm", "700",
         "--dir",          c->dir,            "--appendonly",     "yes",
-        "--appendfsync",  "everysec",        "--save",           "",
+        "--appendfsync",  c->appendfsync,    "--save",           "",
         "--daemonize",    "no",              "--loglevel",       "warning",
         "--logfile",      c->logfile,        NULL,
     };
@@ -397,18 +398,27 @@ static redis_child *child_prepare(const char *data_dir)
 
 redis_child *redis_child_start(const char *data_dir, const char *server, int timeout_ms)
 {
+    return redis_child_start_fsync(data_dir, server, "always", timeout_ms);
+}
+
+redis_child *redis_child_start_fsync(const char *data_dir, const char *server, const char *appendfsync,
+                                     int timeout_ms)
+{
     char e1[512], e2[512];
+    if (strcmp(appendfsync, "always") != 0 && strcmp(appendfsync, "everysec") != 0)
+        return NULL;
     redis_child *c = child_prepare(data_dir);
     if (!c)
         return NULL;
+    c->appendfsync = strcmp(appendfsync, "always") == 0 ? "always" : "everysec";
     struct stat st;
     off_t log_from = stat(c->logfile, &st) == 0 ? st.st_size : 0;
     if (clear_stale_socket(c) != 0 || spawn(c, server) != 0)
         goto fail;
     if (wait_ready(c, timeout_ms, log_from) != 0)
         goto fail;
-    LOG(LOG_INFO, "embedded redis started", "\"pid\":%d,\"socket\":\"%s\",\"data_dir\":\"%s\"",
-        (int)c->pid, ESC(c->sock, e1), ESC(c->dir, e2));
+    LOG(LOG_INFO, "embedded redis started", "\"pid\":%d,\"socket\":\"%s\",\"data_dir\":\"%s\",\"appendfsync\":\"%s\"",
+        (int)c->pid, ESC(c->sock, e1), ESC(c->dir, e2), c->appendfsync);
     return c;
 fail:
     if (c->pid > 0)

@@ -17,6 +17,12 @@ typedef struct redis_child redis_child; /* opaque */
  * one error line (binary missing, socket path too long, did not come up). */
 redis_child *redis_child_start(const char *data_dir, const char *server, int timeout_ms);
 
+/* The same with the AOF's fsync policy given: "always" (every write is on
+ * disk before Redis answers it; redis_child_start's) or "everysec" (a crash
+ * of the machine can lose the last second). NULL for any other value. */
+redis_child *redis_child_start_fsync(const char *data_dir, const char *server, const char *appendfsync,
+                                     int timeout_ms);
+
 /* The unix socket path the child listens on; owned by the child. */
 const char *redis_child_socket(const redis_child *c);
 

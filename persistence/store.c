@@ -24,6 +24,7 @@
 #include <openssl/evp.h>
 
 #include "clock.h"
+#include "cluster.h"
 #include "jsonesc.h"
 #include "log.h"
 #include "lua_scripts.h"
@@ -31,14 +32,32 @@
 
 #define RECONNECT_MIN_MS 50
 #define RECONNECT_MAX_MS 2000
+#define KEY_GUARD_MAX 160
 
 typedef struct cmd {
     struct cmd *next;
     char *buf;
     int len;
+    int slot; /* cluster: the slot of the command's key, -1 none */
+    uint64_t held_since; /* when it was first held back (0: never) */
+    int writes;          /* a write the API acknowledges: only once replicas have it */
+    redisReply *reply;   /* its reply while the replicas' acknowledgement is read */
     store_reply_cb cb;
     void *arg;
 } cmd;
+
+/* One Redis server the writer talks to: the only one, or a cluster master.
+ * Its fields are the writer thread's. */
+typedef struct node {
+    char *host;         /* NULL: the store's unix socket */
+    int port;
+    redisContext *ctx;
+    uint64_t last_try_ms;
+    uint64_t backoff_ms; /* wait before the next connect */
+    int warned;          /* the outage was logged */
+    cmd *q, **qtail;     /* this batch's commands for it, in order */
+    int waited;          /* a WAIT follows them (a write among them, min_replicas > 0) */
+} node;
 
 struct store {
     char *host, *path, *user, *password;
@@ -52,12 +71,27 @@ struct store {
     int stopping, started;
     pthread_t thread;
 
-    redisContext *ctx;      /* writer thread only */
-    uint64_t last_try_ms;   /* writer thread only */
-    uint64_t backoff_ms;    /* writer thread only: wait before the next connect */
+    /* writer thread only: nodes[0] is the Redis of a single-node store; in
+     * cluster mode nodes[i] is map->nodes[i], the masters. */
+    node nodes[CLUSTER_MAX_NODES];
+    int nnodes;
+    int cluster;               /* redis+cluster:// */
+    char *sentinel;            /* redis+sentinel://: the master's name; s->host is where it is */
+    cluster_node *seeds;       /* cluster: the URL's nodes */
+    int nseeds;
+    cluster_map *map;          /* cluster: slot -> master; NULL until learned */
+    int map_stale;             /* a redirection or a lost master: learn it again */
+    uint64_t map_try_ms;
+    cmd *held, **held_tail;    /* cluster: calls to retry after held_until, in order */
+    uint64_t held_until;
+    uint32_t *held_slots;      /* cluster: held calls per slot (later ones wait behind them) */
+
+    int min_replicas;          /* WAIT for this many replicas after writes (0: no) */
+    uint32_t replica_timeout_ms;
+
     volatile int ready;     /* written by the writer, read by anyone */
     volatile uint64_t oom_ms; /* when Redis last refused a write for maxmemory (0: since then one passed) */
-    int warned;             /* writer thread only: the outage was logged */
+    store_stats stats;      /* written by the writer (relaxed atomics), read by anyone */
 };
 
 /* The scripts, as one Redis function library (FUNCTION LOAD, Redis 7.0+):
@@ -166,11 +200,90 @@ out:
     return rc;
 }
 
+/* The authority of redis+cluster:// and redis+sentinel:// URLs,
+ * [user[:password]@]host:port[,host:port...]: every node is read as the
+ * host part of a redis:// URL, the first with the user part, so both are
+ * parsed (and decoded) as for one Redis. Fills s->seeds. */
+static int parse_node_list(store *s, const char *auth, size_t alen)
+{
+    const char *at = memrchr(auth, '@', alen), *hosts = at ? at + 1 : auth;
+    size_t ulen = at ? (size_t)(at + 1 - auth) : 0, hlen = alen - ulen;
+    if (hlen == 0)
+        return -EINVAL;
+    s->seeds = xcalloc(CLUSTER_MAX_NODES, sizeof *s->seeds);
+    for (size_t off = 0; off <= hlen;) {
+        size_t n = strcspn(hosts + off, ",");
+        if (n > hlen - off)
+            n = hlen - off;
+        if (n == 0 || s->nseeds == CLUSTER_MAX_NODES || n >= CLUSTER_HOST_MAX)
+            return -EINVAL;
+        char one[2 * CLUSTER_HOST_MAX + 16];
+        snprintf(one, sizeof one, "redis://%.*s%.*s", s->nseeds ? 0 : (int)ulen, auth, (int)n, hosts + off);
+        store tmp = {0};
+        int rc = parse_url(&tmp, one);
+        if (rc == 0 && s->nseeds == 0) {
+            s->user = tmp.user;
+            s->password = tmp.password;
+            tmp.user = tmp.password = NULL;
+        }
+        if (rc == 0 && tmp.db == 0 && strlen(tmp.host) < CLUSTER_HOST_MAX) {
+            snprintf(s->seeds[s->nseeds].host, CLUSTER_HOST_MAX, "%s", tmp.host);
+            s->seeds[s->nseeds++].port = tmp.port;
+        } else
+            rc = -EINVAL;
+        free(tmp.host);
+        free(tmp.user);
+        free(tmp.password);
+        if (rc < 0)
+            return rc;
+        off += n + 1;
+    }
+    return 0;
+}
+
+/* redis+cluster://<nodes>[/]: a cluster has only database 0, so no path. */
+static int parse_cluster_url(store *s, const char *url)
+{
+    const char *auth = url + strlen(STORE_CLUSTER_SCHEME);
+    size_t alen = strcspn(auth, "/?#");
+    if (auth[alen] && strcmp(auth + alen, "/") != 0)
+        return -EINVAL;
+    s->cluster = 1;
+    return parse_node_list(s, auth, alen);
+}
+
+/* redis+sentinel://<sentinels>/<master name>[/db]: the user part is the
+ * master's (and its replicas'); sentinels are asked without one. */
+static int parse_sentinel_url(store *s, const char *url)
+{
+    const char *auth = url + strlen(STORE_SENTINEL_SCHEME);
+    size_t alen = strcspn(auth, "/?#");
+    if (auth[alen] != '/')
+        return -EINVAL;
+    const char *name = auth + alen + 1;
+    size_t nlen = strcspn(name, "/");
+    if (nlen == 0 || nlen > 128 || strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") < nlen)
+        return -EINVAL;
+    if (name[nlen]) {
+        char *end;
+        long db = strtol(name + nlen + 1, &end, 10);
+        if (end == name + nlen + 1 || *end || db < 0 || db > 1000000)
+            return -EINVAL;
+        s->db = (int)db;
+    }
+    s->sentinel = xstrndup(name, nlen);
+    s->host = xcalloc(1, CLUSTER_HOST_MAX); /* the master, as the sentinels name it */
+    return parse_node_list(s, auth, alen);
+}
+
 store *store_create(const char *url, uint32_t timeout_ms, uint32_t max_queued)
 {
     pthread_once(&lib_once, build_library);
     store *s = xcalloc(1, sizeof *s);
-    if (parse_url(s, url) < 0) {
+    int rc = strncmp(url, STORE_CLUSTER_SCHEME, strlen(STORE_CLUSTER_SCHEME)) == 0     ? parse_cluster_url(s, url)
+             : strncmp(url, STORE_SENTINEL_SCHEME, strlen(STORE_SENTINEL_SCHEME)) == 0 ? parse_sentinel_url(s, url)
+                                                                                       : parse_url(s, url);
+    if (rc < 0) {
         LOG(LOG_ERROR, "invalid Redis URL", "\"setting\":\"HOOKWHEEL_REDIS_URL\"%s", "");
         s->started = 0;
         store_free(s);
@@ -179,6 +292,9 @@ store *store_create(const char *url, uint32_t timeout_ms, uint32_t max_queued)
     s->timeout_ms = timeout_ms;
     s->max_queued = max_queued;
     s->tail = &s->head;
+    s->held_tail = &s->held;
+    if (s->cluster)
+        s->held_slots = xcalloc(CLUSTER_SLOTS, sizeof *s->held_slots);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     return s;
@@ -208,54 +324,214 @@ static int load_scripts(redisContext *c)
     return ok ? 0 : -EIO;
 }
 
-static void drop_connection(store *s)
+/* ---- connections (writer thread) ---- */
+
+static void drop_node(node *n)
 {
-    if (s->ctx)
-        redisFree(s->ctx);
-    s->ctx = NULL;
-    s->ready = 0;
+    if (n->ctx)
+        redisFree(n->ctx);
+    n->ctx = NULL;
 }
 
-static int connect_redis(store *s)
+/* A connection to host:port (or the unix socket when host is NULL), with
+ * the URL's credentials given; NULL after logging when it cannot be made.
+ * warned and backoff are the caller's outage state. */
+static redisContext *open_ctx(store *s, const char *host, int port, int *warned)
 {
     struct timeval tv = {s->timeout_ms / 1000, (s->timeout_ms % 1000) * 1000};
-    s->last_try_ms = clock_now_ms();
-    redisContext *c = s->path ? redisConnectUnixWithTimeout(s->path, tv)
-                              : redisConnectWithTimeout(s->host, s->port, tv);
+    redisContext *c = host ? redisConnectWithTimeout(host, port, tv) : redisConnectUnixWithTimeout(s->path, tv);
     if (!c || c->err) {
-        s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : RECONNECT_MIN_MS;
-        if (s->backoff_ms > RECONNECT_MAX_MS)
-            s->backoff_ms = RECONNECT_MAX_MS;
-        if (!s->warned || log_min_level <= LOG_DEBUG)
-            LOG(LOG_WARN, "Redis unreachable", "\"error\":\"%s\"", c ? c->errstr : "no memory");
-        s->warned = 1;
+        if (!*warned || log_min_level <= LOG_DEBUG)
+            LOG(LOG_WARN, "Redis unreachable", "\"node\":\"%s:%d\",\"error\":\"%s\"", host ? host : "unix", port,
+                c ? c->errstr : "no memory");
+        *warned = 1;
         if (c)
             redisFree(c);
-        s->ready = 0;
-        return -EIO;
+        return NULL;
     }
     redisSetTimeout(c, tv);
     int ok = 1;
     if (s->password)
         ok = s->user && s->user[0] ? simple_ok(c, "AUTH %s %s", s->user, s->password)
                                    : simple_ok(c, "AUTH %s", s->password, NULL);
+    if (!ok) {
+        redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Connects n, selects the database and loads the function library (on a
+ * cluster: on every master, so a master that appears gets it too). */
+/* Sentinel: asks each sentinel in turn where the master is
+ * (SENTINEL get-master-addr-by-name) and points n there. */
+static int sentinel_resolve(store *s, node *n)
+{
+    struct timeval tv = {s->timeout_ms / 1000, (s->timeout_ms % 1000) * 1000};
+    for (int i = 0; i < s->nseeds; i++) {
+        redisContext *c = redisConnectWithTimeout(s->seeds[i].host, s->seeds[i].port, tv);
+        redisReply *r = c && !c->err ? redisCommand(c, "SENTINEL get-master-addr-by-name %s", s->sentinel) : NULL;
+        int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                 r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING &&
+                 r->element[0]->len < CLUSTER_HOST_MAX;
+        int port = ok ? atoi(r->element[1]->str) : 0;
+        if (ok && port > 0 && port < 65536) {
+            if (strcmp(s->host, r->element[0]->str) != 0 || s->port != port)
+                LOG(LOG_INFO, "Redis Sentinel names the master", "\"master\":\"%s\",\"node\":\"%s:%d\"",
+                    s->sentinel, r->element[0]->str, port);
+            snprintf(s->host, CLUSTER_HOST_MAX, "%s", r->element[0]->str);
+            s->port = port;
+        }
+        freeReplyObject(r);
+        if (c)
+            redisFree(c);
+        if (ok && port > 0 && port < 65536) {
+            n->host = s->host;
+            n->port = s->port;
+            return 0;
+        }
+    }
+    if (!n->warned || log_min_level <= LOG_DEBUG)
+        LOG(LOG_WARN, "no Redis Sentinel names the master", "\"master\":\"%s\",\"sentinels\":%d", s->sentinel,
+            s->nseeds);
+    n->warned = 1;
+    return -EIO;
+}
+
+/* 1 when c's server is a master (ROLE); a sentinel's answer can lag a
+ * failover, and a demoted master must not be written to. */
+static int is_master(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "ROLE");
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->type == REDIS_REPLY_STRING &&
+             strcmp(r->element[0]->str, "master") == 0;
+    freeReplyObject(r);
+    return ok;
+}
+
+static int connect_node(store *s, node *n)
+{
+    n->last_try_ms = clock_now_ms();
+    redisContext *c = NULL;
+    if (!s->sentinel || sentinel_resolve(s, n) == 0)
+        c = open_ctx(s, n->host, n->port, &n->warned);
+    int ok = c != NULL && (!s->sentinel || is_master(c));
     if (ok && s->db) {
         char db[16];
         snprintf(db, sizeof db, "%d", s->db);
         ok = simple_ok(c, "SELECT %s", db, NULL);
     }
     if (!ok || load_scripts(c) < 0) {
-        redisFree(c);
-        s->ready = 0;
+        if (c)
+            redisFree(c);
+        n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : RECONNECT_MIN_MS;
+        if (n->backoff_ms > RECONNECT_MAX_MS)
+            n->backoff_ms = RECONNECT_MAX_MS;
         return -EIO;
     }
-    if (!s->ready)
-        LOG(LOG_INFO, "Redis connected", "\"scripts\":%d", SCRIPT_COUNT);
-    s->ctx = c;
-    s->ready = 1;
-    s->warned = 0;
-    s->backoff_ms = 0;
+    if (n->warned || !s->ready)
+        LOG(LOG_INFO, "Redis connected", "\"node\":\"%s:%d\",\"scripts\":%d", n->host ? n->host : "unix",
+            n->port, SCRIPT_COUNT);
+    n->ctx = c;
+    n->warned = 0;
+    n->backoff_ms = 0;
     return 0;
+}
+
+/* n connected, or connected now unless its backoff has not passed. */
+static int ensure_node(store *s, node *n)
+{
+    if (n->ctx)
+        return 0;
+    if (clock_now_ms() - n->last_try_ms < n->backoff_ms)
+        return -EAGAIN;
+    return connect_node(s, n);
+}
+
+#define STAT_ADD(s, field) __atomic_fetch_add(&(s)->stats.field, 1, __ATOMIC_RELAXED)
+
+/* Makes nodes[] the masters of m: a master already connected keeps its
+ * connection, one no longer a master is disconnected. */
+static void adopt_map(store *s, cluster_map *m)
+{
+    node old[CLUSTER_MAX_NODES];
+    int nold = s->nnodes;
+    memcpy(old, s->nodes, sizeof old);
+    memset(s->nodes, 0, sizeof s->nodes);
+    for (int i = 0; i < m->nnodes; i++) {
+        node *n = &s->nodes[i];
+        n->host = m->nodes[i].host;
+        n->port = m->nodes[i].port;
+        for (int j = 0; j < nold; j++)
+            if (old[j].ctx && old[j].port == n->port && strcmp(old[j].host, n->host) == 0) {
+                n->ctx = old[j].ctx;
+                old[j].ctx = NULL;
+            }
+    }
+    for (int j = 0; j < nold; j++)
+        drop_node(&old[j]);
+    s->nnodes = m->nnodes;
+    __atomic_store_n(&s->stats.masters, (uint64_t)m->nnodes, __ATOMIC_RELAXED);
+}
+
+/* Asks a known master, then each seed, for the slot map (CLUSTER SLOTS)
+ * and adopts the first complete answer. At most one try per
+ * RECONNECT_MIN_MS, so a cluster that is down is not hammered. */
+static int refresh_map(store *s)
+{
+    uint64_t now = clock_now_ms();
+    if (s->map && now - s->map_try_ms < RECONNECT_MIN_MS)
+        return -EAGAIN;
+    s->map_try_ms = now;
+    cluster_map *m = xmalloc(sizeof *m);
+    int ncand = s->nnodes + s->nseeds, rc = -EIO;
+    for (int i = 0; i < ncand && rc < 0; i++) {
+        const char *host = i < s->nnodes ? s->nodes[i].host : s->seeds[i - s->nnodes].host;
+        int port = i < s->nnodes ? s->nodes[i].port : s->seeds[i - s->nnodes].port, warned = 1;
+        redisContext *c = open_ctx(s, host, port, &warned);
+        redisReply *r = c ? redisCommand(c, "CLUSTER SLOTS") : NULL;
+        int covered = r ? cluster_map_parse(m, r, host) : -EIO;
+        if (covered == CLUSTER_SLOTS)
+            rc = 0;
+        else if (r)
+            LOG(LOG_WARN, "Redis Cluster node gave no complete slot map", "\"node\":\"%s:%d\",\"covered\":%d",
+                host, port, covered);
+        freeReplyObject(r);
+        if (c)
+            redisFree(c);
+    }
+    if (rc < 0) {
+        free(m);
+        return rc;
+    }
+    adopt_map(s, m);
+    free(s->map);
+    s->map = m;
+    s->map_stale = 0;
+    STAT_ADD(s, map_refreshes);
+    return 0;
+}
+
+/* The node index a command goes to, or -1 when no master is known for it. */
+static int route(const store *s, const cmd *c)
+{
+    if (!s->cluster)
+        return 0;
+    if (!s->map)
+        return -1;
+    return c->slot < 0 ? (s->nnodes ? 0 : -1) : s->map->slot_node[c->slot];
+}
+
+/* The index of host:port among the nodes, adding it (unconnected) when a
+ * redirection names a master the map does not know yet; -1 when full. */
+static int node_for(store *s, const char *host, int port)
+{
+    int before = s->map->nnodes, i = cluster_map_node(s->map, host, port);
+    if (i >= 0 && i == before) {
+        s->nodes[i] = (node){.host = s->map->nodes[i].host, .port = port};
+        s->nnodes = s->map->nnodes;
+    }
+    return i;
 }
 
 /* ---- writer ---- */
@@ -293,63 +569,316 @@ static int is_noscript(const redisReply *r)
     return r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "Function not found");
 }
 
-/* A "Function not found" reply: load the library again and send this one
- * command again, alone, after the rest of the batch. */
-static redisReply *resend_after_noscript(store *s, cmd *c)
+/* A reply the batch cannot take as it is: the library is missing on that
+ * node, or (cluster) the slot is elsewhere or in migration. */
+static int needs_resend(const store *s, const redisReply *r)
 {
-    if (load_scripts(s->ctx) < 0)
-        return NULL;
-    redisReply *r = NULL;
-    if (redisAppendFormattedCommand(s->ctx, c->buf, (size_t)c->len) != REDIS_OK ||
-        redisGetReply(s->ctx, (void **)&r) != REDIS_OK)
-        return NULL;
-    return r;
+    if (is_noscript(r))
+        return 1;
+    if (!s->cluster || r->type != REDIS_REPLY_ERROR)
+        return 0;
+    return strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0 ||
+           strncmp(r->str, "TRYAGAIN", 8) == 0;
 }
 
-static void run_batch(store *s, cmd *batch)
+/* Sends one command alone to node i (after ASKING when asking) and waits
+ * for its reply; NULL when the connection failed (it is dropped). */
+/* 1 when c must wait for replicas (HOOKWHEEL_REDIS_MIN_REPLICAS_ACK). */
+static int needs_wait(const store *s, const cmd *c)
 {
-    if (!s->ctx && (clock_now_ms() - s->last_try_ms < s->backoff_ms || connect_redis(s) < 0)) {
-        fail_list(batch);
+    return s->min_replicas > 0 && c->writes;
+}
+
+static void append_wait(store *s, redisContext *ctx)
+{
+    char n[16], t[16];
+    snprintf(n, sizeof n, "%d", s->min_replicas);
+    snprintf(t, sizeof t, "%u", s->replica_timeout_ms);
+    redisAppendCommand(ctx, "WAIT %s %s", n, t);
+}
+
+/* A WAIT reply: 1 when enough replicas acknowledged, else 0 (logged and
+ * counted). */
+static int replicas_acked(store *s, const node *n, const redisReply *w)
+{
+    if (w && w->type == REDIS_REPLY_INTEGER && w->integer >= s->min_replicas)
+        return 1;
+    STAT_ADD(s, replica_ack_timeouts);
+    LOG(LOG_WARN, "Redis replicas did not acknowledge writes in time: they are answered as not written",
+        "\"node\":\"%s:%d\",\"acked\":%lld,\"wanted\":%d,\"timeout_ms\":%u", n->host ? n->host : "unix", n->port,
+        w && w->type == REDIS_REPLY_INTEGER ? w->integer : -1LL, s->min_replicas, s->replica_timeout_ms);
+    return 0;
+}
+
+static redisReply *send_alone(store *s, int i, const cmd *c, int asking)
+{
+    node *n = &s->nodes[i];
+    if (ensure_node(s, n) < 0)
+        return NULL;
+    redisReply *r = NULL, *w = NULL;
+    int wait = needs_wait(s, c);
+    if (asking)
+        redisAppendCommand(n->ctx, "ASKING");
+    if (redisAppendFormattedCommand(n->ctx, c->buf, (size_t)c->len) != REDIS_OK)
+        goto lost;
+    if (wait)
+        append_wait(s, n->ctx);
+    if (asking) {
+        if (redisGetReply(n->ctx, (void **)&r) != REDIS_OK)
+            goto lost;
+        freeReplyObject(r);
+        r = NULL;
+    }
+    if (redisGetReply(n->ctx, (void **)&r) != REDIS_OK)
+        goto lost;
+    if (!wait)
+        return r;
+    if (redisGetReply(n->ctx, (void **)&w) != REDIS_OK) {
+        freeReplyObject(r);
+        goto lost;
+    }
+    int ok = r->type == REDIS_REPLY_ERROR || replicas_acked(s, n, w); /* an error wrote nothing */
+    freeReplyObject(w);
+    if (ok)
+        return r;
+    freeReplyObject(r);
+    return NULL;
+lost:
+    LOG(LOG_WARN, "Redis connection lost", "\"error\":\"%s\"", n->ctx->errstr);
+    drop_node(n);
+    s->map_stale = s->cluster;
+    return NULL;
+}
+
+#define MAX_HOPS 5        /* redirections one command follows */
+#define TRYAGAIN_MS 20    /* wait before retrying a call that met a migrating slot */
+#define HOLD_MAX_MS 10000 /* then it fails as if Redis were unreachable (it did not run) */
+
+static int is_fcall(const cmd *c)
+{
+    return c->len > 16 && memmem(c->buf, 16, "FCALL", 5) != NULL;
+}
+
+/* Holds a call that met a slot in migration, to be sent again after
+ * TRYAGAIN_MS with everything else held (run_batch); calls to its slot that
+ * come later wait behind it, so a slot's calls keep their order. A call
+ * held for HOLD_MAX_MS gets reply NULL: it never ran. */
+static void hold(store *s, cmd *c)
+{
+    uint64_t now = clock_now_ms();
+    if (!c->held_since)
+        c->held_since = now;
+    if (now - c->held_since > HOLD_MAX_MS) {
+        finish_cmd(c, NULL);
         return;
     }
-    for (cmd *c = batch; c; c = c->next)
-        redisAppendFormattedCommand(s->ctx, c->buf, (size_t)c->len);
-    cmd *deferred = NULL, **dtail = &deferred;
-    while (batch) {
+    if (!s->held)
+        s->held_until = now + TRYAGAIN_MS;
+    c->next = NULL;
+    *s->held_tail = c;
+    s->held_tail = &c->next;
+    if (c->slot >= 0)
+        s->held_slots[c->slot]++;
+}
+
+/* Finishes a command whose reply r (from node i) asked for it to be sent
+ * again: the library is loaded again after "Function not found"; MOVED
+ * updates the slot's master (and the map is learned again before the next
+ * batch); ASK sends a plain command to the importing master once (after
+ * ASKING) and holds a function call (hold: its migration guard keeps it from
+ * running until the slot has moved); TRYAGAIN holds it. A command that is
+ * still redirected after MAX_HOPS gets that error reply. */
+static void resend(store *s, cmd *c, redisReply *r, int i)
+{
+    for (int hop = 0; r && hop < MAX_HOPS && needs_resend(s, r); hop++) {
+        int asking = 0, port;
+        uint16_t slot;
+        char host[CLUSTER_HOST_MAX];
+        enum cluster_redirect k = s->cluster ? cluster_redirect_parse(r->str, &slot, host, &port,
+                                                                      s->nodes[i].host ? s->nodes[i].host : "")
+                                             : CLUSTER_NOT_REDIRECT;
+        if (k == CLUSTER_MOVED || k == CLUSTER_ASK) {
+            int j = node_for(s, host, port);
+            if (j < 0)
+                break;
+            if (k == CLUSTER_MOVED) {
+                s->map->slot_node[slot] = (int16_t)j;
+                s->map_stale = 1;
+                STAT_ADD(s, moved);
+            } else {
+                STAT_ADD(s, ask);
+                if (is_fcall(c)) {
+                    freeReplyObject(r);
+                    hold(s, c);
+                    return;
+                }
+            }
+            i = j;
+            asking = k == CLUSTER_ASK;
+        } else if (k == CLUSTER_TRYAGAIN) {
+            STAT_ADD(s, tryagain);
+            freeReplyObject(r);
+            hold(s, c);
+            return;
+        } else if (s->nodes[i].ctx && load_scripts(s->nodes[i].ctx) < 0) { /* Function not found */
+            break;
+        }
+        freeReplyObject(r);
+        r = send_alone(s, i, c, asking);
+    }
+    if (r)
+        note_writable(s, c, r);
+    finish_cmd(c, r);
+    freeReplyObject(r);
+}
+
+/* Reads node n's replies to the commands it was sent, in order; the ones
+ * to send again go to *redo (with the node they came from in slot's place:
+ * see run_batch). A lost connection fails the rest. */
+static void read_replies(store *s, int i, cmd ***redo, redisReply ***rr, int **from)
+{
+    node *n = &s->nodes[i];
+    cmd *c = n->q, *acks = NULL, **atail = &acks; /* writes whose replies wait for the replicas' */
+    int demoted = 0, waited = n->waited;
+    n->q = NULL;
+    while (c) {
         redisReply *r = NULL;
-        if (redisGetReply(s->ctx, (void **)&r) != REDIS_OK) {
-            LOG(LOG_WARN, "Redis connection lost", "\"error\":\"%s\"", s->ctx->errstr);
-            drop_connection(s);
-            fail_list(batch);
-            fail_list(deferred);
+        if (redisGetReply(n->ctx, (void **)&r) != REDIS_OK) {
+            LOG(LOG_WARN, "Redis connection lost", "\"node\":\"%s:%d\",\"error\":\"%s\"",
+                n->host ? n->host : "unix", n->port, n->ctx->errstr);
+            drop_node(n);
+            s->map_stale = s->cluster;
+            fail_list(c);
+            fail_list(acks);
             return;
         }
+        cmd *next = c->next;
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0) {
+            /* a replica now (a failover demoted it): nothing was written */
+            demoted = 1;
+            finish_cmd(c, NULL);
+            freeReplyObject(r);
+        } else if (needs_resend(s, r)) {
+            c->next = NULL;
+            **redo = c;
+            *redo = &c->next;
+            *(*rr)++ = r;
+            *(*from)++ = i;
+        } else if (waited && needs_wait(s, c) && r->type != REDIS_REPLY_ERROR) {
+            c->reply = r;
+            c->next = NULL;
+            *atail = c;
+            atail = &c->next;
+        } else {
+            note_writable(s, c, r);
+            finish_cmd(c, r);
+            freeReplyObject(r);
+        }
+        c = next;
+    }
+    if (waited) {
+        redisReply *w = NULL;
+        int lost = redisGetReply(n->ctx, (void **)&w) != REDIS_OK;
+        int ok = !lost && (!acks || replicas_acked(s, n, w));
+        freeReplyObject(w);
+        while (acks) {
+            cmd *a = acks;
+            acks = a->next;
+            redisReply *r = a->reply;
+            if (ok)
+                note_writable(s, a, r);
+            finish_cmd(a, ok ? r : NULL);
+            freeReplyObject(r);
+        }
+        if (lost) {
+            drop_node(n);
+            s->map_stale = s->cluster;
+            return;
+        }
+    }
+    if (demoted) {
+        LOG(LOG_WARN, "Redis answered READONLY: no longer the master", "\"node\":\"%s:%d\"",
+            n->host ? n->host : "unix", n->port);
+        drop_node(n);
+        s->map_stale = s->cluster;
+    }
+}
+
+/* One batch: every command goes to the master of its slot (the only
+ * Redis, when not a cluster), each master's share is written in one go and
+ * its replies read in order, so commands to one slot keep their order.
+ * Commands that must be sent again (a redirection, a lost library) are sent
+ * one by one after the rest, in their order. */
+static void run_batch(store *s, cmd *batch)
+{
+    if (s->cluster && (!s->map || s->map_stale))
+        refresh_map(s);
+    if (s->held && clock_now_ms() >= s->held_until) { /* held calls go first, in their order */
+        *s->held_tail = batch;
+        batch = s->held;
+        s->held = NULL;
+        s->held_tail = &s->held;
+        memset(s->held_slots, 0, CLUSTER_SLOTS * sizeof *s->held_slots);
+    }
+    size_t count = 0;
+    for (cmd *c = batch; c; c = c->next)
+        count++;
+    for (int i = 0; i < s->nnodes; i++)
+        s->nodes[i].qtail = &s->nodes[i].q;
+    while (batch) {
         cmd *c = batch;
         batch = c->next;
-        if (is_noscript(r)) {
-            freeReplyObject(r);
-            c->next = NULL;
-            *dtail = c;
-            dtail = &c->next;
+        c->next = NULL;
+        if (s->held && c->slot >= 0 && s->held_slots[c->slot]) {
+            hold(s, c);
             continue;
         }
-        note_writable(s, c, r);
-        finish_cmd(c, r);
-        freeReplyObject(r);
-    }
-    while (deferred) {
-        cmd *c = deferred;
-        deferred = c->next;
-        redisReply *r = resend_after_noscript(s, c);
-        if (!r) {
-            drop_connection(s);
+        int i = route(s, c);
+        if (i < 0) {
             finish_cmd(c, NULL);
-            fail_list(deferred);
-            return;
+            continue;
         }
-        finish_cmd(c, r);
-        freeReplyObject(r);
+        *s->nodes[i].qtail = c;
+        s->nodes[i].qtail = &c->next;
     }
+    int up = 1;
+    for (int i = 0; i < s->nnodes; i++) {
+        node *n = &s->nodes[i];
+        if (!n->q)
+            continue;
+        if (ensure_node(s, n) < 0) {
+            fail_list(n->q);
+            n->q = NULL;
+            up = 0;
+            s->map_stale = s->cluster;
+            continue;
+        }
+        n->waited = 0;
+        for (cmd *c = n->q; c; c = c->next) {
+            redisAppendFormattedCommand(n->ctx, c->buf, (size_t)c->len);
+            n->waited |= needs_wait(s, c);
+        }
+        if (n->waited)
+            append_wait(s, n->ctx);
+    }
+    cmd *redo = NULL, **rtail = &redo;
+    redisReply **replies = count ? xmalloc(count * sizeof *replies) : NULL, **rr = replies;
+    int *froms = count ? xmalloc(count * sizeof *froms) : NULL, *from = froms;
+    for (int i = 0; i < s->nnodes; i++)
+        if (s->nodes[i].q)
+            read_replies(s, i, &rtail, &rr, &from);
+    size_t k = 0;
+    while (redo) {
+        cmd *c = redo;
+        redo = c->next;
+        resend(s, c, replies[k], froms[k]);
+        k++;
+    }
+    free(replies);
+    free(froms);
+    for (int i = 0; i < s->nnodes && up; i++)
+        up = s->nodes[i].ctx != NULL;
+    s->ready = up && s->nnodes > 0;
 }
 
 static void *writer_main(void *arg)
@@ -358,10 +887,23 @@ static void *writer_main(void *arg)
     pthread_setname_np(pthread_self(), "hw-store");
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->head && !s->stopping)
-            pthread_cond_wait(&s->cv, &s->mu);
-        if (!s->head)
-            break;
+        while (!s->head && !s->stopping) {
+            if (!s->held) {
+                pthread_cond_wait(&s->cv, &s->mu);
+                continue;
+            }
+            uint64_t now = clock_now_ms();
+            if (now >= s->held_until)
+                break;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t ns = (uint64_t)ts.tv_nsec + (s->held_until - now) * 1000000u;
+            ts.tv_sec += (time_t)(ns / 1000000000u);
+            ts.tv_nsec = (long)(ns % 1000000000u);
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        }
+        if (!s->head && s->stopping)
+            break; /* what is still held fails below: it never ran */
         cmd *batch = s->head;
         s->head = NULL;
         s->tail = &s->head;
@@ -371,13 +913,34 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
-    drop_connection(s);
+    fail_list(s->held);
+    s->held = NULL;
+    for (int i = 0; i < s->nnodes; i++)
+        drop_node(&s->nodes[i]);
     return NULL;
+}
+
+/* Connects to every master (the one Redis, or the cluster's, after learning
+ * its slot map from the seeds); a failure is logged and retried by the
+ * writer on demand. */
+static void connect_all(store *s)
+{
+    if (!s->cluster) {
+        s->nodes[0] = (node){.host = s->host, .port = s->port};
+        s->nnodes = 1;
+    } else if (refresh_map(s) < 0) {
+        s->ready = 0;
+        return;
+    }
+    int up = 1;
+    for (int i = 0; i < s->nnodes; i++)
+        up &= connect_node(s, &s->nodes[i]) == 0;
+    s->ready = up;
 }
 
 int store_start(store *s)
 {
-    connect_redis(s);
+    connect_all(s);
     int rc = pthread_create(&s->thread, NULL, writer_main, s);
     if (rc)
         return -rc;
@@ -400,12 +963,35 @@ void store_free(store *s)
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
     }
-    drop_connection(s);
+    for (int i = 0; i < s->nnodes; i++)
+        drop_node(&s->nodes[i]);
+    free(s->map);
+    free(s->sentinel);
+    free(s->held_slots);
+    free(s->seeds);
     free(s->host);
     free(s->path);
     free(s->user);
     free(s->password);
     free(s);
+}
+
+void store_get_stats(const store *s, store_stats *out)
+{
+    out->moved = __atomic_load_n(&s->stats.moved, __ATOMIC_RELAXED);
+    out->ask = __atomic_load_n(&s->stats.ask, __ATOMIC_RELAXED);
+    out->tryagain = __atomic_load_n(&s->stats.tryagain, __ATOMIC_RELAXED);
+    out->map_refreshes = __atomic_load_n(&s->stats.map_refreshes, __ATOMIC_RELAXED);
+    out->masters = __atomic_load_n(&s->stats.masters, __ATOMIC_RELAXED);
+    out->replica_ack_timeouts = __atomic_load_n(&s->stats.replica_ack_timeouts, __ATOMIC_RELAXED);
+}
+
+int store_is_cluster(const store *s) { return s->cluster; }
+
+void store_set_min_replicas(store *s, int n, uint32_t timeout_ms)
+{
+    s->min_replicas = n;
+    s->replica_timeout_ms = timeout_ms;
 }
 
 int store_ready(const store *s) { return s->ready; }
@@ -426,12 +1012,12 @@ uint32_t store_queued(store *s)
 
 /* ---- submit ---- */
 
-static int submit(store *s, char *buf, int len, store_reply_cb cb, void *arg)
+static int submit(store *s, char *buf, int len, int slot, int writes, store_reply_cb cb, void *arg)
 {
     if (len < 0)
         return -ENOMEM;
     cmd *c = xmalloc(sizeof *c);
-    *c = (cmd){NULL, buf, len, cb, arg};
+    *c = (cmd){NULL, buf, len, slot, 0, writes, NULL, cb, arg};
     pthread_mutex_lock(&s->mu);
     int rc = s->stopping ? -ESHUTDOWN : s->queued >= s->max_queued ? -EAGAIN : 0;
     if (rc == 0) {
@@ -476,37 +1062,87 @@ static int format_resp(char **out, int argc, const char **argv, const size_t *le
     return (int)(p - b);
 }
 
-int store_command(store *s, int argc, const char **argv, const size_t *lens, store_reply_cb cb, void *arg)
+/* The slot of argv[k] on a cluster, else -1 (one Redis needs no routing). */
+static int key_slot(const store *s, int argc, const char **argv, const size_t *lens, int k)
+{
+    if (!s->cluster || k >= argc)
+        return -1;
+    return cluster_slot(argv[k], lens ? lens[k] : strlen(argv[k]));
+}
+
+static int command_at(store *s, int argc, const char **argv, const size_t *lens, int slot, int writes,
+                      store_reply_cb cb, void *arg)
 {
     char *buf = NULL;
     int len = format_resp(&buf, argc, argv, lens);
-    return submit(s, buf, len, cb, arg);
+    return submit(s, buf, len, slot, writes, cb, arg);
+}
+
+int store_command(store *s, int argc, const char **argv, const size_t *lens, store_reply_cb cb, void *arg)
+{
+    return command_at(s, argc, argv, lens, key_slot(s, argc, argv, lens, 1), 0, cb, arg);
+}
+
+/* The migration guard of a cluster call whose first key is key: a key of
+ * the same hash tag that is never written ("hw:{tag}:~"), declared as the
+ * call's last key. While its slot migrates, the source master finds it
+ * missing and answers ASK, and the importing master answers TRYAGAIN (several
+ * keys, one missing), so a function never runs in a half-moved slot: the
+ * functions touch keys they do not declare (the indexes of the partition),
+ * which Redis's own rules for migrating slots do not cover. Returns the
+ * guard's length, or 0 when the key has no hash tag (no guard). */
+static size_t migration_guard(char *out, size_t size, const char *key, size_t len)
+{
+    const char *open = memchr(key, '{', len);
+    const char *close = open ? memchr(open + 1, '}', len - (size_t)(open + 1 - key)) : NULL;
+    if (!close || close == open + 1)
+        return 0;
+    int n = snprintf(out, size, "hw:%.*s:~", (int)(close - open + 1), open);
+    return n > 0 && (size_t)n < size ? (size_t)n : 0;
 }
 
 int store_eval(store *s, enum store_script script, int nkeys, int argc, const char **argv,
                const size_t *lens, store_reply_cb cb, void *arg)
 {
     enum { SMALL = 24 }; /* arguments kept on the stack; batches (timers.c) take more */
-    if (argc < 0 || script < 0 || script >= SCRIPT_COUNT)
+    if (argc < 0 || nkeys < 0 || nkeys > argc || script < 0 || script >= SCRIPT_COUNT)
         return -EINVAL;
+    char guard[KEY_GUARD_MAX];
+    size_t glen = s->cluster && nkeys > 0 ? migration_guard(guard, sizeof guard, argv[0], lens ? lens[0] : strlen(argv[0])) : 0;
+    int total = argc + 3 + (glen > 0);
     const char *vs[SMALL], **v = vs;
     size_t ls[SMALL], *l = ls;
-    if (argc + 3 > SMALL) {
-        v = xmalloc((size_t)(argc + 3) * sizeof *v);
-        l = xmalloc((size_t)(argc + 3) * sizeof *l);
+    if (total > SMALL) {
+        v = xmalloc((size_t)total * sizeof *v);
+        l = xmalloc((size_t)total * sizeof *l);
     }
     char nk[12];
-    snprintf(nk, sizeof nk, "%d", nkeys);
+    snprintf(nk, sizeof nk, "%d", nkeys + (glen > 0));
     v[0] = "FCALL";
     v[1] = fn_name[script];
     v[2] = nk;
     for (int i = 0; i < 3; i++)
         l[i] = strlen(v[i]);
+    int k = 3;
     for (int i = 0; i < argc; i++) {
-        v[3 + i] = argv[i];
-        l[3 + i] = lens ? lens[i] : strlen(argv[i]);
+        if (i == nkeys && glen) {
+            v[k] = guard;
+            l[k++] = glen;
+        }
+        v[k] = argv[i];
+        l[k++] = lens ? lens[i] : strlen(argv[i]);
     }
-    int rc = store_command(s, argc + 3, v, l, cb, arg);
+    if (nkeys == argc && glen) {
+        v[k] = guard;
+        l[k++] = glen;
+    }
+    /* What the API acknowledges waits for replicas; the engine's own steps
+     * (claim, begin, finish, release...) do not: a step lost in a failover
+     * repeats an attempt (at least once), and deliveries go on while a
+     * replica is away. */
+    int writes = script == SCRIPT_CREATE || script == SCRIPT_CANCEL || script == SCRIPT_CONTROL ||
+                 script == SCRIPT_QUEUES || script == SCRIPT_LEASE || script == SCRIPT_DEADLETTERS;
+    int rc = command_at(s, total, v, l, nkeys > 0 ? key_slot(s, argc, argv, lens, 0) : -1, writes, cb, arg);
     if (v != vs) {
         free(v);
         free(l);

@@ -48,9 +48,26 @@ enum store_script {
  * is freed after the callback returns. */
 typedef void (*store_reply_cb)(void *arg, const redisReply *reply);
 
-/* Parses url (redis://[user][:password@]host[:port][/db] or unix:///path)
- * and prepares the store; max_queued bounds the commands waiting for the
- * writer. Returns NULL after logging one line when url is invalid. */
+/* Parses url and prepares the store; max_queued bounds the commands waiting
+ * for the writer. Returns NULL after logging one line when url is invalid.
+ * The URL is one of
+ *   redis://[user][:password@]host[:port][/db]    one Redis
+ *   unix:///path                                   one Redis, on a unix socket
+ *   redis+cluster://[user[:password]@]host:port[,host:port...]
+ *       a Redis Cluster: the writer learns the slot map from these seed
+ *       nodes (CLUSTER SLOTS), keeps a connection and a pipeline per master,
+ *       sends each command to the master of its key's slot (FCALL: its first
+ *       key; a plain command: argv[1]), follows MOVED (and learns the map
+ *       again) and ASK (ASKING, once), waits briefly on TRYAGAIN, and loads
+ *       the function library on every master it connects to.
+ *   redis+sentinel://[user[:password]@]host:port[,host:port...]/<master>[/db]
+ *       one Redis whose master Redis Sentinel names: before every connect
+ *       the writer asks the sentinels (in the URL's order) where <master>
+ *       is and checks ROLE; a lost connection or a READONLY answer (a
+ *       demoted master) makes it ask again, so a failover is followed
+ *       without a restart. The user part is the data nodes'. */
+#define STORE_CLUSTER_SCHEME "redis+cluster://"
+#define STORE_SENTINEL_SCHEME "redis+sentinel://"
 store *store_create(const char *url, uint32_t timeout_ms, uint32_t max_queued);
 
 /* Connects (a failure is logged; the writer reconnects on demand) and starts
@@ -68,6 +85,31 @@ int store_ready(const store *s);
  * last STORE_OOM_HOLD_MS and no function call succeeded since. Any thread. */
 #define STORE_OOM_HOLD_MS 2000
 int store_refusing_writes(const store *s);
+
+/* Before store_start: every batch with a write the API acknowledges (the
+ * functions create, cancel, control, queues, lease, deadletters) ends with
+ * WAIT n timeout_ms on its master, and those calls' callbacks run once its
+ * answer is in; when fewer than n replicas acknowledged, they get reply
+ * NULL (as when Redis is unreachable: the write may have happened, on the
+ * master only). The engine's own steps, reads and plain commands do not
+ * wait. 0: never wait (the default). */
+void store_set_min_replicas(store *s, int n, uint32_t timeout_ms);
+
+/* 1 when the URL named a Redis Cluster. Any thread. */
+int store_is_cluster(const store *s);
+
+/* Cluster routing counters since the start (all 0 for one Redis). */
+typedef struct store_stats {
+    uint64_t moved;         /* MOVED redirections followed */
+    uint64_t ask;           /* ASK redirections followed */
+    uint64_t tryagain;      /* TRYAGAIN replies waited out */
+    uint64_t map_refreshes; /* slot maps learned */
+    uint64_t masters;       /* masters in the current map */
+    uint64_t replica_ack_timeouts; /* WAITs that ended with fewer replicas than asked */
+} store_stats;
+
+/* Any thread: relaxed reads of the writer's counters. */
+void store_get_stats(const store *s, store_stats *out);
 
 /* Commands waiting for the writer (what max_queued bounds). Any thread; holds
  * the submit lock only to read one number. */

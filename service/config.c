@@ -31,7 +31,8 @@ typedef struct setting {
 static const setting settings[] = {
     S("listen", listen, "127.0.0.1:8080", "address:port of the HTTP API"),
     S("redis-url", redis_url, NULL,
-      "redis://[:password@]host:port[/db] or unix:///path; unset: embedded redis-server"),
+      "redis://[user:password@]host:port[/db], unix:///path, or redis+cluster://[user:password@]host:port[,host:port...] "
+      "(a Redis Cluster's seed nodes); unset: embedded redis-server"),
     S("data-dir", data_dir, "./data", "data directory of the embedded redis-server"),
     S("redis-server", redis_server, "redis-server", "binary started as the embedded Redis"),
     S("instance-id", instance_id, "", "this instance's id (default: hostname-pid)"),
@@ -95,6 +96,14 @@ static const setting settings[] = {
     U("request-body-timeout-ms", request_body_timeout_ms, "30000", 100, 3600000,
       "a request's body must arrive within this after its headers; else the connection is closed"),
     U("redis-timeout-ms", redis_timeout_ms, "2000", 10, 60000, "Redis connect and command timeout"),
+    S("redis-appendfsync", redis_appendfsync, "always",
+      "the embedded Redis's AOF fsync: always (an acknowledged write is on disk) or everysec (a machine "
+      "crash can lose the last second)"),
+    U("redis-min-replicas-ack", redis_min_replicas_ack, "0", 0, 16,
+      "writes are acknowledged once this many replicas have them (WAIT, once per pipelined batch); "
+      "fewer within redis-replica-ack-timeout-ms: 503, never 2xx; 0: the master's answer suffices"),
+    U("redis-replica-ack-timeout-ms", redis_replica_ack_timeout_ms, "1000", 1, 60000,
+      "how long a batch of writes waits for redis-min-replicas-ack replicas; below redis-timeout-ms"),
     U("max-resident", max_resident, "1000000", 1, 100000000,
       "timers held in memory at most; beyond it due timers wait in Redis until there is room"),
     U("max-queued-writes", max_queued_writes, "100000", 1, 10000000,
@@ -228,6 +237,17 @@ static int check(config *cfg)
     }
     if (lease_prefix_check(cfg->lease_prefix) < 0)
         return -EINVAL;
+    if (strcmp(cfg->redis_appendfsync, "always") != 0 && strcmp(cfg->redis_appendfsync, "everysec") != 0) {
+        fprintf(stderr, "hookwheel: invalid HOOKWHEEL_REDIS_APPENDFSYNC '%s': expected always or everysec\n",
+                cfg->redis_appendfsync);
+        return -EINVAL;
+    }
+    if (cfg->redis_replica_ack_timeout_ms >= cfg->redis_timeout_ms) {
+        fprintf(stderr, "hookwheel: invalid HOOKWHEEL_REDIS_REPLICA_ACK_TIMEOUT_MS: must be below "
+                        "HOOKWHEEL_REDIS_TIMEOUT_MS (a WAIT longer than the command timeout would drop the "
+                        "connection)\n");
+        return -EINVAL;
+    }
     if (cfg->instance_id[0] && !spec_id_valid(cfg->instance_id)) {
         fprintf(stderr, "hookwheel: invalid HOOKWHEEL_INSTANCE_ID '%s': expected 1 to 128 characters of "
                         "A-Z, a-z, 0-9, '.', '_', ':' or '-'\n", cfg->instance_id);

@@ -55,6 +55,9 @@ typedef struct config {
     uint64_t request_head_timeout_ms; /* deadline for a request's line and headers */
     uint64_t request_body_timeout_ms; /* deadline for its body, from the end of its headers */
     uint64_t redis_timeout_ms;
+    char *redis_appendfsync;          /* the embedded Redis's AOF fsync policy */
+    uint64_t redis_min_replicas_ack;  /* WAIT for this many replicas after writes (0: no) */
+    uint64_t redis_replica_ack_timeout_ms;
     uint64_t lease_ttl_ms;
     uint64_t max_resident;
     uint64_t max_queued_writes;

@@ -22,6 +22,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "netpolicy.h"
+#include "queues.h"
 #include "redis_child.h"
 #include "sign.h"
 #include "store.h"
@@ -54,7 +55,7 @@ static int start_store(app *a)
     char url[512];
     const char *u = a->cfg.redis_url;
     if (!u) {
-        a->redis = redis_child_start(a->cfg.data_dir, a->cfg.redis_server, 10000);
+        a->redis = redis_child_start_fsync(a->cfg.data_dir, a->cfg.redis_server, a->cfg.redis_appendfsync, 10000);
         if (!a->redis)
             return -1;
         snprintf(url, sizeof url, "unix://%s", redis_child_socket(a->redis));
@@ -62,7 +63,13 @@ static int start_store(app *a)
     }
     snprintf(a->redis_url, sizeof a->redis_url, "%s", u);
     a->st = store_create(u, (uint32_t)a->cfg.redis_timeout_ms, (uint32_t)a->cfg.max_queued_writes);
-    return a->st && store_start(a->st) == 0 ? 0 : -1;
+    if (!a->st)
+        return -1;
+    store_set_min_replicas(a->st, (int)a->cfg.redis_min_replicas_ack, (uint32_t)a->cfg.redis_replica_ack_timeout_ms);
+    if (store_start(a->st) != 0)
+        return -1;
+    /* queue controls written by a build before their keys' hash tag */
+    return store_is_cluster(a->st) || queues_upgrade(a->st) == 0 ? 0 : -1;
 }
 
 static int start_all(app *a)

@@ -115,23 +115,37 @@ static const struct {
 };
 
 static const struct {
-    const char *name, *help;
+    const char *name, *type, *help;
     size_t offset;
 } gauge_families[] = {
-    {"hookwheel_timers_claimed", "Timers this instance holds in memory, claimed in Redis, in any phase.",
+    {"hookwheel_timers_claimed", "gauge", "Timers this instance holds in memory, claimed in Redis, in any phase.",
      offsetof(metrics_gauges, claimed)},
-    {"hookwheel_timers_in_wheel", "Claimed timers waiting in the timing wheel for their due time.",
+    {"hookwheel_timers_in_wheel", "gauge", "Claimed timers waiting in the timing wheel for their due time.",
      offsetof(metrics_gauges, in_wheel)},
-    {"hookwheel_redis_queued_writes", "Redis commands waiting for the store's writer (429 past max-queued-writes).",
+    {"hookwheel_redis_queued_writes", "gauge", "Redis commands waiting for the store's writer (429 past max-queued-writes).",
      offsetof(metrics_gauges, redis_queued_writes)},
-    {"hookwheel_redis_up", "1 when the last contact with Redis succeeded and the scripts are loaded, else 0.",
+    {"hookwheel_redis_up", "gauge", "1 when the last contact with Redis succeeded and the scripts are loaded, else 0.",
      offsetof(metrics_gauges, redis_up)},
-    {"hookwheel_instance_lease_age_seconds",
+    {"hookwheel_instance_lease_age_seconds", "gauge",
      "Seconds since Redis last confirmed a renewal of this instance's lease (since the start when none did).",
      offsetof(metrics_gauges, lease_age_s)},
-    {"hookwheel_instance_lease_ttl_seconds",
+    {"hookwheel_instance_lease_ttl_seconds", "gauge",
      "TTL of this instance's lease: its claims are taken over when its age passes this.",
      offsetof(metrics_gauges, lease_ttl_s)},
+    {"hookwheel_redis_masters", "gauge", "Redis masters the store routes to (1 for one Redis; a Cluster's masters).",
+     offsetof(metrics_gauges, redis_masters)},
+    {"hookwheel_redis_moved_total", "counter", "Redis Cluster MOVED redirections followed (a slot changed master).",
+     offsetof(metrics_gauges, redis_moved)},
+    {"hookwheel_redis_ask_total", "counter", "Redis Cluster ASK redirections followed (a slot in migration).",
+     offsetof(metrics_gauges, redis_ask)},
+    {"hookwheel_redis_tryagain_total", "counter",
+     "Redis Cluster TRYAGAIN replies waited out (a call met a slot half migrated).",
+     offsetof(metrics_gauges, redis_tryagain)},
+    {"hookwheel_redis_slot_map_refreshes_total", "counter", "Redis Cluster slot maps learned (CLUSTER SLOTS).",
+     offsetof(metrics_gauges, redis_map_refreshes)},
+    {"hookwheel_redis_replica_ack_timeouts_total", "counter",
+     "Batches of writes fewer replicas acknowledged than HOOKWHEEL_REDIS_MIN_REPLICAS_ACK in time (answered 503).",
+     offsetof(metrics_gauges, redis_replica_ack_timeouts)},
 };
 #define NGAUGES (sizeof gauge_families / sizeof gauge_families[0])
 
@@ -373,7 +387,7 @@ static void render_histogram(buf *b, const histogram *h, const char *name, const
 static void render_gauges(buf *b, const metrics_gauges *g)
 {
     for (size_t i = 0; i < NGAUGES; i++) {
-        put_family(b, gauge_families[i].name, "gauge", gauge_families[i].help);
+        put_family(b, gauge_families[i].name, gauge_families[i].type, gauge_families[i].help);
         put(b, "%s %.15g\n", gauge_families[i].name, *(const double *)((const char *)g + gauge_families[i].offset));
     }
     put_family(b, "hookwheel_build_info", "gauge", "Always 1; the version label says which hookwheel runs.");

@@ -74,6 +74,9 @@ typedef struct metrics_gauges {
     double redis_up;            /* 1: the last contact with Redis succeeded */
     double lease_age_s;         /* seconds since the instance lease was last renewed */
     double lease_ttl_s;         /* the instance lease's TTL */
+    double redis_masters;       /* masters the store routes to */
+    double redis_moved, redis_ask, redis_tryagain, redis_map_refreshes; /* counters (store_stats) */
+    double redis_replica_ack_timeouts;
 } metrics_gauges;
 
 /* Creates the metrics, all zero. Never NULL (aborts on out-of-memory). */

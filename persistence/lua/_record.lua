@@ -50,6 +50,15 @@ local STATE_NAME = {[115] = 'scheduled', [102] = 'firing', [114] = 'retrying', [
 local function is_waiting(st) return st == 'scheduled' or st == 'retrying' end
 local function is_final(st) return st == 'delivered' or st == 'failed' or st == 'cancelled' end
 
+-- The timer keys of a batch call: its KEYS without the migration guard
+-- (hw:{P}:~, never written) that a Redis Cluster client appends as the
+-- last key (persistence/store.c: migration_guard).
+local function batch_keys(KEYS)
+  local n = #KEYS
+  if n > 0 and string.sub(KEYS[n], -2) == ':~' then n = n - 1 end
+  return n
+end
+
 -- (plain finds: these run for every timer a function touches)
 local function key_base(tkey) return string.sub(tkey, 1, string.find(tkey, '}', 1, true) + 1) end
 local function id_ns(id)

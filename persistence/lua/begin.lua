@@ -25,7 +25,8 @@ local function answer(att, r)
   out[#out + 1] = att >= 1 and r.runs or 0
   out[#out + 1] = att >= 1 and r.plan or 0
 end
-for i, tk in ipairs(KEYS) do
+for i = 1, batch_keys(KEYS) do
+  local tk = KEYS[i]
   local a = 2 + 3 * (i - 1)
   local r = head_get(tk)
   local tok = tonumber(ARGV[a + 1])

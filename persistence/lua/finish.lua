@@ -96,5 +96,5 @@ local function one(tk, a)
   return answer(r)
 end
 
-for i, tk in ipairs(KEYS) do one(tk, 6 + 9 * (i - 1)) end
+for i = 1, batch_keys(KEYS) do one(KEYS[i], 6 + 9 * (i - 1)) end
 return out

@@ -16,6 +16,10 @@
 --             `since` (value false: deleted);
 --           {version, 1, field, value, ...} the whole hash (`since` is
 --             unknown here, too old for the log, or from before a flush)
+--   upgrade 2..5 the keys' names before their hash tag, in KEYS order:
+--        each is renamed to its KEYS name unless that exists already
+--        -> the number renamed (one Redis only: the old names are in other
+--           slots, and a Redis Cluster never held them)
 local LOG_KEPT = 1024
 local function bump(field)
   local v = redis.call('INCR', KEYS[2])
@@ -61,5 +65,15 @@ elseif op == 'feed' then
     out[#out + 1] = redis.call('HGET', KEYS[1], f)
   end
   return out
+end
+if op == 'upgrade' then
+  local n = 0
+  for i = 1, 4 do
+    if redis.call('EXISTS', ARGV[i + 1]) == 1 and redis.call('EXISTS', KEYS[i]) == 0 then
+      redis.call('RENAME', ARGV[i + 1], KEYS[i])
+      n = n + 1
+    end
+  end
+  return n
 end
 return redis.error_reply('queues: unknown op')

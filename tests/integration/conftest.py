@@ -244,9 +244,10 @@ def _decode(value):
 class RedisServer:
     """A real redis-server on 127.0.0.1:<free port> with AOF on, in dir."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, extra_args=()):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.extra_args = list(extra_args)
         self.port = None
         self.proc = None
         self.log = self.dir / "redis.log"
@@ -274,7 +275,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1",
              "--dir", str(self.dir), "--appendonly", "yes",
-             "--appendfsync", "everysec", "--save", "", "--daemonize", "no"],
+             "--appendfsync", "everysec", "--save", "", "--daemonize", "no", *self.extra_args],
             stdout=self._logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             cwd=str(self.dir))
         deadline = time.monotonic() + timeout

@@ -71,7 +71,7 @@ def test_the_ends_of_the_rate_range_are_accepted_and_parallelism_is_bounded(hook
 def test_a_timer_waiting_for_a_token_of_the_slowest_rate_leaves_the_process_idle(
         redis, receiver, hookwheel_factory, how):
     if how == "stored":  # a value written before the API refused it: 1e-14/s, there at start
-        redis.cmd("HSET", "hw:queues", "slow", "10 0 1e-14")
+        redis.cmd("HSET", "hw:{queues}", "slow", "10 0 1e-14")
     hw = hookwheel_factory(redis)
     if how == "api":
         status, _, body = put_queue(hw, "slow", {RATE_FIELD: SLOWEST_RATE})

@@ -9,7 +9,7 @@ import time
 from conftest import SLOW, scaled, wait_until
 
 APPLY_S = 1.2  # README: a PUT or DELETE holds on every instance within a second
-QUEUES_KEY = "hw:queues"
+QUEUES_KEY = "hw:{queues}"
 
 
 def put(hw, name, settings):

@@ -20,7 +20,9 @@ EVENTS = ("created", "cancelled", "delivered", "retried", "failed", "stopped")
 HISTOGRAMS = ("hookwheel_firing_lateness_seconds", "hookwheel_attempt_duration_seconds")
 GAUGES = ("hookwheel_timers_claimed", "hookwheel_timers_in_wheel", "hookwheel_redis_queued_writes",
           "hookwheel_redis_up", "hookwheel_instance_lease_age_seconds",
-          "hookwheel_instance_lease_ttl_seconds")
+          "hookwheel_instance_lease_ttl_seconds", "hookwheel_redis_masters")
+COUNTERS = ("hookwheel_redis_moved_total", "hookwheel_redis_ask_total", "hookwheel_redis_tryagain_total",
+            "hookwheel_redis_slot_map_refreshes_total", "hookwheel_redis_replica_ack_timeouts_total")
 
 
 class Scrape:
@@ -84,6 +86,8 @@ def assert_well_formed(s):
         assert types.get(hist) == "histogram", hist
     for gauge in GAUGES + ("hookwheel_timers_ready", "hookwheel_attempts_in_flight"):
         assert types.get(gauge) == "gauge", gauge
+    for counter in COUNTERS:
+        assert types.get(counter) == "counter", counter
 
 
 def assert_histogram_consistent(s, hist):
@@ -188,6 +192,9 @@ def test_counters_move_by_exactly_the_timers_created_delivered_failed_retried_an
     assert after.value("hookwheel_timers_claimed") == 0
     assert after.value("hookwheel_timers_in_wheel") == 0
     assert after.value("hookwheel_redis_up") == 1
+    # one Redis: one master, and no cluster redirections
+    assert after.value("hookwheel_redis_masters") == 1
+    assert [after.value(c) for c in COUNTERS] == [0, 0, 0, 0, 0]
     assert after.value("hookwheel_redis_queued_writes") >= 0
     ttl = after.value("hookwheel_instance_lease_ttl_seconds")
     assert ttl == 10.0, ttl  # the default lease-ttl-ms

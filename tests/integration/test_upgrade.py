@@ -112,3 +112,32 @@ def test_timers_of_the_earlier_layout_are_delivered_listed_and_controlled(redis,
     assert redis.keys("hw:*:claimed:*") == set()
     for k in redis.keys("hw:*:t:*"):
         assert redis.cmd("GETRANGE", k, "0", "0") != "s", k  # no nine-line record starting with "scheduled"
+
+
+def test_queue_settings_written_before_their_hash_tag_are_kept(redis, receiver, hookwheel_factory):
+    """The build before Redis Cluster support kept queue settings in
+    hw:queues and its change feed in hw:queues:{version,changes,floor};
+    they are now hw:{queues}... (one slot). The new build renames them."""
+    redis.cmd("HSET", "hw:queues", "billing", "3 1 2.5")
+    redis.cmd("SET", "hw:queues:version", "7")
+    redis.cmd("ZADD", "hw:queues:changes", "7", "billing")
+    redis.cmd("SET", "hw:queues:floor", "0")
+    hw = hookwheel_factory(redis)
+    status, _, body = hw.request("GET", "/queues/billing")
+    assert status == 200, body
+    assert (body["parallelism"], body["paused"], body["max_dispatches_per_second"]) == (3, True, 2.5), body
+    assert redis.keys("hw:queues*") == set()
+    assert redis.cmd("HGETALL", "hw:{queues}") == ["billing", "3 1 2.5"]
+    assert redis.cmd("GET", "hw:{queues}:version") == "7"
+    # the paused queue holds its timer, as it did under the old build
+    status, _, _ = hw.create({"id": "held", "url": receiver.url("/held"), "delay_ms": 0, "queue": "billing"})
+    assert status == 201
+    status, _, _ = hw.request("PUT", "/queues/billing", json_body={"parallelism": 3, "paused": False,
+                                                              "max_dispatches_per_second": 2.5})
+    assert status == 200
+    assert receiver.wait_for(1, scaled(10), path="/held")
+    # a second start renames nothing and keeps the settings
+    hw.stop()
+    hw2 = hookwheel_factory(redis)
+    status, _, body = hw2.request("GET", "/queues/billing")
+    assert status == 200 and body["parallelism"] == 3 and body["paused"] is False, body

@@ -614,7 +614,7 @@ static void test_queue_controls_round_trip_and_malformed_values_are_left_out(voi
     assert_int_equal(g.controls.paused, 1);
     assert_true(g.controls.rate == 2.5);
 
-    cmd_ok("HSET %s %s %s", "hw:queues", "ns/bad", "three 0 0");
+    cmd_ok("HSET %s %s %s", "hw:{queues}", "ns/bad", "three 0 0");
     got_reset();
     queues_call(queues_get(st, "ns/bad", queues_cb, NULL));
     assert_false(g.found);
@@ -694,7 +694,7 @@ static void test_queue_feed_answers_nothing_the_changed_fields_or_the_whole_hash
     assert_false(g.entry[0].present);
 
     /* A reader from before the log's floor (or from a flushed Redis) gets the whole hash. */
-    cmd_ok("SET %s %s", "hw:queues:floor", "999");
+    cmd_ok("SET %s %s", "hw:{queues}:floor", "999");
     got_reset();
     queues_call(queues_feed(st, v1, queues_cb, NULL));
     assert_true(g.full);

@@ -1,0 +1,185 @@
+"""hookwheel on a real Redis Cluster: 3 masters and 3 replicas
+(redis-server --cluster-enabled yes, joined by redis-cli --cluster create) on
+loopback ports, two hookwheel instances given HOOKWHEEL_REDIS_URL
+redis+cluster://<seed>,<seed>. The store learns the slot map, routes every
+call to the master of its partition's slot, follows MOVED and ASK while slots
+move, and loads its function library on every master.
+
+Every test ends by checking that Redis answered no CROSSSLOT error: one call
+of hookwheel always touches one slot."""
+import time
+from collections import Counter
+
+import pytest
+
+from cluster import CreateStream, RedisCluster, cluster_cli
+from conftest import create_many, now_ms, scaled, wait_until
+from test_listing import walk
+
+LEASE = ["--lease-ttl-ms", "1500"]
+PARTITIONS = 64  # spread over the three masters (the default 16 is too)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def start(cluster, hookwheel_factory):
+    """start(args) -> a ready hookwheel on the cluster; afterwards, no
+    CROSSSLOT error may have been answered."""
+    before = cluster.crossslot_errors()
+
+    def go(args=()):
+        return hookwheel_factory(cluster.url, args=["--partitions", str(PARTITIONS), *LEASE, *args])
+
+    yield go
+    assert cluster.crossslot_errors() == before, "a call touched keys of several slots"
+
+
+def metric(hw, name):
+    status, _, text = hw.api.request("GET", "/metrics")
+    assert status == 200
+    for line in (text.decode() if isinstance(text, bytes) else text).splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def arrivals(receiver, path):
+    return Counter(r.timer_id for r in receiver.requests(path))
+
+
+def test_timers_on_every_master_are_delivered_once_and_a_cancel_through_the_other_instance_is_exact(
+        cluster, start, receiver):
+    a, b = start(), start()
+    assert metric(a, "hookwheel_redis_masters") == 3
+    url = receiver.url("/e2e")
+    specs = [{"id": f"e2e-{i:03d}", "url": url, "delay_ms": 1500 + (i % 10) * 100, "body": str(i)}
+             for i in range(240)]
+    _, err_a = create_many(a.api, specs[0::2], threads=4)
+    _, err_b = create_many(b.api, specs[1::2], threads=4)
+    assert not err_a and not err_b, (err_a[:3], err_b[:3])
+    # every master holds timers: the partitions' slots are spread over them
+    for m in cluster.masters():
+        assert any(":t:e2e-" in k for k in m.keys("hw:*")), f"no timer on master {m.port}"
+    cancelled = [s["id"] for s in specs[::4]]
+    for k, tid in enumerate(cancelled):
+        status, _, body = (b if k % 2 == 0 else a).cancel(tid)
+        assert status == 200 and body["state"] == "cancelled", (tid, status, body)
+    want = {s["id"] for s in specs} - set(cancelled)
+    receiver.wait_until(lambda reqs: {r.timer_id for r in reqs if r.path == "/e2e"} >= want, scaled(20))
+    time.sleep(1.0)  # anything late or duplicated shows up now
+    got = arrivals(receiver, "/e2e")
+    assert set(got) == want, (sorted(set(got) - want)[:5], sorted(want - set(got))[:5])
+    assert max(got.values()) == 1, [t for t, n in got.items() if n > 1][:5]
+    status, _, body = a.get(cancelled[1])
+    assert status == 200 and body["state"] == "cancelled"
+    status, _, body = b.get(specs[1]["id"])
+    assert status == 200 and body["state"] == "delivered", body
+
+
+def test_recurring_timers_run_their_runs_and_listings_cover_every_partition(cluster, start, receiver):
+    a = start()
+    status, _, body = a.create({"id": "every", "url": receiver.url("/rec"), "delay_ms": 300,
+                                "repeat": {"every_ms": 300, "times": 3}})
+    assert status == 201, body
+    far = int(now_ms()) + 3_600_000
+    specs = [{"id": f"far-{i:03d}", "url": receiver.url("/far"), "fire_at_ms": far + i} for i in range(300)]
+    _, errors = create_many(a.api, specs, threads=4)
+    assert not errors, errors[:3]
+    items, _ = walk(a.api, "scheduled", limit=50)
+    listed = [i["id"] for i in items if i["id"].startswith("far-")]
+    assert listed == [s["id"] for s in specs], "a listing misses or repeats timers, or is out of due order"
+    receiver.wait_for(3, scaled(10), path="/rec")
+    time.sleep(0.5)
+    runs = [r.headers["Hookwheel-Run"] for r in receiver.requests("/rec")]
+    assert runs == ["1", "2", "3"], runs
+    assert a.wait_state("every", ("delivered",), scaled(5))
+
+
+def test_a_killed_instances_timers_are_taken_over_by_the_other(cluster, start, receiver):
+    a, b = start(), start()
+    url = receiver.url("/takeover")
+    specs = [{"id": f"to-{i:03d}", "url": url, "delay_ms": 1200 + i * 5} for i in range(300)]
+    _, errors = create_many(a.api, specs, threads=4)
+    assert not errors, errors[:3]
+    time.sleep(0.4)  # a claims them into its wheel
+    assert a.kill9() == -9
+    want = {s["id"] for s in specs}
+    receiver.wait_until(lambda reqs: {r.timer_id for r in reqs if r.path == "/takeover"} >= want, scaled(25))
+    assert set(arrivals(receiver, "/takeover")) == want
+    assert metric(b, "hookwheel_redis_up") == 1
+
+
+def test_timers_created_while_slots_move_between_masters_are_all_delivered(cluster, start, receiver):
+    a, b = start(), start()
+    streams = [CreateStream(hw, receiver.url("/reshard"), p, delay_ms=800, connections=1)
+               for hw, p in ((a, "ra"), (b, "rb"))]
+    before = cluster.slot_map()
+    src, dst = cluster.masters()[0], cluster.masters()[1]
+    src_id = src.cmd("CLUSTER", "MYID")
+    dst_id = dst.cmd("CLUSTER", "MYID")
+    try:
+        time.sleep(1.0)
+        cluster_cli("--cluster", "reshard", f"127.0.0.1:{src.port}", "--cluster-from", src_id,
+                    "--cluster-to", dst_id, "--cluster-slots", "3000", "--cluster-yes",
+                    "--cluster-pipeline", "50")
+        time.sleep(1.5)
+    finally:
+        for st in streams:
+            st.stop()
+    acked = streams[0].acked + streams[1].acked
+    errors = streams[0].errors + streams[1].errors
+    after = cluster.slot_map()
+    moved = {s for s in before if before[s] != after[s]}
+    partitions_slots = {int(src.cmd("CLUSTER", "KEYSLOT", f"{{{p}}}")) for p in range(PARTITIONS)}
+    assert moved & partitions_slots, "the reshard moved no partition's slot: the test proves nothing"
+    assert not errors, errors[:5]
+    assert len(acked) > 100, len(acked)
+    want = set(acked)
+    receiver.wait_until(lambda reqs: {r.timer_id for r in reqs if r.path == "/reshard"} >= want, scaled(30))
+    redirects = sum(metric(hw, "hookwheel_redis_moved_total") + metric(hw, "hookwheel_redis_ask_total")
+                    for hw in (a, b))
+    assert redirects > 0, "no MOVED or ASK was followed while slots moved"
+    assert wait_until(lambda: metric(a, "hookwheel_redis_slot_map_refreshes_total") >= 2, scaled(5))
+
+
+def test_watchdog_leases_are_refused_with_501_and_write_nothing(cluster, start):
+    a = start()
+    status, _, body = a.request("POST", "/leases", json_body={"key": "orders", "owner": "w1", "ttl_ms": 3000})
+    assert status == 501, (status, body)
+    assert "Cluster" in body["detail"]
+    assert not cluster.keys("lease:*")
+
+
+# This one changes the cluster (a master dies, its replica takes over): it
+# runs last in the module.
+def test_a_master_killed_under_creates_loses_no_acknowledged_timer(cluster, start, receiver):
+    a = start(["--redis-min-replicas-ack", "1", "--redis-replica-ack-timeout-ms", "500"])
+    stream = CreateStream(a, receiver.url("/cfo"), "cfo")
+    acked = stream.acked
+    victim = cluster.masters()[0]
+    try:
+        assert wait_until(lambda: len(acked) > 200, scaled(10))
+        victim.proc.kill()
+        victim.proc.wait(timeout=10)
+        # a replica takes over the victim's slots
+        assert wait_until(lambda: victim.port not in set(cluster.slot_map().values()), scaled(30), interval=0.2)
+        victim.start(port=victim.port)  # back, as a replica of the new master: writes can be acknowledged again
+        n = len(acked)
+        assert wait_until(lambda: len(acked) > n + 300, scaled(30), interval=0.2)
+    finally:
+        stream.stop()
+    errors, refused = stream.errors, stream.refused
+    assert not errors, errors[:5]
+    assert refused, "no request met the failover (503): the test proves nothing"
+    want = set(acked)
+    receiver.wait_until(lambda reqs: {r.timer_id for r in reqs if r.path == "/cfo"} >= want, scaled(40))
+    cluster.wait_ok()
