@@ -103,7 +103,8 @@ static const setting settings[] = {
       "writes are acknowledged once this many replicas have them (WAIT, once per pipelined batch); "
       "fewer within redis-replica-ack-timeout-ms: 503, never 2xx; 0: the master's answer suffices"),
     U("redis-replica-ack-timeout-ms", redis_replica_ack_timeout_ms, "1000", 1, 60000,
-      "how long a batch of writes waits for redis-min-replicas-ack replicas; below redis-timeout-ms"),
+      "how long a batch of writes waits for redis-min-replicas-ack replicas; must be below redis-timeout-ms "
+      "when redis-min-replicas-ack is set"),
     U("max-resident", max_resident, "1000000", 1, 100000000,
       "timers held in memory at most; beyond it due timers wait in Redis until there is room"),
     U("max-queued-writes", max_queued_writes, "100000", 1, 10000000,
@@ -242,7 +243,7 @@ static int check(config *cfg)
                 cfg->redis_appendfsync);
         return -EINVAL;
     }
-    if (cfg->redis_replica_ack_timeout_ms >= cfg->redis_timeout_ms) {
+    if (cfg->redis_min_replicas_ack > 0 && cfg->redis_replica_ack_timeout_ms >= cfg->redis_timeout_ms) {
         fprintf(stderr, "hookwheel: invalid HOOKWHEEL_REDIS_REPLICA_ACK_TIMEOUT_MS: must be below "
                         "HOOKWHEEL_REDIS_TIMEOUT_MS (a WAIT longer than the command timeout would drop the "
                         "connection)\n");

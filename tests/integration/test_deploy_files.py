@@ -47,12 +47,12 @@ def compose_config():
     return copy.deepcopy(_compose_config())
 
 
-@functools.lru_cache(maxsize=1)
-def _compose_config():
+@functools.lru_cache(maxsize=4)
+def _compose_config(path=COMPOSE_FILE):
     exe = shutil.which("docker-compose")
     assert exe, "docker-compose is not installed (Debian package docker-compose: make deps)"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
-    r = subprocess.run([exe, "-f", COMPOSE_FILE, "-p", PROJECT, "config"], cwd=ROOT, env=env,
+    r = subprocess.run([exe, "-f", path, "-p", PROJECT, "config"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, f"docker-compose config failed:\n{r.stderr}"
     return yaml.safe_load(r.stdout)
@@ -344,3 +344,30 @@ def test_redis_server_accepts_docker_redis_conf(tmp_path):
         assert wait_until(lambda: (tmp_path / "appendonlydir").is_dir(), timeout=5)
     finally:
         stop_process(proc, timeout=10)
+
+
+def test_the_sentinel_and_cluster_compose_files_are_valid_and_name_real_settings():
+    """The scale-out examples of README "Scaling out": docker-compose accepts
+    them, hookwheel's settings there exist, and each points hookwheel at its
+    kind of Redis with replica acknowledgements on."""
+    settings = set(hookwheel_settings())
+    readme = (ROOT / "README.md").read_text()
+    for path, scheme in (("docker/docker-compose.sentinel.yml", "redis+sentinel://"),
+                         ("docker/docker-compose.cluster.yml", "redis+cluster://")):
+        cfg = copy.deepcopy(_compose_config(path))
+        hw = cfg["services"]["hookwheel"]
+        env = hw["environment"]
+        assert not sorted(set(env) - settings), (path, sorted(set(env) - settings))
+        assert env["HOOKWHEEL_REDIS_URL"].startswith(scheme), env["HOOKWHEEL_REDIS_URL"]
+        assert env["HOOKWHEEL_REDIS_MIN_REPLICAS_ACK"] == "1"
+        assert hw["deploy"]["replicas"] == 2 and "ports" not in hw
+        assert path.split("/")[1] in readme, f"{path} is not in the README"
+    sentinel = _compose_config("docker/docker-compose.sentinel.yml")["services"]
+    assert sum(1 for n in sentinel if n.startswith("sentinel-")) == 3
+    assert "--replicaof" in sentinel["redis-replica"]["command"]
+    cluster = _compose_config("docker/docker-compose.cluster.yml")["services"]
+    nodes = [n for n in cluster if n.startswith("redis-")]
+    assert len(nodes) == 6
+    init = " ".join(cluster["cluster-init"]["command"])
+    assert init.count(":6379") == 6 and "--cluster-replicas 1" in init
+    assert int(cluster["hookwheel"]["environment"]["HOOKWHEEL_PARTITIONS"]) >= 64
