@@ -180,15 +180,17 @@ static void acquire_cb(void *arg, const lease_reply *reply)
     free(c);
 }
 
-/* A lease's keys and the lease schedule are not yet laid out for a Redis
- * Cluster (one call would touch several slots), so on a cluster the lease
- * endpoints answer 501 and write nothing. */
+/* On a Redis Cluster every lease key must be in one slot, which the lease
+ * prefix's hash tag decides (persistence/leases.h: leases_available); with
+ * a prefix that has none the lease endpoints answer 501 and write nothing. */
 static int refused_on_cluster(http_req *r, const api *a)
 {
-    if (!store_is_cluster(a->st))
+    if (leases_available(a->st, a->cfg->lease_prefix))
         return 0;
-    http_respond_problem(r, 501, "Watchdog leases are not available on a Redis Cluster yet; use one Redis.", NULL,
-                         NULL, 0);
+    http_respond_problem(r, 501,
+                         "Watchdog leases on a Redis Cluster need HOOKWHEEL_LEASE_PREFIX with a hash tag, "
+                         "e.g. lease:{l}: (every lease then lives in that slot).",
+                         NULL, NULL, 0);
     return 1;
 }
 

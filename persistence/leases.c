@@ -9,6 +9,7 @@
  * down once, next to the scripts' own comments (persistence/lua/lease.lua). */
 #include "leases.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -72,6 +73,50 @@ void leases_meta_key(char *buf, const char *member)
 void leases_token_key(char *buf, const char *lid)
 {
     snprintf(buf, LEASES_KEY_MAX, LEASES_TOKEN_PREFIX "%s", lid);
+}
+
+/* The names of hookwheel's own lease keys. On one Redis: hw:lease:meta:,
+ * hw:lease:token:, hw:lease:schedule. On a Redis Cluster the lease prefix's
+ * hash tag {X} goes into them (hw:{X}:lease:meta:, ...), so the lease keys,
+ * hookwheel's keys of every lease and the schedule are all in the slot of
+ * X: one call stays in one slot, and the renewal sweep may touch any lease.
+ * -EXDEV: a cluster and a prefix without a hash tag (no leases there). */
+typedef struct names {
+    char meta[LEASES_KEY_MAX], token[LEASES_KEY_MAX], schedule[LEASES_KEY_MAX];
+} names;
+
+static int prefix_tag(const char *prefix, const char **tag, size_t *len)
+{
+    const char *open = strchr(prefix, '{'), *close = open ? strchr(open + 1, '}') : NULL;
+    if (!close || close == open + 1)
+        return -EXDEV;
+    *tag = open;
+    *len = (size_t)(close - open + 1);
+    return 0;
+}
+
+static int names_of(store *st, const char *prefix, names *n)
+{
+    if (!store_is_cluster(st)) {
+        snprintf(n->meta, sizeof n->meta, "%s", LEASES_META_PREFIX);
+        snprintf(n->token, sizeof n->token, "%s", LEASES_TOKEN_PREFIX);
+        snprintf(n->schedule, sizeof n->schedule, "%s", LEASES_SCHEDULE);
+        return 0;
+    }
+    const char *tag;
+    size_t len;
+    if (prefix_tag(prefix, &tag, &len) < 0)
+        return -EXDEV;
+    snprintf(n->meta, sizeof n->meta, "hw:%.*s:lease:meta:", (int)len, tag);
+    snprintf(n->token, sizeof n->token, "hw:%.*s:lease:token:", (int)len, tag);
+    snprintf(n->schedule, sizeof n->schedule, "hw:%.*s:lease:schedule", (int)len, tag);
+    return 0;
+}
+
+int leases_available(store *st, const char *prefix)
+{
+    names n;
+    return names_of(st, prefix, &n) == 0;
 }
 
 int leases_name_reserved(const char *prefix, const char *lid)
@@ -237,13 +282,16 @@ static int submit(store *st, enum store_script script, enum op op, int nkeys, in
 int leases_acquire(store *st, const lease_acquire_req *q, lease_reply_cb cb, void *arg)
 {
     char lk[LEASES_KEY_MAX], tk[LEASES_KEY_MAX], mk[LEASES_KEY_MAX], ttl[24], now[24];
+    names n;
+    if (names_of(st, q->prefix, &n) < 0)
+        return -EXDEV;
     leases_key(lk, q->prefix, q->lid);
-    leases_token_key(tk, q->lid);
-    leases_meta_key(mk, q->lid);
+    snprintf(tk, sizeof tk, "%s%s", n.token, q->lid);
+    snprintf(mk, sizeof mk, "%s%s", n.meta, q->lid);
     snprintf(ttl, sizeof ttl, "%" PRIu64, q->ttl_ms);
     snprintf(now, sizeof now, "%" PRIu64, q->now_ms);
-    const char *argv[] = {lk, tk, mk, LEASES_SCHEDULE, "acquire", q->lid, q->owner, ttl, now, q->probe_url,
-                          q->on_expire, q->when, LEASES_META_PREFIX};
+    const char *argv[] = {lk, tk, mk, n.schedule, "acquire", q->lid, q->owner, ttl, now, q->probe_url,
+                          q->on_expire, q->when, n.meta};
     enum { ARGC = sizeof argv / sizeof *argv, SPEC = 10 };
     size_t lens[ARGC];
     for (int i = 0; i < ARGC; i++)
@@ -255,21 +303,27 @@ int leases_heartbeat(store *st, const char *prefix, const char *lid, const char 
                      uint64_t now_ms, enum lease_sign sign, lease_reply_cb cb, void *arg)
 {
     char lk[LEASES_KEY_MAX], mk[LEASES_KEY_MAX], now[24], tok[24] = "";
+    names n;
+    if (names_of(st, prefix, &n) < 0)
+        return -EXDEV;
     leases_key(lk, prefix, lid);
-    leases_meta_key(mk, lid);
+    snprintf(mk, sizeof mk, "%s%s", n.meta, lid);
     snprintf(now, sizeof now, "%" PRIu64, now_ms);
     if (token)
         snprintf(tok, sizeof tok, "%" PRIu64, token);
     const char *field = sign == LEASE_SIGN_PROBE_OK ? "probe_ok" : "hb";
-    const char *argv[] = {lk, mk, LEASES_SCHEDULE, "heartbeat", lid, owner, now, tok, field};
+    const char *argv[] = {lk, mk, n.schedule, "heartbeat", lid, owner, now, tok, field};
     return submit(st, SCRIPT_LEASE, OP_HEARTBEAT, 3, 9, argv, NULL, cb, NULL, arg);
 }
 
 int leases_get(store *st, const char *prefix, const char *lid, lease_reply_cb cb, void *arg)
 {
     char lk[LEASES_KEY_MAX], mk[LEASES_KEY_MAX];
+    names n;
+    if (names_of(st, prefix, &n) < 0)
+        return -EXDEV;
     leases_key(lk, prefix, lid);
-    leases_meta_key(mk, lid);
+    snprintf(mk, sizeof mk, "%s%s", n.meta, lid);
     const char *argv[] = {lk, mk, "get"};
     return submit(st, SCRIPT_LEASE, OP_GET, 2, 3, argv, NULL, cb, NULL, arg);
 }
@@ -278,29 +332,38 @@ int leases_release(store *st, const char *prefix, const char *lid, const char *o
                    lease_reply_cb cb, void *arg)
 {
     char lk[LEASES_KEY_MAX], mk[LEASES_KEY_MAX], tok[24] = "";
+    names n;
+    if (names_of(st, prefix, &n) < 0)
+        return -EXDEV;
     leases_key(lk, prefix, lid);
-    leases_meta_key(mk, lid);
+    snprintf(mk, sizeof mk, "%s%s", n.meta, lid);
     if (token)
         snprintf(tok, sizeof tok, "%" PRIu64, token);
-    const char *argv[] = {lk, mk, LEASES_SCHEDULE, "release", lid, owner, tok};
+    const char *argv[] = {lk, mk, n.schedule, "release", lid, owner, tok};
     return submit(st, SCRIPT_LEASE, OP_RELEASE, 3, 7, argv, NULL, cb, NULL, arg);
 }
 
 int leases_look(store *st, const lease_look_req *q, lease_look_cb cb, void *arg)
 {
     char now[24], limit[16], retry[24];
+    names n;
+    if (names_of(st, q->prefix, &n) < 0)
+        return -EXDEV;
     snprintf(now, sizeof now, "%" PRIu64, q->now_ms);
     snprintf(limit, sizeof limit, "%" PRIu32, q->limit);
     snprintf(retry, sizeof retry, "%" PRIu64, q->retry_ms);
-    const char *argv[] = {LEASES_SCHEDULE, "renew", now, limit, q->prefix, LEASES_META_PREFIX, retry};
+    const char *argv[] = {n.schedule, "renew", now, limit, q->prefix, n.meta, retry};
     return submit(st, SCRIPT_LEASE, OP_LOOK, 1, 7, argv, NULL, NULL, cb, arg);
 }
 
-int leases_confirm_expiry(store *st, const char *member, lease_reply_cb cb, void *arg)
+int leases_confirm_expiry(store *st, const char *prefix, const char *member, lease_reply_cb cb, void *arg)
 {
     char mk[LEASES_KEY_MAX];
-    leases_meta_key(mk, member);
-    const char *argv[] = {LEASES_SCHEDULE, mk, "done", member};
+    names n;
+    if (names_of(st, prefix, &n) < 0)
+        return -EXDEV;
+    snprintf(mk, sizeof mk, "%s%s", n.meta, member);
+    const char *argv[] = {n.schedule, mk, "done", member};
     return submit(st, SCRIPT_LEASE, OP_CONFIRM, 2, 4, argv, NULL, cb, NULL, arg);
 }
 

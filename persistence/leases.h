@@ -25,9 +25,11 @@
  *                                 is not yet confirmed created
  *   hw:lease:schedule             zset: <lid> or <lid>#<token> -> when a
  *                                 worker should next look at it (epoch ms)
- * The scripts build key names from the schedule's members, and the user's
- * key cannot carry hookwheel's partition hash tag, so watchdog leases need
- * a single Redis (not Redis Cluster). */
+ * The scripts build key names from the schedule's members, so every lease
+ * key must be in one slot on a Redis Cluster: there the lease prefix must
+ * carry a hash tag {X} (HOOKWHEEL_LEASE_PREFIX=lease:{l}:), and hookwheel's
+ * names above carry it too: hw:{X}:lease:token:<lid>, hw:{X}:lease:meta:<lid>,
+ * hw:{X}:lease:schedule (leases_available). One Redis keeps the names above. */
 #ifndef HW_PERSISTENCE_LEASES_H
 #define HW_PERSISTENCE_LEASES_H
 
@@ -169,8 +171,14 @@ int leases_look(store *st, const lease_look_req *q, lease_look_cb cb, void *arg)
 
 /* The on_expire timer of the pending expiry `member` (an action's member)
  * exists: forget the expiry (LEASE_CONFIRMED). */
-int leases_confirm_expiry(store *st, const char *member, lease_reply_cb cb, void *arg)
+int leases_confirm_expiry(store *st, const char *prefix, const char *member, lease_reply_cb cb, void *arg)
     __attribute__((warn_unused_result));
+
+/* 1 when watchdog leases under prefix can live in st: always on one Redis;
+ * on a Redis Cluster only when the prefix carries a hash tag ("lease:{l}:"),
+ * which then puts every lease in that one slot. Without it every verb above
+ * that takes a prefix returns -EXDEV. */
+int leases_available(store *st, const char *prefix);
 
 /* ---- plain lease keys (the watchdog: hookwheel's instance lease) ---- */
 

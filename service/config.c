@@ -113,7 +113,7 @@ static const setting settings[] = {
       "instance lease TTL: renewed every ttl/3; another instance takes the claims over after it lapses"),
     S("lease-prefix", lease_prefix, "lease:",
       "watchdog leases (/leases): a lease's Redis key is this prefix + its key; the same on every instance; "
-      "must not start with hw:"),
+      "must not start with hw:; on a Redis Cluster it needs a hash tag (lease:{l}:)"),
     U("lease-max-ttl-ms", lease_max_ttl_ms, "3600000", 300, 86400000,
       "watchdog leases: largest ttl_ms a lease may ask for (the smallest is 300)"),
     U("lease-tick-ms", lease_tick_ms, "50", 5, 1000,

@@ -187,7 +187,7 @@ typedef struct expiry {
 /* Forgets a pending expiry. Any thread. */
 static void confirm(leases *l, const char *member)
 {
-    if (leases_confirm_expiry(l->st, member, NULL, NULL) < 0)
+    if (leases_confirm_expiry(l->st, l->cfg->lease_prefix, member, NULL, NULL) < 0)
         LOG(LOG_DEBUG, "lease expiry not confirmed; it is offered again", "\"lease\":\"%s\"", member);
 }
 

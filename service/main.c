@@ -22,6 +22,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "netpolicy.h"
+#include "persistence/leases.h"
 #include "queues.h"
 #include "redis_child.h"
 #include "sign.h"
@@ -68,6 +69,9 @@ static int start_store(app *a)
     store_set_min_replicas(a->st, (int)a->cfg.redis_min_replicas_ack, (uint32_t)a->cfg.redis_replica_ack_timeout_ms);
     if (store_start(a->st) != 0)
         return -1;
+    if (!leases_available(a->st, a->cfg.lease_prefix))
+        LOG(LOG_WARN, "watchdog leases are off: on a Redis Cluster HOOKWHEEL_LEASE_PREFIX needs a hash tag",
+            "\"lease_prefix\":\"%.64s\",\"example\":\"lease:{l}:\"", a->cfg.lease_prefix);
     /* queue controls written by a build before their keys' hash tag */
     return store_is_cluster(a->st) || queues_upgrade(a->st) == 0 ? 0 : -1;
 }

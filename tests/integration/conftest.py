@@ -898,8 +898,77 @@ def pytest_runtest_makereport(item, call):
                                      hw.log_tail(80)))
 
 
+# HOOKWHEEL_TEST_REDIS=cluster runs the tests against one real Redis Cluster
+# (3 masters, 3 replicas, started once; every master flushed before each
+# test) instead of a Redis per test: the audit that no call of hookwheel is
+# cross-slot (make integration-cluster). A test that stops, restarts or
+# reconfigures its Redis is about one Redis and is skipped there.
+CLUSTER_MODE = os.environ.get("HOOKWHEEL_TEST_REDIS") == "cluster"
+
+
+class ClusterRedis:
+    """What tests use of a RedisServer, on a RedisCluster (cluster.py):
+    the URL, key commands routed to their slot's master, keys over every
+    master. Anything about one server skips the test."""
+
+    KEYLESS_ALL = {"FLUSHALL", "FLUSHDB"}
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    @property
+    def url(self):
+        return self.cluster.url
+
+    @property
+    def port(self):
+        return self.cluster.masters()[0].port
+
+    def cmd(self, *args):
+        name = str(args[0]).upper()
+        if name in self.KEYLESS_ALL:
+            return [m.cmd(*args) for m in self.cluster.masters()][-1]
+        if name == "DBSIZE":
+            return sum(int(m.cmd("DBSIZE")) for m in self.cluster.masters())
+        if len(args) < 2 or name in ("INFO", "CONFIG", "SCAN", "KEYS", "DEBUG", "FUNCTION", "SHUTDOWN"):
+            pytest.skip(f"needs one Redis: {name}")
+        return self.cluster.cmd(*args)
+
+    redis_cmd = cmd
+
+    def keys(self, pattern="*"):
+        return self.cluster.keys(pattern)
+
+    def alive(self):
+        return True
+
+    def __getattr__(self, name):  # stop, restart, start, dir, log, cli, proc ...
+        if name.startswith("__"):
+            raise AttributeError(name)
+        pytest.skip(f"needs one Redis: RedisServer.{name}")
+
+
+@pytest.fixture(scope="session")
+def _cluster(tmp_path_factory):
+    from cluster import RedisCluster
+    c = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
 @pytest.fixture
-def redis(tmp_path):
+def redis(request, tmp_path):
+    if CLUSTER_MODE:
+        cluster = request.getfixturevalue("_cluster")
+        for m in cluster.masters():
+            m.cmd("FLUSHALL")
+        before = cluster.crossslot_errors()
+        yield ClusterRedis(cluster)
+        assert cluster.crossslot_errors() == before, "a call of hookwheel touched keys of several slots"
+        return
     server = RedisServer(tmp_path / "redis")
     server.start()
     try:
@@ -930,7 +999,7 @@ def hookwheel_factory(tmp_path, request):
     request.node._hookwheels = started
 
     def start(redis=None, args=(), env=None, instance_id=None, binary=None):
-        url = redis.url if isinstance(redis, RedisServer) else redis
+        url = redis.url if isinstance(redis, (RedisServer, ClusterRedis)) else redis
         hw = Hookwheel(tmp_path, url, instance_id=instance_id, args=args, env=env,
                        binary=binary, name=f"{len(started) + 1}")
         started.append(hw)

@@ -151,12 +151,45 @@ def test_timers_created_while_slots_move_between_masters_are_all_delivered(clust
     assert wait_until(lambda: metric(a, "hookwheel_redis_slot_map_refreshes_total") >= 2, scaled(5))
 
 
-def test_watchdog_leases_are_refused_with_501_and_write_nothing(cluster, start):
+def test_watchdog_leases_without_a_hash_tag_in_the_prefix_are_refused_with_501_and_write_nothing(cluster, start):
     a = start()
     status, _, body = a.request("POST", "/leases", json_body={"key": "orders", "owner": "w1", "ttl_ms": 3000})
     assert status == 501, (status, body)
-    assert "Cluster" in body["detail"]
+    assert "hash tag" in body["detail"] and "HOOKWHEEL_LEASE_PREFIX" in body["detail"]
     assert not cluster.keys("lease:*")
+
+
+def test_watchdog_leases_under_a_tagged_prefix_renew_expire_and_fire_on_expire_in_one_slot(
+        cluster, start, receiver):
+    a, b = start(["--lease-prefix", "lease:{l}:"]), start(["--lease-prefix", "lease:{l}:"])
+    on_expire = {"url": receiver.url("/expired"), "json": {"lock": "jobs"}}
+    status, _, body = a.request("POST", "/leases", json_body={"key": "jobs", "owner": "w1", "ttl_ms": 1500,
+                                                               "on_expire": on_expire})
+    assert status == 201, body
+    token = body["token"]
+    status, _, body = b.request("POST", "/leases", json_body={"key": "jobs", "owner": "w2", "ttl_ms": 1500})
+    assert status == 409, body
+    # heartbeats for three ttls: the watchdog keeps the key alive all along
+    t_end = time.monotonic() + 4.5
+    while time.monotonic() < t_end:
+        status, _, body = b.request("POST", "/leases/jobs/heartbeat", json_body={"owner": "w1", "token": token})
+        assert status == 200, body
+        assert cluster.cmd("GET", "lease:{l}:jobs") == "w1"
+        time.sleep(0.3)
+    # every key of the lease, and the schedule, is in the slot of {l}
+    slot = int(cluster.masters()[0].cmd("CLUSTER", "KEYSLOT", "{l}"))
+    keys = cluster.keys("*lease*")
+    assert keys and all(int(cluster.masters()[0].cmd("CLUSTER", "KEYSLOT", k)) == slot for k in keys), keys
+    # silence: the key expires by itself and on_expire arrives once
+    assert wait_until(lambda: cluster.cmd("GET", "lease:{l}:jobs") is None, scaled(5), interval=0.1)
+    assert receiver.wait_for(1, scaled(10), path="/expired")
+    time.sleep(1.0)
+    assert len(receiver.requests("/expired")) == 1
+    status, _, body = a.request("POST", "/leases", json_body={"key": "jobs", "owner": "w2", "ttl_ms": 1500})
+    assert status == 201 and body["token"] > token, body
+    status, _, _ = a.request("DELETE", f"/leases/jobs?owner=w2&token={body['token']}")
+    assert status == 204
+    assert cluster.cmd("GET", "lease:{l}:jobs") is None
 
 
 # This one changes the cluster (a master dies, its replica takes over): it

@@ -15,6 +15,7 @@
 
 #include "cluster.h"
 #include "store.h"
+#include "persistence/leases.h"
 
 static redisReply *parse_resp(const char *text)
 {
@@ -138,6 +139,50 @@ static void test_cluster_urls_are_checked_before_anything_connects(void **state)
     store *one = store_create("redis://127.0.0.1:6379", 100, 10);
     assert_int_equal(store_is_cluster(one), 0);
     store_free(one);
+    /* Sentinel: sentinels, then the master's name, then optionally a db */
+    const char *sgood[] = {"redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster",
+                           "redis+sentinel://:pw@h:26379/hw-master.1/2"};
+    for (size_t i = 0; i < sizeof sgood / sizeof sgood[0]; i++) {
+        store *st = store_create(sgood[i], 100, 10);
+        assert_non_null(st);
+        assert_int_equal(store_is_cluster(st), 0);
+        store_free(st);
+    }
+    const char *sbad[] = {"redis+sentinel://h:26379", "redis+sentinel://h:26379/", "redis+sentinel://h:26379/a b",
+                          "redis+sentinel://h:26379/m/x", "redis+sentinel:///m", "redis+sentinel://h:1,,h:2/m"};
+    for (size_t i = 0; i < sizeof sbad / sizeof sbad[0]; i++)
+        assert_null(store_create(sbad[i], 100, 10));
+}
+
+static void never_cb(void *arg, const lease_reply *r)
+{
+    (void)arg;
+    (void)r;
+    fail_msg("a verb that refused must not call back");
+}
+
+static void test_leases_on_a_cluster_need_a_hash_tag_in_the_prefix(void **state)
+{
+    (void)state;
+    store *cl = store_create("redis+cluster://127.0.0.1:7001", 100, 10);
+    store *one = store_create("redis://127.0.0.1:6379", 100, 10);
+    assert_int_equal(leases_available(one, "lease:"), 1);
+    assert_int_equal(leases_available(cl, "lease:"), 0);
+    assert_int_equal(leases_available(cl, "lease:{}:"), 0);
+    assert_int_equal(leases_available(cl, "lease:{l"), 0);
+    assert_int_equal(leases_available(cl, "lease:{l}:"), 1);
+    assert_int_equal(leases_available(cl, "{team-a}"), 1);
+    /* refused before anything is queued: the callback is never called */
+    assert_int_equal(leases_get(cl, "lease:", "orders", never_cb, NULL), -EXDEV);
+    assert_int_equal(leases_release(cl, "lease:", "orders", "w1", 0, never_cb, NULL), -EXDEV);
+    assert_int_equal(leases_confirm_expiry(cl, "lease:", "orders#1", never_cb, NULL), -EXDEV);
+    /* a lease key and hookwheel's keys of it share the prefix's slot */
+    char lk[LEASES_KEY_MAX];
+    leases_key(lk, "lease:{l}:", "orders");
+    assert_int_equal(slot(lk), slot("hw:{l}:lease:meta:orders"));
+    assert_int_equal(slot(lk), slot("hw:{l}:lease:schedule"));
+    store_free(cl);
+    store_free(one);
 }
 
 int main(void)
@@ -147,6 +192,7 @@ int main(void)
         cmocka_unit_test(test_a_slot_map_names_each_ranges_master),
         cmocka_unit_test(test_redirections_name_their_slot_and_target),
         cmocka_unit_test(test_cluster_urls_are_checked_before_anything_connects),
+        cmocka_unit_test(test_leases_on_a_cluster_need_a_hash_tag_in_the_prefix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

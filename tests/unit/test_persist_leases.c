@@ -514,7 +514,7 @@ static void test_look_offers_an_expiry_until_it_is_confirmed(void **state)
     assert_string_equal(g.act[0].member, "jobs#1");
 
     got_reset();
-    assert_int_equal(leases_confirm_expiry(st, "jobs#1", lease_cb, NULL), 0);
+    assert_int_equal(leases_confirm_expiry(st, PREFIX, "jobs#1", lease_cb, NULL), 0);
     wait_calls(1);
     assert_int_equal(g.outcome, LEASE_CONFIRMED);
     assert_int_equal(integer("EXISTS %s", "hw:lease:meta:jobs#1"), 0);

@@ -1,0 +1,46 @@
+"""A Redis with ACL users, as managed Redis services run it: the default user
+is off and hookwheel logs in as its own user from the URL
+(redis://user:password@host:port). Real redis-server, real binary, real
+receiver."""
+import pytest
+
+from conftest import CLUSTER_MODE, Hookwheel, free_port, scaled, wait_until
+
+pytestmark = pytest.mark.skipif(CLUSTER_MODE, reason="configures its own Redis")
+
+
+def acl_redis(redis):
+    redis.cmd("ACL", "SETUSER", "hookwheel", "on", ">s3cret:pass", "~*", "&*", "+@all")
+    redis.cmd("ACL", "SETUSER", "default", "off")
+
+
+def test_an_acl_user_from_the_url_creates_and_delivers(redis, hookwheel_factory, receiver):
+    port = redis.port
+    acl_redis(redis)
+    hw = hookwheel_factory(f"redis://hookwheel:s3cret%3Apass@127.0.0.1:{port}")
+    status, _, body = hw.create({"id": "acl-1", "url": receiver.url("/acl"), "delay_ms": 200})
+    assert status == 201, body
+    assert receiver.wait_for(1, scaled(10), path="/acl")
+    assert hw.wait_state("acl-1", ("delivered",), scaled(5))
+
+
+def test_a_wrong_password_keeps_the_instance_unready_and_says_why(redis, tmp_path):
+    acl_redis(redis)
+    hw = Hookwheel(tmp_path, f"redis://hookwheel:wrong@127.0.0.1:{redis.port}", name="wrong")
+    hw.port = free_port()
+    hw._spawn()  # not start(): it would wait for a readiness that must not come
+    try:
+        assert wait_until(lambda: "Redis refused a start-up command" in hw.log_tail(200), scaled(10))
+        assert wait_until(lambda: _status(hw, "/readyz") == 503, scaled(5))
+        assert hw.alive(), "a Redis that refuses the login is waited for, not fatal"
+        status, _, _ = hw.create({"id": "nope", "url": "http://127.0.0.1:9/x", "delay_ms": 100})
+        assert status == 503
+    finally:
+        hw.stop()
+
+
+def _status(hw, path):
+    try:
+        return hw.request("GET", path)[0]
+    except OSError:
+        return None
