@@ -34,6 +34,19 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# a free port P with P + 10000 (the cluster bus port) free too
+cluster_port() {
+    python3 -c '
+import socket
+while True:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
+    if p > 55535: continue
+    b = socket.socket()
+    try: b.bind(("127.0.0.1", p + 10000))
+    except OSError: continue
+    finally: b.close()
+    print(p); break'
+}
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 kv() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p" | awk 'NR <= 1'; }
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
@@ -49,7 +62,7 @@ RPIDS=()
 redis_node() {
     local dir=$1 port i
     mkdir -p "$dir"
-    port=$(free_port)
+    if [[ -n ${2:-} ]]; then port=$(cluster_port); else port=$(free_port); fi
     redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --appendonly yes --appendfsync everysec \
         --save "" --daemonize no --logfile "$dir/redis.log" ${2:+--cluster-enabled yes --cluster-config-file nodes.conf} \
         >/dev/null 2>&1 &

@@ -9,7 +9,7 @@ would; crossslot_errors() sums Redis's own CROSSSLOT counters over the nodes."""
 import subprocess
 import time
 
-from conftest import RedisServer, RespClient, RedisError, _decode
+from conftest import RedisServer, RespClient, RedisError, _decode, free_cluster_port
 
 NODE_ARGS = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
              "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"]
@@ -26,7 +26,7 @@ class RedisCluster:
     # -- lifecycle
     def start(self, timeout=60.0):
         for n in self.nodes:
-            n.start()
+            n.start(port=free_cluster_port())
         addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
         out = subprocess.run(["redis-cli", "--cluster", "create", *addrs,
                               "--cluster-replicas", str(self.replicas), "--cluster-yes"],

@@ -99,6 +99,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_cluster_port():
+    """A free port P whose cluster bus port P + 10000 (Redis Cluster's) is
+    free too, and so at most 55535."""
+    while True:
+        p = free_port()
+        if p > 55535:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", p + 10000))
+            except OSError:
+                continue
+        return p
+
+
 def wait_until(fn, timeout, interval=0.02):
     """Calls fn() until it returns a truthy value or timeout seconds pass.
     Returns the last value fn() returned."""
