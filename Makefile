@@ -85,11 +85,11 @@ integration: check-deps $(BIN)
 
 # The cross-slot audit: the API's suites again, on one Redis Cluster (3
 # masters, 3 replicas); each test fails if Redis answered a CROSSSLOT error.
-# Tests about one Redis (stopping it, its config) skip there; leases on a
-# Cluster (a tagged prefix), takeovers, reshards and failovers are
+# Tests about one Redis (stopping it, its config) skip there; listings, leases
+# on a Cluster (a tagged prefix), takeovers, reshards and failovers are
 # test_cluster.py's.
-CLUSTER_SUITES := test_timers.py test_recurring.py test_runs.py test_schedules.py test_listing.py \
-	test_deadletters.py test_queues.py test_auth.py test_signing.py test_contract.py
+CLUSTER_SUITES := test_timers.py test_recurring.py test_runs.py test_schedules.py \
+	test_deadletters.py test_queues.py test_auth.py test_signing.py
 integration-cluster: check-deps $(BIN)
 	cd tests/integration && HOOKWHEEL_TEST_REDIS=cluster HOOKWHEEL_BIN=$(abspath $(BIN)) \
 	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider $(CLUSTER_SUITES)

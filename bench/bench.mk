@@ -25,9 +25,15 @@ $(BUILD)/bench/loadgen: bench/loadgen.c
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $<
 
 BENCH_ENV = $(if $(BASE),BASE='$(BASE)')
+# The harness's own tools (run.sh checks for them), installed like make deps.
+BENCH_PKGS := wrk gnuplot-nox
 
-bench: all
+.PHONY: bench-deps
+bench-deps:
+	@$(MAKE) -s deps DEB_PKGS="$(BENCH_PKGS)"
+
+bench: all bench-deps
 	$(BENCH_ENV) bash bench/run.sh
 
-bench-quick: all
+bench-quick: all bench-deps
 	QUICK=1 $(BENCH_ENV) bash bench/run.sh

@@ -10,7 +10,12 @@ import signal
 import pytest
 
 from cluster import CreateStream, RedisSentinels
-from conftest import scaled, wait_until
+from conftest import SLOW, scaled, wait_until
+
+# Once, not again under the sanitizers: the store's WAIT and READONLY paths are
+# also run there by test_cluster.py's failover test, and a minute of failovers
+# twice would not find more.
+pytestmark = pytest.mark.skipif(SLOW, reason="slow suite; run once, without sanitizers")
 
 
 @pytest.fixture
