@@ -19,16 +19,24 @@ static uint16_t crc16(const char *buf, size_t len)
     return crc;
 }
 
-uint16_t cluster_slot(const char *key, size_t len)
+const char *cluster_hash_tag(const char *key, size_t len, size_t *tag_len)
 {
     const char *open = memchr(key, '{', len);
-    if (open) {
-        size_t from = (size_t)(open - key) + 1;
-        const char *close = memchr(key + from, '}', len - from);
-        if (close && close > key + from)
-            return crc16(key + from, (size_t)(close - key - from)) & (CLUSTER_SLOTS - 1);
-    }
-    return crc16(key, len) & (CLUSTER_SLOTS - 1);
+    if (!open)
+        return NULL;
+    size_t from = (size_t)(open - key) + 1;
+    const char *close = memchr(key + from, '}', len - from);
+    if (!close || close == key + from)
+        return NULL;
+    *tag_len = (size_t)(close - open) + 1;
+    return open;
+}
+
+uint16_t cluster_slot(const char *key, size_t len)
+{
+    size_t n;
+    const char *tag = cluster_hash_tag(key, len, &n);
+    return tag ? crc16(tag + 1, n - 2) & (CLUSTER_SLOTS - 1) : crc16(key, len) & (CLUSTER_SLOTS - 1);
 }
 
 int cluster_map_node(cluster_map *m, const char *host, int port)

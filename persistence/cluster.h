@@ -20,6 +20,10 @@
 #define CLUSTER_MAX_NODES 64 /* masters one store keeps connections to */
 #define CLUSTER_HOST_MAX 256
 
+/* The key's hash tag with its braces ("{tag}"), *tag_len bytes; NULL when
+ * the key has none (no '{', no '}' after it, or "{}"). */
+const char *cluster_hash_tag(const char *key, size_t len, size_t *tag_len);
+
 /* The slot of a key of len bytes. */
 uint16_t cluster_slot(const char *key, size_t len);
 

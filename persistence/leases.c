@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "xalloc.h"
 
 #define LEASES_SCHEDULE "hw:lease:schedule"
@@ -85,16 +86,6 @@ typedef struct names {
     char meta[LEASES_KEY_MAX], token[LEASES_KEY_MAX], schedule[LEASES_KEY_MAX];
 } names;
 
-static int prefix_tag(const char *prefix, const char **tag, size_t *len)
-{
-    const char *open = strchr(prefix, '{'), *close = open ? strchr(open + 1, '}') : NULL;
-    if (!close || close == open + 1)
-        return -EXDEV;
-    *tag = open;
-    *len = (size_t)(close - open + 1);
-    return 0;
-}
-
 static int names_of(store *st, const char *prefix, names *n)
 {
     if (!store_is_cluster(st)) {
@@ -103,9 +94,9 @@ static int names_of(store *st, const char *prefix, names *n)
         snprintf(n->schedule, sizeof n->schedule, "%s", LEASES_SCHEDULE);
         return 0;
     }
-    const char *tag;
     size_t len;
-    if (prefix_tag(prefix, &tag, &len) < 0)
+    const char *tag = cluster_hash_tag(prefix, strlen(prefix), &len);
+    if (!tag)
         return -EXDEV;
     snprintf(n->meta, sizeof n->meta, "hw:%.*s:lease:meta:", (int)len, tag);
     snprintf(n->token, sizeof n->token, "hw:%.*s:lease:token:", (int)len, tag);

@@ -1093,11 +1093,9 @@ int store_command(store *s, int argc, const char **argv, const size_t *lens, sto
  * guard's length, or 0 when the key has no hash tag (no guard). */
 static size_t migration_guard(char *out, size_t size, const char *key, size_t len)
 {
-    const char *open = memchr(key, '{', len);
-    const char *close = open ? memchr(open + 1, '}', len - (size_t)(open + 1 - key)) : NULL;
-    if (!close || close == open + 1)
-        return 0;
-    int n = snprintf(out, size, "hw:%.*s:~", (int)(close - open + 1), open);
+    size_t tlen;
+    const char *tag = cluster_hash_tag(key, len, &tlen);
+    int n = tag ? snprintf(out, size, "hw:%.*s:~", (int)tlen, tag) : 0;
     return n > 0 && (size_t)n < size ? (size_t)n : 0;
 }
 

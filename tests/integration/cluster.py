@@ -116,6 +116,17 @@ class RedisCluster:
         return total
 
 
+def running_cluster(directory):
+    """A started RedisCluster for a fixture to yield; stopped when the
+    fixture ends (also when the start failed halfway)."""
+    c = RedisCluster(directory)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
 def cluster_cli(*args, timeout=120):
     out = subprocess.run(["redis-cli", *args], capture_output=True, timeout=timeout)
     if out.returncode != 0:

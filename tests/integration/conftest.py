@@ -965,13 +965,8 @@ class ClusterRedis:
 
 @pytest.fixture(scope="session")
 def _cluster(tmp_path_factory):
-    from cluster import RedisCluster
-    c = RedisCluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
+    from cluster import running_cluster
+    yield from running_cluster(tmp_path_factory.mktemp("cluster"))
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from cluster import CreateStream, RedisCluster, cluster_cli
+from cluster import CreateStream, cluster_cli, running_cluster
 from conftest import create_many, now_ms, scaled, wait_until
 from test_listing import walk
 
@@ -22,12 +22,7 @@ PARTITIONS = 64  # spread over the three masters (the default 16 is too)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = RedisCluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
+    yield from running_cluster(tmp_path_factory.mktemp("cluster"))
 
 
 @pytest.fixture
