@@ -13,15 +13,21 @@
  * dead Redis is not hammered with connection attempts. */
 #include "store.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 
 #include <curl/curl.h>
+#include <hiredis/sds.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
 
 #include "clock.h"
 #include "cluster.h"
@@ -46,12 +52,20 @@ typedef struct cmd {
     void *arg;
 } cmd;
 
+/* A connection to one Redis. hiredis formats the commands (into
+ * ctx->obuf) and parses the replies (ctx->reader); on a rediss:// store ssl
+ * moves the bytes over ctx's socket, else hiredis does its own I/O. */
+typedef struct conn {
+    redisContext *ctx;
+    SSL *ssl; /* NULL: plain */
+} conn;
+
 /* One Redis server the writer talks to: the only one, or a cluster master.
  * Its fields are the writer thread's. */
 typedef struct node {
     char *host;         /* NULL: the store's unix socket */
     int port;
-    redisContext *ctx;
+    conn conn;          /* ctx NULL: not connected */
     uint64_t last_try_ms;
     uint64_t backoff_ms; /* wait before the next connect */
     int warned;          /* the outage was logged */
@@ -62,6 +76,7 @@ typedef struct node {
 struct store {
     char *host, *path, *user, *password;
     int port, db;
+    int tls;                   /* rediss...: every connection is TLS (store_tls_init) */
     uint32_t timeout_ms, max_queued;
 
     pthread_mutex_t mu;
@@ -153,6 +168,79 @@ static void build_library(void)
     }
 }
 
+/* ---- TLS settings (rediss://) ----
+ *
+ * hiredis 0.14 has no TLS, so a rediss:// connection is made in steps:
+ * hiredis opens the TCP connection (with its timeouts), OpenSSL runs the
+ * handshake over its socket, and from then on hiredis only formats commands
+ * and parses replies while SSL_write and SSL_read move the bytes (conn_*
+ * below). One SSL_CTX serves every store of the process: the API's and the
+ * lease worker's open the same URL, and an SSL_CTX may be shared by threads
+ * once it is set up. */
+static SSL_CTX *tls_ctx;
+static int tls_verify_host;
+
+/* A key file that asks for a passphrase fails at once instead of
+ * prompting on a terminal the service does not have. */
+static int no_passphrase_cb(char *buf, int size, int rwflag, void *arg)
+{
+    (void)buf, (void)size, (void)rwflag, (void)arg;
+    return 0;
+}
+
+/* Called when the server asks for a client certificate and none is set:
+ * notes it (tls_connect's flag) and goes on without one, as the server may
+ * only ask (tls-auth-clients optional). */
+static int client_cert_cb(SSL *ssl, X509 **x509, EVP_PKEY **pkey)
+{
+    int *asked = SSL_get_app_data(ssl);
+    (void)x509, (void)pkey;
+    if (asked)
+        *asked = 1;
+    return 0;
+}
+
+int store_tls_init(const store_tls *t, enum store_tls_file *bad, char *err, size_t size)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx)
+        abort();
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    SSL_CTX_set_default_passwd_cb(ctx, no_passphrase_cb);
+    SSL_CTX_set_client_cert_cb(ctx, client_cert_cb);
+    ERR_clear_error();
+    *bad = STORE_TLS_CA;
+    int ok = t->ca_file ? SSL_CTX_load_verify_locations(ctx, t->ca_file, NULL) == 1
+                        : SSL_CTX_set_default_verify_paths(ctx) == 1;
+    if (ok && t->cert_file) {
+        *bad = STORE_TLS_CERT;
+        ok = SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) == 1;
+    }
+    if (ok && t->key_file) {
+        *bad = STORE_TLS_KEY;
+        ok = SSL_CTX_use_PrivateKey_file(ctx, t->key_file, SSL_FILETYPE_PEM) == 1 &&
+             SSL_CTX_check_private_key(ctx) == 1;
+    }
+    if (!ok) {
+        const char *why = ERR_reason_error_string(ERR_peek_last_error());
+        snprintf(err, size, "%s", why ? why : "not usable");
+        ERR_clear_error();
+        SSL_CTX_free(ctx);
+        return -EINVAL;
+    }
+    SSL_CTX_free(tls_ctx);
+    tls_ctx = ctx;
+    tls_verify_host = t->verify_host;
+    return 0;
+}
+
+void store_tls_cleanup(void)
+{
+    SSL_CTX_free(tls_ctx);
+    tls_ctx = NULL;
+}
+
 /* ---- URL ---- */
 
 static char *url_part(CURLU *u, CURLUPart part)
@@ -173,7 +261,7 @@ static int parse_url(store *s, const char *url)
         s->path = xstrdup(url + 7);
         return 0;
     }
-    if (strncmp(url, "redis://", 8) != 0)
+    if (strncmp(url, "redis://", 8) != 0 && strncmp(url, "rediss://", 9) != 0)
         return -EINVAL;
     CURLU *u = curl_url();
     int rc = -EINVAL;
@@ -241,10 +329,10 @@ static int parse_node_list(store *s, const char *auth, size_t alen)
     return 0;
 }
 
-/* redis+cluster://<nodes>[/]: a cluster has only database 0, so no path. */
-static int parse_cluster_url(store *s, const char *url)
+/* redis+cluster://<nodes>[/], auth is what follows the scheme: a cluster
+ * has only database 0, so no path. */
+static int parse_cluster_url(store *s, const char *auth)
 {
-    const char *auth = url + strlen(STORE_CLUSTER_SCHEME);
     size_t alen = strcspn(auth, "/?#");
     if (auth[alen] && strcmp(auth + alen, "/") != 0)
         return -EINVAL;
@@ -252,11 +340,11 @@ static int parse_cluster_url(store *s, const char *url)
     return parse_node_list(s, auth, alen);
 }
 
-/* redis+sentinel://<sentinels>/<master name>[/db]: the user part is the
- * master's (and its replicas'); sentinels are asked without one. */
-static int parse_sentinel_url(store *s, const char *url)
+/* redis+sentinel://<sentinels>/<master name>[/db], auth is what follows
+ * the scheme: the user part is the master's (and its replicas');
+ * sentinels are asked without one. */
+static int parse_sentinel_url(store *s, const char *auth)
 {
-    const char *auth = url + strlen(STORE_SENTINEL_SCHEME);
     size_t alen = strcspn(auth, "/?#");
     if (auth[alen] != '/')
         return -EINVAL;
@@ -276,15 +364,27 @@ static int parse_sentinel_url(store *s, const char *url)
     return parse_node_list(s, auth, alen);
 }
 
+/* Any URL of store.h: a scheme that starts with rediss is the same as
+ * with redis, over TLS. */
+static int parse_any_url(store *s, const char *url)
+{
+    size_t k = strncmp(url, "rediss", 6) == 0 ? 6 : strncmp(url, "redis", 5) == 0 ? 5 : 0;
+    s->tls = k == 6;
+    if (k && strncmp(url + k, "+cluster://", 11) == 0)
+        return parse_cluster_url(s, url + k + 11);
+    if (k && strncmp(url + k, "+sentinel://", 12) == 0)
+        return parse_sentinel_url(s, url + k + 12);
+    return parse_url(s, url);
+}
+
 store *store_create(const char *url, uint32_t timeout_ms, uint32_t max_queued)
 {
     pthread_once(&lib_once, build_library);
     store *s = xcalloc(1, sizeof *s);
-    int rc = strncmp(url, STORE_CLUSTER_SCHEME, strlen(STORE_CLUSTER_SCHEME)) == 0     ? parse_cluster_url(s, url)
-             : strncmp(url, STORE_SENTINEL_SCHEME, strlen(STORE_SENTINEL_SCHEME)) == 0 ? parse_sentinel_url(s, url)
-                                                                                       : parse_url(s, url);
-    if (rc < 0) {
-        LOG(LOG_ERROR, "invalid Redis URL", "\"setting\":\"HOOKWHEEL_REDIS_URL\"%s", "");
+    int rc = parse_any_url(s, url);
+    if (rc < 0 || (s->tls && !tls_ctx)) {
+        LOG(LOG_ERROR, rc < 0 ? "invalid Redis URL" : "a rediss:// URL needs the TLS settings loaded first",
+            "\"setting\":\"HOOKWHEEL_REDIS_URL\"%s", "");
         s->started = 0;
         store_free(s);
         return NULL;
@@ -300,11 +400,188 @@ store *store_create(const char *url, uint32_t timeout_ms, uint32_t max_queued)
     return s;
 }
 
-/* ---- connection (writer thread) ---- */
+/* ---- connections (writer thread) ---- */
 
-static int simple_ok(redisContext *c, const char *fmt, const char *a, const char *b)
+/* Whether a TLS call that returned rc (SSL_connect, SSL_read, SSL_write;
+ * each made with OpenSSL's error queue empty) is to be made again (a
+ * signal interrupted it); otherwise records why it failed on the
+ * connection's context as hiredis records its own errors, so a timeout (the
+ * socket's SO_RCVTIMEO/SO_SNDTIMEO, from redisSetTimeout) or a closed
+ * connection is handled as on a plain connection. */
+static int tls_retry(conn *k, int rc)
 {
-    redisReply *r = b ? redisCommand(c, fmt, a, b) : redisCommand(c, fmt, a);
+    int sys = errno, e = SSL_get_error(k->ssl, rc);
+    unsigned long q = ERR_peek_last_error();
+    long v = SSL_get_verify_result(k->ssl);
+    redisContext *c = k->ctx;
+    if ((e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) && sys == EINTR)
+        return 1;
+    c->err = REDIS_ERR_IO;
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        snprintf(c->errstr, sizeof c->errstr, "TLS: timed out");
+    } else if (v != X509_V_OK) {
+        snprintf(c->errstr, sizeof c->errstr, "certificate verify failed: %s", X509_verify_cert_error_string(v));
+    } else if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && !q && !sys)) {
+        c->err = REDIS_ERR_EOF;
+        snprintf(c->errstr, sizeof c->errstr, "Server closed the connection");
+    } else if (e == SSL_ERROR_SYSCALL && !q) {
+        snprintf(c->errstr, sizeof c->errstr, "TLS: %s", strerror(sys));
+    } else {
+        const char *why = ERR_reason_error_string(q);
+        snprintf(c->errstr, sizeof c->errstr, "TLS: %s", why ? why : "error");
+    }
+    ERR_clear_error();
+    return 0;
+}
+
+/* Writes all of ctx->obuf with SSL_write; REDIS_ERR with the reason on
+ * ctx. Like hiredis, the emptied buffer is given back, so one large batch
+ * does not keep its memory. */
+static int tls_flush(conn *k)
+{
+    redisContext *c = k->ctx;
+    while (sdslen(c->obuf) > 0) {
+        size_t len = sdslen(c->obuf);
+        ERR_clear_error();
+        int n = SSL_write(k->ssl, c->obuf, len > INT_MAX ? INT_MAX : (int)len);
+        if (n > 0)
+            sdsrange(c->obuf, n, -1);
+        else if (!tls_retry(k, n))
+            return REDIS_ERR;
+    }
+    sdsfree(c->obuf);
+    c->obuf = sdsempty();
+    if (!c->obuf)
+        abort();
+    return REDIS_OK;
+}
+
+/* redisGetReply over TLS: a reply already parsed, else the commands
+ * appended are written and the reader is fed until a reply is whole. */
+static int tls_get_reply(conn *k, redisReply **out)
+{
+    redisContext *c = k->ctx;
+    void *r = NULL;
+    if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+        return REDIS_ERR;
+    if (!r && tls_flush(k) != REDIS_OK)
+        return REDIS_ERR;
+    while (!r) {
+        char buf[16 * 1024]; /* as hiredis reads */
+        ERR_clear_error();
+        int n = SSL_read(k->ssl, buf, sizeof buf);
+        if (n <= 0) {
+            if (tls_retry(k, n))
+                continue;
+            return REDIS_ERR;
+        }
+        if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+            c->err = c->reader->err;
+            snprintf(c->errstr, sizeof c->errstr, "%s", c->reader->errstr);
+            return REDIS_ERR;
+        }
+        if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+            return REDIS_ERR;
+    }
+    *out = r;
+    return REDIS_OK;
+}
+
+/* The next reply on k: the pipeline's hot path, so a plain connection
+ * costs one branch more than redisGetReply. REDIS_ERR when the connection
+ * failed (the reason is in k->ctx->errstr). */
+static int conn_get_reply(conn *k, redisReply **r)
+{
+    if (!k->ssl)
+        return redisGetReply(k->ctx, (void **)r);
+    return tls_get_reply(k, r);
+}
+
+/* redisCommand on k: the reply, or NULL when the connection failed. */
+static redisReply *conn_command(conn *k, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = redisvAppendCommand(k->ctx, fmt, ap);
+    va_end(ap);
+    redisReply *r = NULL;
+    if (rc != REDIS_OK || conn_get_reply(k, &r) != REDIS_OK)
+        return NULL;
+    return r;
+}
+
+static void conn_close(conn *k)
+{
+    SSL_free(k->ssl);
+    if (k->ctx)
+        redisFree(k->ctx);
+    *k = (conn){NULL, NULL};
+}
+
+/* The TLS handshake over k's socket: the server's certificate must chain
+ * to the CA file (or the system's CAs) and, unless the host check is off,
+ * name host (a DNS name, or an address). TLS 1.3 lets a client finish its
+ * handshake before the server has checked the client's certificate, so a
+ * refused one shows only with the first reply: one PING completes the
+ * handshake (any reply will do: it may be NOAUTH before AUTH). A server
+ * that refuses a client without a certificate may close the connection
+ * before its alert can be read, so a failure after it asked for one says
+ * so. 0, or -EIO with the reason in k->ctx->errstr. */
+static int tls_connect(conn *k, const char *host)
+{
+    unsigned char addr[16];
+    int ip = inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1;
+    k->ssl = SSL_new(tls_ctx);
+    if (!k->ssl)
+        abort();
+    int ok = SSL_set_fd(k->ssl, k->ctx->fd) == 1 &&
+             (ip || SSL_set_tlsext_host_name(k->ssl, host) == 1); /* SNI names hosts, not addresses */
+    if (ok && tls_verify_host)
+        ok = ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(k->ssl), host) == 1 : SSL_set1_host(k->ssl, host) == 1;
+    if (!ok) {
+        snprintf(k->ctx->errstr, sizeof k->ctx->errstr, "TLS: cannot use host name %.64s", host);
+        return -EIO;
+    }
+    int asked = 0, rc;
+    SSL_set_app_data(k->ssl, &asked);
+    do {
+        ERR_clear_error();
+        rc = SSL_connect(k->ssl);
+    } while (rc != 1 && tls_retry(k, rc));
+    redisReply *r = rc == 1 ? conn_command(k, "PING") : NULL;
+    SSL_set_app_data(k->ssl, NULL);
+    freeReplyObject(r);
+    if (!r && asked && SSL_get_verify_result(k->ssl) == X509_V_OK)
+        snprintf(k->ctx->errstr, sizeof k->ctx->errstr,
+                 "the server asks for a client certificate (mutual TLS) and none is set");
+    return r ? 0 : -EIO;
+}
+
+/* A connection to host:port (or the unix socket when host is NULL), TLS on
+ * a rediss:// store; 0, or -EIO after logging why (once per outage:
+ * *warned, unless at debug level). */
+static int conn_open(store *s, const char *host, int port, int *warned, conn *k)
+{
+    struct timeval tv = {s->timeout_ms / 1000, (s->timeout_ms % 1000) * 1000};
+    *k = (conn){host ? redisConnectWithTimeout(host, port, tv) : redisConnectUnixWithTimeout(s->path, tv), NULL};
+    const char *what = "Redis unreachable";
+    if (k->ctx && !k->ctx->err) {
+        redisSetTimeout(k->ctx, tv);
+        what = "Redis TLS handshake failed";
+        if (!s->tls || tls_connect(k, host) == 0)
+            return 0;
+    }
+    if (!*warned || log_min_level <= LOG_DEBUG)
+        LOG(LOG_WARN, what, "\"node\":\"%s:%d\",\"error\":\"%s\"", host ? host : "unix", port,
+            k->ctx ? k->ctx->errstr : "no memory");
+    *warned = 1;
+    conn_close(k);
+    return -EIO;
+}
+
+static int simple_ok(conn *k, const char *fmt, const char *a, const char *b)
+{
+    redisReply *r = b ? conn_command(k, fmt, a, b) : conn_command(k, fmt, a);
     int ok = r && r->type != REDIS_REPLY_ERROR;
     if (r && !ok)
         LOG(LOG_ERROR, "Redis refused a start-up command", "\"error\":\"%.200s\"", r->str);
@@ -312,9 +589,9 @@ static int simple_ok(redisContext *c, const char *fmt, const char *a, const char
     return ok;
 }
 
-static int load_scripts(redisContext *c)
+static int load_scripts(conn *k)
 {
-    redisReply *r = redisCommand(c, "FUNCTION LOAD REPLACE %s", lib_src);
+    redisReply *r = conn_command(k, "FUNCTION LOAD REPLACE %s", lib_src);
     int ok = r && r->type == REDIS_REPLY_STRING && strcmp(r->str, lib_name) == 0;
     if (r && !ok)
         LOG(LOG_ERROR, "Redis refused hookwheel's function library (Redis 7.0 or later is needed)",
@@ -324,53 +601,39 @@ static int load_scripts(redisContext *c)
     return ok ? 0 : -EIO;
 }
 
-/* ---- connections (writer thread) ---- */
-
 static void drop_node(node *n)
 {
-    if (n->ctx)
-        redisFree(n->ctx);
-    n->ctx = NULL;
+    conn_close(&n->conn);
 }
 
 /* A connection to host:port (or the unix socket when host is NULL), with
- * the URL's credentials given; NULL after logging when it cannot be made.
- * warned and backoff are the caller's outage state. */
-static redisContext *open_ctx(store *s, const char *host, int port, int *warned)
+ * the URL's credentials given; 0, or -EIO after logging when it cannot be
+ * made. warned and backoff are the caller's outage state. */
+static int open_ctx(store *s, const char *host, int port, int *warned, conn *k)
 {
-    struct timeval tv = {s->timeout_ms / 1000, (s->timeout_ms % 1000) * 1000};
-    redisContext *c = host ? redisConnectWithTimeout(host, port, tv) : redisConnectUnixWithTimeout(s->path, tv);
-    if (!c || c->err) {
-        if (!*warned || log_min_level <= LOG_DEBUG)
-            LOG(LOG_WARN, "Redis unreachable", "\"node\":\"%s:%d\",\"error\":\"%s\"", host ? host : "unix", port,
-                c ? c->errstr : "no memory");
-        *warned = 1;
-        if (c)
-            redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
+    if (conn_open(s, host, port, warned, k) < 0)
+        return -EIO;
     int ok = 1;
     if (s->password)
-        ok = s->user && s->user[0] ? simple_ok(c, "AUTH %s %s", s->user, s->password)
-                                   : simple_ok(c, "AUTH %s", s->password, NULL);
+        ok = s->user && s->user[0] ? simple_ok(k, "AUTH %s %s", s->user, s->password)
+                                   : simple_ok(k, "AUTH %s", s->password, NULL);
     if (!ok) {
-        redisFree(c);
-        return NULL;
+        conn_close(k);
+        return -EIO;
     }
-    return c;
+    return 0;
 }
 
-/* Connects n, selects the database and loads the function library (on a
- * cluster: on every master, so a master that appears gets it too). */
 /* Sentinel: asks each sentinel in turn where the master is
  * (SENTINEL get-master-addr-by-name) and points n there. */
 static int sentinel_resolve(store *s, node *n)
 {
-    struct timeval tv = {s->timeout_ms / 1000, (s->timeout_ms % 1000) * 1000};
     for (int i = 0; i < s->nseeds; i++) {
-        redisContext *c = redisConnectWithTimeout(s->seeds[i].host, s->seeds[i].port, tv);
-        redisReply *r = c && !c->err ? redisCommand(c, "SENTINEL get-master-addr-by-name %s", s->sentinel) : NULL;
+        conn k;
+        int quiet = 1; /* a sentinel that does not answer is told by the warning below */
+        redisReply *r = conn_open(s, s->seeds[i].host, s->seeds[i].port, &quiet, &k) == 0
+                            ? conn_command(&k, "SENTINEL get-master-addr-by-name %s", s->sentinel)
+                            : NULL;
         int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
                  r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING &&
                  r->element[0]->len < CLUSTER_HOST_MAX;
@@ -383,8 +646,7 @@ static int sentinel_resolve(store *s, node *n)
             s->port = port;
         }
         freeReplyObject(r);
-        if (c)
-            redisFree(c);
+        conn_close(&k);
         if (ok && port > 0 && port < 65536) {
             n->host = s->host;
             n->port = s->port;
@@ -400,30 +662,30 @@ static int sentinel_resolve(store *s, node *n)
 
 /* 1 when c's server is a master (ROLE); a sentinel's answer can lag a
  * failover, and a demoted master must not be written to. */
-static int is_master(redisContext *c)
+static int is_master(conn *k)
 {
-    redisReply *r = redisCommand(c, "ROLE");
+    redisReply *r = conn_command(k, "ROLE");
     int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->type == REDIS_REPLY_STRING &&
              strcmp(r->element[0]->str, "master") == 0;
     freeReplyObject(r);
     return ok;
 }
 
+/* Connects n, selects the database and loads the function library (on a
+ * cluster: on every master, so a master that appears gets it too). */
 static int connect_node(store *s, node *n)
 {
     n->last_try_ms = clock_now_ms();
-    redisContext *c = NULL;
-    if (!s->sentinel || sentinel_resolve(s, n) == 0)
-        c = open_ctx(s, n->host, n->port, &n->warned);
-    int ok = c != NULL && (!s->sentinel || is_master(c));
+    conn k = {NULL, NULL};
+    int ok = (!s->sentinel || sentinel_resolve(s, n) == 0) && open_ctx(s, n->host, n->port, &n->warned, &k) == 0;
+    ok = ok && (!s->sentinel || is_master(&k));
     if (ok && s->db) {
         char db[16];
         snprintf(db, sizeof db, "%d", s->db);
-        ok = simple_ok(c, "SELECT %s", db, NULL);
+        ok = simple_ok(&k, "SELECT %s", db, NULL);
     }
-    if (!ok || load_scripts(c) < 0) {
-        if (c)
-            redisFree(c);
+    if (!ok || load_scripts(&k) < 0) {
+        conn_close(&k);
         n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : RECONNECT_MIN_MS;
         if (n->backoff_ms > RECONNECT_MAX_MS)
             n->backoff_ms = RECONNECT_MAX_MS;
@@ -432,7 +694,7 @@ static int connect_node(store *s, node *n)
     if (n->warned || !s->ready)
         LOG(LOG_INFO, "Redis connected", "\"node\":\"%s:%d\",\"scripts\":%d", n->host ? n->host : "unix",
             n->port, SCRIPT_COUNT);
-    n->ctx = c;
+    n->conn = k;
     n->warned = 0;
     n->backoff_ms = 0;
     return 0;
@@ -441,7 +703,7 @@ static int connect_node(store *s, node *n)
 /* n connected, or connected now unless its backoff has not passed. */
 static int ensure_node(store *s, node *n)
 {
-    if (n->ctx)
+    if (n->conn.ctx)
         return 0;
     if (clock_now_ms() - n->last_try_ms < n->backoff_ms)
         return -EAGAIN;
@@ -463,9 +725,9 @@ static void adopt_map(store *s, cluster_map *m)
         n->host = m->nodes[i].host;
         n->port = m->nodes[i].port;
         for (int j = 0; j < nold; j++)
-            if (old[j].ctx && old[j].port == n->port && strcmp(old[j].host, n->host) == 0) {
-                n->ctx = old[j].ctx;
-                old[j].ctx = NULL;
+            if (old[j].conn.ctx && old[j].port == n->port && strcmp(old[j].host, n->host) == 0) {
+                n->conn = old[j].conn;
+                old[j].conn = (conn){NULL, NULL};
             }
     }
     for (int j = 0; j < nold; j++)
@@ -488,8 +750,8 @@ static int refresh_map(store *s)
     for (int i = 0; i < ncand && rc < 0; i++) {
         const char *host = i < s->nnodes ? s->nodes[i].host : s->seeds[i - s->nnodes].host;
         int port = i < s->nnodes ? s->nodes[i].port : s->seeds[i - s->nnodes].port, warned = 1;
-        redisContext *c = open_ctx(s, host, port, &warned);
-        redisReply *r = c ? redisCommand(c, "CLUSTER SLOTS") : NULL;
+        conn k;
+        redisReply *r = open_ctx(s, host, port, &warned, &k) == 0 ? conn_command(&k, "CLUSTER SLOTS") : NULL;
         int covered = r ? cluster_map_parse(m, r, host) : -EIO;
         if (covered == CLUSTER_SLOTS)
             rc = 0;
@@ -497,8 +759,7 @@ static int refresh_map(store *s)
             LOG(LOG_WARN, "Redis Cluster node gave no complete slot map", "\"node\":\"%s:%d\",\"covered\":%d",
                 host, port, covered);
         freeReplyObject(r);
-        if (c)
-            redisFree(c);
+        conn_close(&k);
     }
     if (rc < 0) {
         free(m);
@@ -618,22 +879,22 @@ static redisReply *send_alone(store *s, int i, const cmd *c, int asking)
     redisReply *r = NULL, *w = NULL;
     int wait = needs_wait(s, c);
     if (asking)
-        redisAppendCommand(n->ctx, "ASKING");
-    if (redisAppendFormattedCommand(n->ctx, c->buf, (size_t)c->len) != REDIS_OK)
+        redisAppendCommand(n->conn.ctx, "ASKING");
+    if (redisAppendFormattedCommand(n->conn.ctx, c->buf, (size_t)c->len) != REDIS_OK)
         goto lost;
     if (wait)
-        append_wait(s, n->ctx);
+        append_wait(s, n->conn.ctx);
     if (asking) {
-        if (redisGetReply(n->ctx, (void **)&r) != REDIS_OK)
+        if (conn_get_reply(&n->conn, &r) != REDIS_OK)
             goto lost;
         freeReplyObject(r);
         r = NULL;
     }
-    if (redisGetReply(n->ctx, (void **)&r) != REDIS_OK)
+    if (conn_get_reply(&n->conn, &r) != REDIS_OK)
         goto lost;
     if (!wait)
         return r;
-    if (redisGetReply(n->ctx, (void **)&w) != REDIS_OK) {
+    if (conn_get_reply(&n->conn, &w) != REDIS_OK) {
         freeReplyObject(r);
         goto lost;
     }
@@ -644,7 +905,7 @@ static redisReply *send_alone(store *s, int i, const cmd *c, int asking)
     freeReplyObject(r);
     return NULL;
 lost:
-    LOG(LOG_WARN, "Redis connection lost", "\"error\":\"%s\"", n->ctx->errstr);
+    LOG(LOG_WARN, "Redis connection lost", "\"error\":\"%s\"", n->conn.ctx->errstr);
     drop_node(n);
     s->map_stale = s->cluster;
     return NULL;
@@ -720,7 +981,7 @@ static void resend(store *s, cmd *c, redisReply *r, int i)
             freeReplyObject(r);
             hold(s, c);
             return;
-        } else if (s->nodes[i].ctx && load_scripts(s->nodes[i].ctx) < 0) { /* Function not found */
+        } else if (s->nodes[i].conn.ctx && load_scripts(&s->nodes[i].conn) < 0) { /* Function not found */
             break;
         }
         freeReplyObject(r);
@@ -743,9 +1004,9 @@ static void read_replies(store *s, int i, cmd ***redo, redisReply ***rr, int **f
     n->q = NULL;
     while (c) {
         redisReply *r = NULL;
-        if (redisGetReply(n->ctx, (void **)&r) != REDIS_OK) {
+        if (conn_get_reply(&n->conn, &r) != REDIS_OK) {
             LOG(LOG_WARN, "Redis connection lost", "\"node\":\"%s:%d\",\"error\":\"%s\"",
-                n->host ? n->host : "unix", n->port, n->ctx->errstr);
+                n->host ? n->host : "unix", n->port, n->conn.ctx->errstr);
             drop_node(n);
             s->map_stale = s->cluster;
             fail_list(c);
@@ -778,7 +1039,7 @@ static void read_replies(store *s, int i, cmd ***redo, redisReply ***rr, int **f
     }
     if (waited) {
         redisReply *w = NULL;
-        int lost = redisGetReply(n->ctx, (void **)&w) != REDIS_OK;
+        int lost = conn_get_reply(&n->conn, &w) != REDIS_OK;
         int ok = !lost && (!acks || replicas_acked(s, n, w));
         freeReplyObject(w);
         while (acks) {
@@ -855,11 +1116,11 @@ static void run_batch(store *s, cmd *batch)
         }
         n->waited = 0;
         for (cmd *c = n->q; c; c = c->next) {
-            redisAppendFormattedCommand(n->ctx, c->buf, (size_t)c->len);
+            redisAppendFormattedCommand(n->conn.ctx, c->buf, (size_t)c->len);
             n->waited |= needs_wait(s, c);
         }
         if (n->waited)
-            append_wait(s, n->ctx);
+            append_wait(s, n->conn.ctx);
     }
     cmd *redo = NULL, **rtail = &redo;
     redisReply **replies = count ? xmalloc(count * sizeof *replies) : NULL, **rr = replies;
@@ -877,7 +1138,7 @@ static void run_batch(store *s, cmd *batch)
     free(replies);
     free(froms);
     for (int i = 0; i < s->nnodes && up; i++)
-        up = s->nodes[i].ctx != NULL;
+        up = s->nodes[i].conn.ctx != NULL;
     s->ready = up && s->nnodes > 0;
 }
 

@@ -65,10 +65,34 @@ typedef void (*store_reply_cb)(void *arg, const redisReply *reply);
  *       the writer asks the sentinels (in the URL's order) where <master>
  *       is and checks ROLE; a lost connection or a READONLY answer (a
  *       demoted master) makes it ask again, so a failover is followed
- *       without a restart. The user part is the data nodes'. */
-#define STORE_CLUSTER_SCHEME "redis+cluster://"
-#define STORE_SENTINEL_SCHEME "redis+sentinel://"
+ *       without a restart. The user part is the data nodes'.
+ *   rediss://..., rediss+cluster://..., rediss+sentinel://...
+ *       the same over TLS to every node (sentinels included), with the
+ *       settings of store_tls_init, which must have succeeded before. */
 store *store_create(const char *url, uint32_t timeout_ms, uint32_t max_queued);
+
+/* TLS for rediss:// URLs. The server's certificate must chain to ca_file
+ * (PEM; NULL: the system's default CAs) and, when verify_host is set, name
+ * the host the connection was made to (the URL's, or a node's address as
+ * the cluster or the sentinels name it). cert_file and key_file (PEM, the
+ * key unencrypted; both or neither) are the client's certificate for
+ * servers that ask for one (mutual TLS). */
+typedef struct store_tls {
+    const char *ca_file, *cert_file, *key_file;
+    int verify_host;
+} store_tls;
+
+enum store_tls_file { STORE_TLS_CA, STORE_TLS_CERT, STORE_TLS_KEY };
+
+/* Main thread, before the first store_create of a rediss:// URL: loads the
+ * files into the one TLS context every store of the process uses (the API's
+ * and the lease worker's). Returns 0; or -EINVAL when a file cannot be used,
+ * with *bad naming it and OpenSSL's reason in err. */
+int store_tls_init(const store_tls *t, enum store_tls_file *bad, char *err, size_t size)
+    __attribute__((warn_unused_result));
+
+/* Frees what store_tls_init loaded, after every store is freed. */
+void store_tls_cleanup(void);
 
 /* Connects (a failure is logged; the writer reconnects on demand) and starts
  * the writer thread. Returns 0, or -errno when the thread cannot start. */

@@ -31,8 +31,10 @@ typedef struct setting {
 static const setting settings[] = {
     S("listen", listen, "127.0.0.1:8080", "address:port of the HTTP API"),
     S("redis-url", redis_url, NULL,
-      "redis://[user:password@]host:port[/db], unix:///path, or redis+cluster://[user:password@]host:port[,host:port...] "
-      "(a Redis Cluster's seed nodes); unset: embedded redis-server"),
+      "redis://[user:password@]host:port[/db], unix:///path, redis+cluster://[user:password@]host:port[,host:port...] "
+      "(a Redis Cluster's seed nodes), or redis+sentinel://[user:password@]host:port[,host:port...]/<master>[/db] "
+      "(Redis Sentinels and the master's name); rediss://, rediss+cluster://, rediss+sentinel://: the same over TLS; "
+      "unset: embedded redis-server"),
     S("data-dir", data_dir, "./data", "data directory of the embedded redis-server"),
     S("redis-server", redis_server, "redis-server", "binary started as the embedded Redis"),
     S("instance-id", instance_id, "", "this instance's id (default: hostname-pid)"),
@@ -105,6 +107,17 @@ static const setting settings[] = {
     U("redis-replica-ack-timeout-ms", redis_replica_ack_timeout_ms, "1000", 1, 60000,
       "how long a batch of writes waits for redis-min-replicas-ack replicas; must be below redis-timeout-ms "
       "when redis-min-replicas-ack is set"),
+    S("redis-tls-ca-file", redis_tls_ca_file, NULL,
+      "rediss:// URLs: CA certificates (PEM) the Redis server's certificate must chain to; unset: the system's "
+      "default CAs"),
+    S("redis-tls-cert-file", redis_tls_cert_file, NULL,
+      "rediss:// URLs: client certificate (PEM) for a Redis that asks for one (mutual TLS); needs "
+      "redis-tls-key-file"),
+    S("redis-tls-key-file", redis_tls_key_file, NULL,
+      "rediss:// URLs: the client certificate's private key (PEM, unencrypted); needs redis-tls-cert-file"),
+    U("redis-tls-verify-host", redis_tls_verify_host, "1", 0, 1,
+      "rediss:// URLs: 1: the server's certificate must name the host connected to (the URL's, or a node's "
+      "address as the cluster or the sentinels name it); 0: any certificate the CA signed will do"),
     U("max-resident", max_resident, "1000000", 1, 100000000,
       "timers held in memory at most; beyond it due timers wait in Redis until there is room"),
     U("max-queued-writes", max_queued_writes, "100000", 1, 10000000,
@@ -211,6 +224,35 @@ static int lease_prefix_check(const char *p)
     return ok ? 0 : -EINVAL;
 }
 
+/* The TLS files: a client certificate and its key go together, and every
+ * file named must be readable (its content is checked when it is loaded,
+ * main.c). */
+static int tls_files_check(const config *cfg)
+{
+    if (!cfg->redis_tls_cert_file != !cfg->redis_tls_key_file) {
+        fprintf(stderr, "hookwheel: invalid %s: needs %s too (a client certificate and its key go together)\n",
+                cfg->redis_tls_cert_file ? "HOOKWHEEL_REDIS_TLS_CERT_FILE" : "HOOKWHEEL_REDIS_TLS_KEY_FILE",
+                cfg->redis_tls_cert_file ? "HOOKWHEEL_REDIS_TLS_KEY_FILE" : "HOOKWHEEL_REDIS_TLS_CERT_FILE");
+        return -EINVAL;
+    }
+    const struct {
+        const char *name, *path;
+    } files[] = {{"HOOKWHEEL_REDIS_TLS_CA_FILE", cfg->redis_tls_ca_file},
+                 {"HOOKWHEEL_REDIS_TLS_CERT_FILE", cfg->redis_tls_cert_file},
+                 {"HOOKWHEEL_REDIS_TLS_KEY_FILE", cfg->redis_tls_key_file}};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        if (!files[i].path)
+            continue;
+        FILE *f = fopen(files[i].path, "r");
+        if (!f) {
+            fprintf(stderr, "hookwheel: invalid %s '%s': %s\n", files[i].name, files[i].path, strerror(errno));
+            return -EINVAL;
+        }
+        fclose(f);
+    }
+    return 0;
+}
+
 static int check(config *cfg)
 {
     if (cfg->wheel_slots & (cfg->wheel_slots - 1)) {
@@ -243,6 +285,8 @@ static int check(config *cfg)
                 cfg->redis_appendfsync);
         return -EINVAL;
     }
+    if (tls_files_check(cfg) < 0)
+        return -EINVAL;
     if (cfg->redis_min_replicas_ack > 0 && cfg->redis_replica_ack_timeout_ms >= cfg->redis_timeout_ms) {
         fprintf(stderr, "hookwheel: invalid HOOKWHEEL_REDIS_REPLICA_ACK_TIMEOUT_MS: must be below "
                         "HOOKWHEEL_REDIS_TIMEOUT_MS (a WAIT longer than the command timeout would drop the "

@@ -58,6 +58,10 @@ typedef struct config {
     char *redis_appendfsync;          /* the embedded Redis's AOF fsync policy */
     uint64_t redis_min_replicas_ack;  /* WAIT for this many replicas after writes (0: no) */
     uint64_t redis_replica_ack_timeout_ms;
+    char *redis_tls_ca_file;          /* rediss://: NULL: the system's default CAs */
+    char *redis_tls_cert_file;        /* rediss://: client certificate, with its key; NULL: none */
+    char *redis_tls_key_file;
+    uint64_t redis_tls_verify_host;   /* 1: the certificate must name the host connected to */
     uint64_t lease_ttl_ms;
     uint64_t max_resident;
     uint64_t max_queued_writes;

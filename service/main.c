@@ -149,6 +149,32 @@ static int fd_limit_check(const config *cfg)
     return 0;
 }
 
+/* Loads the TLS files for a rediss:// URL (before any store is created).
+ * Returns 0, or -EINVAL after one line naming the setting (exit 2). */
+static int tls_setup(const config *cfg)
+{
+    if (!cfg->redis_url || strncmp(cfg->redis_url, "rediss", 6) != 0) {
+        if (cfg->redis_tls_ca_file || cfg->redis_tls_cert_file)
+            LOG(LOG_WARN, "HOOKWHEEL_REDIS_TLS_* apply to rediss:// URLs only: they are not used",
+                "\"redis\":\"%s\"", cfg->redis_url ? "plain" : "embedded");
+        return 0;
+    }
+    const struct {
+        const char *name, *path;
+    } files[] = {[STORE_TLS_CA] = {"HOOKWHEEL_REDIS_TLS_CA_FILE", cfg->redis_tls_ca_file},
+                 [STORE_TLS_CERT] = {"HOOKWHEEL_REDIS_TLS_CERT_FILE", cfg->redis_tls_cert_file},
+                 [STORE_TLS_KEY] = {"HOOKWHEEL_REDIS_TLS_KEY_FILE", cfg->redis_tls_key_file}};
+    store_tls t = {cfg->redis_tls_ca_file, cfg->redis_tls_cert_file, cfg->redis_tls_key_file,
+                   (int)cfg->redis_tls_verify_host};
+    enum store_tls_file bad;
+    char err[256];
+    if (store_tls_init(&t, &bad, err, sizeof err) == 0)
+        return 0;
+    fprintf(stderr, "hookwheel: invalid %s '%s': %s\n", files[bad].name,
+            files[bad].path ? files[bad].path : "(the system's default CAs)", err);
+    return -EINVAL;
+}
+
 static int wait_for_signal(void)
 {
     sigset_t set;
@@ -169,7 +195,7 @@ int main(int argc, char **argv)
         config_free(&a.cfg);
         return rc > 0 ? 0 : 2;
     }
-    if (fd_limit_check(&a.cfg) < 0) {
+    if (fd_limit_check(&a.cfg) < 0 || tls_setup(&a.cfg) < 0) {
         config_free(&a.cfg);
         return 2;
     }
@@ -235,6 +261,7 @@ int main(int argc, char **argv)
         LOG(LOG_INFO, "stopping", "\"signal\":\"%s\"", sig == SIGINT ? "SIGINT" : "SIGTERM");
     }
     stop_all(&a);
+    store_tls_cleanup();
     curl_global_cleanup();
     if (ok)
         LOG(LOG_INFO, "stopped", "%s", "");

@@ -4,6 +4,10 @@ conftest, so stopped by pid) and joined with `redis-cli --cluster create`.
 
 RedisCluster(dir, masters=3, replicas=1).start() waits until every node
 reports cluster_state:ok and every replica is in sync; stop() stops them all.
+With tls={"cert": .., "key": .., "ca": ..} every node also gets a TLS port
+and the cluster's own links use TLS (tls-cluster); the harness goes on using
+the plain ports, tls_url names the TLS ones (CLUSTER SLOTS and redirections
+give a client the ports of its own kind).
 cmd() sends a command to the master of its key's slot, as a cluster client
 would; crossslot_errors() sums Redis's own CROSSSLOT counters over the nodes."""
 import subprocess
@@ -16,19 +20,31 @@ NODE_ARGS = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 
 
 class RedisCluster:
-    def __init__(self, directory, masters=3, replicas=1):
+    def __init__(self, directory, masters=3, replicas=1, tls=None):
         self.dir = directory
         self.nmasters = masters
         self.replicas = replicas
+        self.tls = tls
+        self.tls_ports = []
         self.nodes = [RedisServer(directory / f"node{i}", NODE_ARGS)
                       for i in range(masters * (1 + replicas))]
 
     # -- lifecycle
     def start(self, timeout=60.0):
+        cli = []
         for n in self.nodes:
+            if self.tls:
+                self.tls_ports.append(free_cluster_port())  # with tls-cluster the bus is this + 10000
+                n.extra_args += ["--tls-port", str(self.tls_ports[-1]), "--tls-cluster", "yes",
+                                 "--tls-replication", "yes", "--tls-auth-clients", "no",
+                                 "--tls-cert-file", self.tls["cert"], "--tls-key-file", self.tls["key"],
+                                 "--tls-ca-cert-file", self.tls["ca"]]
             n.start(port=free_cluster_port())
         addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
-        out = subprocess.run(["redis-cli", "--cluster", "create", *addrs,
+        if self.tls:
+            addrs = [f"127.0.0.1:{p}" for p in self.tls_ports]
+            cli = ["--tls", "--cacert", self.tls["ca"]]
+        out = subprocess.run(["redis-cli", *cli, "--cluster", "create", *addrs,
                               "--cluster-replicas", str(self.replicas), "--cluster-yes"],
                              capture_output=True, timeout=60)
         if out.returncode != 0:
@@ -66,6 +82,11 @@ class RedisCluster:
     def url(self):
         seeds = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:2])
         return f"redis+cluster://{seeds}"
+
+    @property
+    def tls_url(self):
+        seeds = ",".join(f"127.0.0.1:{p}" for p in self.tls_ports[:2])
+        return f"rediss+cluster://{seeds}"
 
     def slot_map(self):
         """{slot: port of its master} from CLUSTER SLOTS of a live node."""
