@@ -46,7 +46,9 @@ UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all run test unit integration integration-cluster test-sanitize test-fuzz deps check-deps clean
-all: check-deps $(BIN) hookwheel
+# ./hookwheel points at the default build only: `make BUILD=elsewhere` (a
+# second build directory) leaves it alone.
+all: check-deps $(BIN) $(if $(filter build,$(BUILD)),hookwheel)
 
 hookwheel: $(BIN)
 	@ln -sf $(BIN) hookwheel
@@ -89,7 +91,7 @@ integration: check-deps $(BIN)
 # on a Cluster (a tagged prefix), takeovers, reshards and failovers are
 # test_cluster.py's.
 CLUSTER_SUITES := test_timers.py test_recurring.py test_runs.py test_schedules.py \
-	test_deadletters.py test_queues.py test_auth.py test_signing.py
+	test_deadletters.py test_queues.py test_queue_limits.py test_auth.py test_signing.py
 integration-cluster: check-deps $(BIN)
 	cd tests/integration && HOOKWHEEL_TEST_REDIS=cluster HOOKWHEEL_BIN=$(abspath $(BIN)) \
 	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider $(CLUSTER_SUITES)

@@ -39,8 +39,9 @@ static int queue_name_valid(const char *q)
 
 static json_t *queue_json(const char *name, const queue_controls *c, int configured)
 {
-    return json_pack("{s:s,s:I,s:b,s:f,s:b}", "name", name, "parallelism", (json_int_t)c->parallelism, "paused",
-                     c->paused, "max_dispatches_per_second", c->rate, "configured", configured);
+    return json_pack("{s:s,s:I,s:b,s:f,s:s,s:b}", "name", name, "parallelism", (json_int_t)c->parallelism, "paused",
+                     c->paused, "max_dispatches_per_second", c->rate, "scope",
+                     c->per_instance ? "instance" : "deployment", "configured", configured);
 }
 
 static queue_ctx *ctx_new(http_req *r, api *a, const char *name)
@@ -100,7 +101,8 @@ void api_queue_list(http_req *r, const char *const *params, void *app)
 static void get_cb(void *arg, const queues_reply *reply)
 {
     queue_ctx *c = arg;
-    queue_controls q = {.parallelism = (uint32_t)c->a->cfg->queue_parallelism};
+    /* the defaults hold per instance */
+    queue_controls q = {.parallelism = (uint32_t)c->a->cfg->queue_parallelism, .per_instance = 1};
     if (reply->status != QUEUES_OK) {
         api_respond_unavailable(c->r);
         free(c);
@@ -134,8 +136,9 @@ static int bad(http_req *r, const char *field, const char *detail)
     return -EINVAL;
 }
 
-/* Reads {parallelism?, paused?, max_dispatches_per_second?} into *q; absent
- * members take the defaults (PUT replaces the settings). */
+/* Reads {parallelism?, paused?, max_dispatches_per_second?, scope?} into
+ * *q; absent members take the defaults (PUT replaces the settings; the
+ * scope's default is "deployment"). */
 static int parse_put(http_req *r, const config *cfg, queue_controls *q)
 {
     size_t len;
@@ -168,6 +171,14 @@ static int parse_put(http_req *r, const config *cfg, queue_controls *q)
                 break;
             }
             q->rate = json_number_value(v);
+        } else if (strcmp(key, "scope") == 0) {
+            const char *scope = json_string_value(v);
+            if (!scope || (strcmp(scope, "deployment") != 0 && strcmp(scope, "instance") != 0)) {
+                rc = bad(r, key, "scope must be \"deployment\" (the limits hold for all instances together) or "
+                                 "\"instance\" (for each instance)");
+                break;
+            }
+            q->per_instance = strcmp(scope, "instance") == 0;
         } else {
             rc = bad(r, key, "unknown field");
             break;
@@ -191,8 +202,10 @@ static void put_cb(void *arg, const queues_reply *reply)
         http_respond_problem(c->r, 409, detail, NULL, NULL, 0);
     } else {
         const char *slash = strrchr(c->field, '/');
-        LOG(LOG_INFO, "queue settings changed", "\"queue\":\"%s\",\"parallelism\":%u,\"paused\":%s,\"rate\":%g",
-            c->field, c->cfg.parallelism, c->cfg.paused ? "true" : "false", c->cfg.rate);
+        LOG(LOG_INFO, "queue settings changed",
+            "\"queue\":\"%s\",\"parallelism\":%u,\"paused\":%s,\"rate\":%g,\"scope\":\"%s\"", c->field,
+            c->cfg.parallelism, c->cfg.paused ? "true" : "false", c->cfg.rate,
+            c->cfg.per_instance ? "instance" : "deployment");
         http_respond_json(c->r, 200, queue_json(slash ? slash + 1 : c->field, &c->cfg, 1), NULL);
     }
     free(c);

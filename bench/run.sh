@@ -22,6 +22,9 @@
 # "R L L20 D M W"; W is the wheel microbenchmark, current tree only; rows of
 # workloads not run say "not run"), HW_EXTRA (extra hookwheel flags, e.g.
 # "--window-ms 5000", given to both binaries; shown in the report),
+# D_QUEUE (a JSON body PUT to /queues/default before D's creates, e.g.
+# '{"parallelism":512}' to drain through a queue whose limits hold for the
+# deployment, so through permits; shown in the report),
 # QUIET_WAIT_S (default 60: before each run, wait up to this long for the
 # machine to be idle, since other work on a shared box skews figures),
 # NOISE_MAX (default 30: a run during which other processes used more than
@@ -54,6 +57,7 @@ if [[ $ONLY != " R L L20 D M W " ]]; then # a partial run is named apart from a 
     SUFFIX+="-only-$(tr -cd 'A-Z0-9' <<<"$ONLY")"
 fi
 [[ -z ${HW_EXTRA:-} ]] || SUFFIX+="-custom" # nor does a run with non-default flags
+[[ -z ${D_QUEUE:-} ]] || SUFFIX+="-dqueue"  # nor one through a configured queue
 REDIS_FSYNC=${REDIS_FSYNC:-everysec}
 [[ $REDIS_FSYNC == everysec ]] || SUFFIX+="-fsync-$REDIS_FSYNC" # nor one with another AOF fsync
 BASE=${BASE:-}
@@ -461,6 +465,11 @@ run_d() {
     start_redis "$d"
     start_hookwheel "d$run"
     wait_ready "$HPORT" "$HPID"
+    if [[ -n ${D_QUEUE:-} ]]; then
+        curl -fsS -X PUT -H 'Content-Type: application/json' -d "$D_QUEUE" \
+            "http://127.0.0.1:$HPORT/queues/default" >/dev/null || { log "PUT /queues/default failed"; return 1; }
+        sleep 1.2 # every instance applies queue settings within a second
+    fi
     lead=$((3000 + D_N / 5)) # ms: 3 s plus creates at >= 5,000/s
     t=$(($(now_ms) + lead))
     start_sink "d$run" "$D_N" $((lead / 1000 + 180)) "$WORK/d$run.csv"
@@ -870,6 +879,7 @@ write_report() {
         echo "--appendfsync $REDIS_FSYNC --save \"\"\` and fresh \`hookwheel --listen 127.0.0.1:<free> --redis-url"
         echo "redis://127.0.0.1:<port> --instance-id bench-<run> ${HW_FLAGS[*]}\`; receiver"
         echo "\`build/bench/sink --port <free> --expect N --exit-when-done\` (2 MHD epoll threads, 204)."
+        [[ -z ${D_QUEUE:-} ]] || echo "D: before the creates, PUT /queues/default $D_QUEUE (timers drain through that queue)."
         echo
         echo '```'
         echo "R: ${CMD_R:-not run}"

@@ -2,6 +2,7 @@
  * the stored value's encoding. */
 #include "queues.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@ typedef struct call {
 
 static void format_value(const queue_controls *c, char *buf, size_t size)
 {
-    snprintf(buf, size, "%u %d %.6g", c->parallelism, c->paused ? 1 : 0, c->rate);
+    snprintf(buf, size, "%u %d %.6g%s", c->parallelism, c->paused ? 1 : 0, c->rate, c->per_instance ? " i" : "");
 }
 
 /* Returns 0, or -1 when text is not a well-formed value. */
@@ -37,11 +38,13 @@ static int parse_value(const char *text, queue_controls *c)
     unsigned par = 0;
     int paused = 0, n = 0;
     double rate = 0;
-    if (sscanf(text, "%u %d %lf%n", &par, &paused, &rate, &n) != 3 || text[n] || par < 1 ||
+    if (sscanf(text, "%u %d %lf%n", &par, &paused, &rate, &n) != 3 || (text[n] && strcmp(text + n, " i") != 0) ||
+        par < 1 ||
         (paused != 0 && paused != 1) || !isfinite(rate) || rate < 0 || rate > QUEUES_RATE_MAX)
         return -1;
     c->parallelism = par;
     c->paused = paused;
+    c->per_instance = text[n] != 0;
     c->rate = rate > 0 && rate < QUEUES_RATE_MIN ? QUEUES_RATE_MIN : rate;
     return 0;
 }
@@ -183,4 +186,64 @@ int queues_upgrade(store *st)
     }
     v[NKEYS] = "upgrade";
     return store_eval(st, SCRIPT_QUEUES, NKEYS, NKEYS + 1 + NKEYS, v, NULL, ignore_cb, NULL);
+}
+
+/* ---- permits ---- */
+
+typedef struct permits_call {
+    queues_permits_cb cb;
+    void *arg;
+    size_t n;
+} permits_call;
+
+static void permits_reply_cb(void *arg, const redisReply *r)
+{
+    permits_call *c = arg;
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 * c->n;
+    queues_permit *p = ok ? xcalloc(c->n + 1, sizeof *p) : NULL;
+    for (size_t i = 0; ok && i < c->n; i++) {
+        long long grant = store_reply_int(r, (int)(2 * i), -2);
+        const char *rate = store_reply_str(r, (int)(2 * i + 1), NULL);
+        char *end = NULL;
+        double share = rate ? strtod(rate, &end) : NAN;
+        if (grant < -1 || grant > UINT32_MAX || !rate || *end || !isfinite(share) || share < 0) {
+            ok = 0;
+            break;
+        }
+        p[i].shared = grant >= 0;
+        p[i].grant = grant > 0 ? (uint32_t)grant : 0;
+        p[i].rate = share;
+    }
+    c->cb(c->arg, ok, ok ? p : NULL, ok ? c->n : 0);
+    free(p);
+    free(c);
+}
+
+int queues_permits(store *st, const char *instance, uint32_t ttl_ms, const queues_demand *d, size_t n,
+                   queues_permits_cb cb, void *arg)
+{
+    if (n == 0 || n > QUEUES_PERMITS_MAX)
+        return -EINVAL;
+    size_t argc = 3 + 3 * n;
+    const char **v = xmalloc(argc * sizeof *v);
+    char (*num)[12] = xmalloc((2 * n + 1) * sizeof *num);
+    v[0] = QUEUES_KEY;
+    v[1] = instance;
+    snprintf(num[0], sizeof num[0], "%u", ttl_ms);
+    v[2] = num[0];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(num[1 + 2 * i], sizeof num[0], "%u", d[i].want);
+        snprintf(num[2 + 2 * i], sizeof num[0], "%u", d[i].inflight);
+        v[3 + 3 * i] = d[i].field;
+        v[4 + 3 * i] = num[1 + 2 * i];
+        v[5 + 3 * i] = num[2 + 2 * i];
+    }
+    permits_call *c = xmalloc(sizeof *c);
+    *c = (permits_call){cb, arg, n};
+    int rc = store_eval(st, SCRIPT_PERMITS, 1, (int)argc, v, NULL, permits_reply_cb, c);
+    if (rc < 0)
+        free(c);
+    free(v);
+    free(num);
+    return rc;
 }

@@ -4,7 +4,10 @@
  * Redis layout: one hash QUEUES_KEY ("hw:{queues}"), field "<namespace>/<queue>"
  * ("<queue>" when the API runs without namespaces; the name the limiter
  * knows the queue by), value "<parallelism> <paused 0|1> <dispatches per
- * second, 0: no limit>". A queue without a field has the defaults.
+ * second, 0: no limit>[ i]". A queue without a field has the defaults. The
+ * limits hold for the whole deployment (queues_permits) unless the value
+ * ends in " i" (per instance); values stored before the scope existed have
+ * no suffix.
  *
  * Change feed: every put and delete (one Redis function, queues.lua) also
  * bumps a version counter (QUEUES_KEY ":version") and records the field in
@@ -39,6 +42,7 @@ typedef struct queue_controls {
     uint32_t parallelism; /* >= 1 */
     int paused;
     double rate;          /* starts per second; 0: no limit */
+    int per_instance;     /* 1: parallelism and rate hold per instance; 0: for the deployment */
 } queue_controls;
 
 enum queues_status {
@@ -98,6 +102,37 @@ int queues_delete(store *st, const char *field, queues_reply_cb cb, void *arg) _
  * fields written after since, each present with its controls or not
  * present (deleted or malformed: the defaults). */
 int queues_feed(store *st, int64_t since, queues_reply_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* ---- deployment-wide limits (permits.lua) ----
+ * An instance with work in a shared queue (stored controls, not per
+ * instance) holds permits for it in Redis: a hash per queue
+ * ("hw:{queues}:pm:<field>", instance -> held, rate share, want, expiry).
+ * It reports, per queue, how many attempts it wants in flight (waiting +
+ * in flight) and has in flight, and gets how many it may have in flight
+ * (grant) and its share of the queue's rate. Across live instances the
+ * permits held never exceed the parallelism, nor the rate shares the rate;
+ * an instance's entry expires ttl_ms after its last call. Reporting want 0
+ * and nothing in flight gives its permits back. */
+typedef struct queues_demand {
+    const char *field; /* NUL-terminated */
+    uint32_t want, inflight;
+} queues_demand;
+
+typedef struct queues_permit {
+    int shared;     /* 0: the queue has no stored controls, or per-instance ones: use them locally */
+    uint32_t grant; /* attempts it may have in flight */
+    double rate;    /* its share of the queue's rate; 0: no rate limit (or grant 0) */
+} queues_permit;
+
+/* ok 0: Redis did not answer or answered something else (p is NULL): keep
+ * the grants held, until they expire. Else p[i] answers d[i]. */
+typedef void (*queues_permits_cb)(void *arg, int ok, const queues_permit *p, size_t n);
+
+#define QUEUES_PERMITS_MAX 256 /* queues per call */
+
+/* One call for up to QUEUES_PERMITS_MAX queues (d copied before it returns). */
+int queues_permits(store *st, const char *instance, uint32_t ttl_ms, const queues_demand *d, size_t n,
+                   queues_permits_cb cb, void *arg) __attribute__((warn_unused_result));
 
 /* Renames the keys of a build before the hash tag (hw:queues...) to the
  * current names, each only when it exists and the new name does not (one

@@ -55,10 +55,13 @@ static const setting settings[] = {
     U("window-ms", window_ms, "5000", 100, 600000,
       "timers due within this window are claimed into memory; the loader sweeps every window/2"),
     U("claim-batch", claim_batch, "128", 1, 4096, "timers claimed per partition per call of a sweep (a call holds Redis for about 8 us a timer)"),
-    U("partitions", partitions, "16", 1, 16384,
-      "Redis partitions (hash tags); must be the same for every instance and never change"),
+    U("partitions", partitions, "0", 0, 16384,
+      "Redis partitions (hash tags); 0: 16, or 64 on a Redis Cluster (a +cluster URL); must be the same for "
+      "every instance and never change"),
     U("max-inflight", max_inflight, "256", 1, 100000, "attempts in flight, all queues together"),
-    U("queue-parallelism", queue_parallelism, "64", 1, 100000, "attempts in flight per queue"),
+    U("queue-parallelism", queue_parallelism, "64", 1, 100000,
+      "attempts in flight per queue on each instance, for queues without stored controls (and the parallelism "
+      "a PUT /queues/{name} without one stores)"),
     U("max-queues", max_queues, "10000", 1, 10000000,
       "queues with stored controls (PUT /queues/{name}), all namespaces together; a PUT of a new one beyond it "
       "answers 409"),
@@ -298,6 +301,8 @@ static int check(config *cfg)
                         "A-Z, a-z, 0-9, '.', '_', ':' or '-'\n", cfg->instance_id);
         return -EINVAL;
     }
+    if (cfg->partitions == 0) /* more on a cluster, so that every master gets some */
+        cfg->partitions = cfg->redis_url && strstr(cfg->redis_url, "+cluster://") ? 64 : 16;
     if (!cfg->instance_id[0]) {
         char host[256] = "host", id[320];
         gethostname(host, sizeof host - 1);

@@ -53,6 +53,13 @@
 #define MIGRATE_SLICE 256 /* keys of an earlier layout moved per call */
 #define ABSORB_MAX 256    /* claimed timers taken into the wheel per turn of the loop */
 #define START_MAX 64      /* attempts handed to curl per turn of the loop */
+/* Shared queues' permits (ask_permits): renewed this often while in use,
+ * kept by Redis this long after a call, trusted here this much less than
+ * that, and asked for at once no more often than every PERMITS_GAP_MS. */
+#define PERMITS_RENEW_MS 250
+#define PERMITS_TTL_MS 3000
+#define PERMITS_MARGIN_MS 500
+#define PERMITS_GAP_MS 20
 
 /* The jobs of one partition whose begin (or finish) goes to Redis as one
  * call: gathered during a turn of the loop, sent at its end (flush). */
@@ -83,6 +90,8 @@ struct engine {
     struct revocation *revoked; /* from claims (timers_revoked), not yet applied */
     struct queue_settings *queues_pending; /* read from Redis, not yet applied */
     atomic_int queues_polling;             /* a feed read is in flight or not yet applied */
+    struct permits_call *permits_pending;  /* answered, not yet applied */
+    atomic_int permits_asking;             /* a permits call is in flight or its answer not yet applied */
     atomic_int stop;
     atomic_int accepting;
     atomic_int pending_ops; /* sweeps and releases in flight */
@@ -105,6 +114,12 @@ struct engine {
     uint64_t next_queues_ms;  /* next read of the queue settings */
     int64_t queues_version;   /* the settings' version applied (-1: none yet) */
     uint32_t queues_mark;     /* the mark of the last full read (limiter_reset_unmarked) */
+    uint64_t next_permits_ms; /* next renewal of the shared queues' permits */
+    uint64_t permits_sent_ms; /* when the last permits call was sent */
+    uint64_t permits_until_ms; /* the grants held are good until then (0: none held) */
+    size_t permits_skip;      /* queues the next call skips: more than one call's worth want permits */
+    int permits_active;       /* the last call had something to say: renew */
+    int permits_soon;         /* a shared queue has jobs it holds no permits for: ask now */
     uint64_t next_sweep_ms;
     int sweep_more;       /* a partition returned a full batch: sweep again at once */
     uint64_t rng;
@@ -406,7 +421,12 @@ static void make_ready(engine *e, job *j)
     j->due_ms = j->wt.due_ms;
     char qn[QUEUECFG_FIELD_MAX];
     queuecfg_field_of(qn, sizeof qn, j->id, j->spec->queue); /* queues are per namespace */
-    limiter_push(e->lim, limiter_queue(e->lim, qn), &j->lj);
+    lqueue *q = limiter_queue(e->lim, qn);
+    limiter_push(e->lim, q, &j->lj);
+    uint32_t grant = limiter_queue_grant(q);
+    if (grant != UINT32_MAX && grant < limiter_queue_cap(q) &&
+        limiter_queue_inflight(q) + limiter_queue_waiting(q) > grant)
+        e->permits_soon = 1; /* a shared queue short of permits */
     metrics_gauge_add(e->m, j->spec->queue, MG_READY, 1);
 }
 
@@ -1035,6 +1055,7 @@ static void poll_once(engine *e, uint64_t wake_us)
 
 static uint64_t housekeeping(engine *e, uint64_t now);
 static void apply_queue_settings(engine *e);
+static void apply_permits(engine *e);
 
 static void run(engine *e)
 {
@@ -1046,10 +1067,13 @@ static void run(engine *e)
             e->next_sweep_ms = now + e->cfg->window_ms / 2;
         }
         apply_queue_settings(e);
+        apply_permits(e);
         expire(e, now);
         absorb(e);
         flush(e);
         atomic_store_explicit(&e->in_wheel, (long)wheel_count(e->w), memory_order_relaxed);
+        if (e->permits_soon && e->permits_sent_ms + PERMITS_GAP_MS < chores)
+            chores = e->permits_sent_ms + PERMITS_GAP_MS;
         poll_once(e, next_wake_us(e, clock_now_ms(), chores));
     }
 }
@@ -1140,7 +1164,16 @@ static void apply_queue_settings(engine *e)
             limiter_set_queue_cap(e->lim, q, c->parallelism);
         if (limiter_queue_paused(q) != c->paused)
             limiter_set_queue_paused(e->lim, q, c->paused);
-        limiter_set_queue_rate(e->lim, q, c->rate, now_us); /* a no-op when unchanged */
+        if (!c->per_instance) { /* limits for the deployment: permits decide grant and rate */
+            if (limiter_queue_grant(q) == UINT32_MAX) {
+                limiter_set_queue_grant(e->lim, q, 0);
+                e->permits_soon = 1;
+            }
+        } else {
+            if (limiter_queue_grant(q) != UINT32_MAX)
+                limiter_set_queue_grant(e->lim, q, UINT32_MAX);
+            limiter_set_queue_rate(e->lim, q, c->rate, now_us); /* a no-op when unchanged */
+        }
         limiter_configure_queue(e->lim, q, mark);
     }
     if (qs->full)
@@ -1148,6 +1181,151 @@ static void apply_queue_settings(engine *e)
     e->queues_version = qs->version;
     free(qs);
     atomic_store(&e->queues_polling, 0);
+    pump(e);
+}
+
+/* ---- deployment-wide queue limits (queues_permits) ----
+ *
+ * A configured queue's parallelism and rate hold for the deployment unless
+ * its controls say per instance. For such a shared queue the limiter lets at
+ * most `grant` of its jobs run here, and paces them at this instance's share
+ * of the rate; both come from permits held in Redis (permits.lua). While
+ * any shared queue has work or holds permits, the engine reports every such
+ * queue's want (waiting + in flight) and in-flight count every
+ * PERMITS_RENEW_MS in one call, and at once (at most every PERMITS_GAP_MS)
+ * when a queue has jobs it holds no permits for. Redis keeps an instance's
+ * permits for PERMITS_TTL_MS after its last call; the engine trusts its
+ * grants for PERMITS_MARGIN_MS less than that after sending the call that
+ * brought them, so when it cannot renew it stops starting before Redis
+ * gives its permits to others. At a graceful stop it gives them back. */
+
+typedef struct permits_call {
+    engine *e;
+    int ok;
+    int give_back; /* shutdown: nothing is applied */
+    uint64_t sent_ms;
+    size_t n;
+    size_t skip; /* collecting: queues still to pass over */
+    int more;    /* collecting: more queues than one call takes */
+    queues_demand d[QUEUES_PERMITS_MAX];
+    queues_permit p[QUEUES_PERMITS_MAX];
+    char field[QUEUES_PERMITS_MAX][QUEUECFG_FIELD_MAX];
+} permits_call;
+
+/* Store thread: the call's answer; hands it to the engine. */
+static void permits_cb(void *arg, int ok, const queues_permit *p, size_t n)
+{
+    permits_call *c = arg;
+    engine *e = c->e;
+    if (c->give_back) {
+        free(c);
+        atomic_fetch_sub(&e->pending_ops, 1);
+        wake(e);
+        return;
+    }
+    c->ok = ok;
+    if (ok)
+        memcpy(c->p, p, n * sizeof *p);
+    pthread_mutex_lock(&e->mu);
+    free(e->permits_pending);
+    e->permits_pending = c;
+    pthread_mutex_unlock(&e->mu);
+    wake(e); /* permits_asking stays set until apply_permits */
+}
+
+static void collect_demand(lqueue *q, void *arg)
+{
+    permits_call *c = arg;
+    uint32_t inflight = limiter_queue_inflight(q);
+    uint32_t want = c->give_back ? 0 : inflight + limiter_queue_waiting(q);
+    if (!want && !inflight && !limiter_queue_grant(q))
+        return; /* nothing held, nothing wanted: nothing to say */
+    if (c->skip) {
+        c->skip--;
+        return;
+    }
+    if (c->n == QUEUES_PERMITS_MAX) {
+        c->more = 1;
+        return;
+    }
+    snprintf(c->field[c->n], QUEUECFG_FIELD_MAX, "%s", limiter_queue_name(q));
+    c->d[c->n] = (queues_demand){c->field[c->n], want, inflight};
+    c->n++;
+}
+
+/* One call for the shared queues with something to say. A give-back (at a
+ * graceful stop, after the last attempt) reports nothing wanted or in
+ * flight; it may follow a renewal still in flight: the store keeps their
+ * order. */
+static void ask_permits(engine *e, uint64_t now, int give_back)
+{
+    if (!give_back && atomic_exchange(&e->permits_asking, 1))
+        return;
+    permits_call *c = xcalloc(1, sizeof *c);
+    c->e = e;
+    c->give_back = give_back;
+    c->sent_ms = now;
+    c->skip = give_back ? 0 : e->permits_skip;
+    limiter_each_shared(e->lim, collect_demand, c);
+    e->permits_skip = c->more ? e->permits_skip + c->n : 0;
+    e->permits_active = c->n > 0 || c->more;
+    e->permits_soon = c->more;
+    e->permits_sent_ms = now;
+    e->next_permits_ms = now + PERMITS_RENEW_MS;
+    if (give_back)
+        atomic_fetch_add(&e->pending_ops, 1);
+    if (c->n == 0 || queues_permits(e->st, e->cfg->instance_id, PERMITS_TTL_MS, c->d, c->n, permits_cb, c) < 0) {
+        free(c);
+        if (give_back)
+            atomic_fetch_sub(&e->pending_ops, 1);
+        else
+            atomic_store(&e->permits_asking, 0);
+    }
+}
+
+static void drop_grant(lqueue *q, void *arg)
+{
+    engine *e = arg;
+    limiter_set_queue_grant(e->lim, q, 0);
+}
+
+/* Housekeeping: renew when due, ask at once for a queue short of permits,
+ * and stop starting when the grants held are no longer known good. */
+static void renew_permits(engine *e, uint64_t now)
+{
+    if (e->permits_until_ms && now >= e->permits_until_ms) {
+        limiter_each_shared(e->lim, drop_grant, e);
+        e->permits_until_ms = 0;
+        LOG(LOG_WARN, "shared queues' permits could not be renewed: their attempts wait",
+            "\"ttl_ms\":%u", PERMITS_TTL_MS);
+    }
+    if ((e->permits_active && now >= e->next_permits_ms) ||
+        (e->permits_soon && now >= e->permits_sent_ms + PERMITS_GAP_MS))
+        ask_permits(e, now, 0);
+}
+
+/* Applies the last answer, if any, to the shared queues it names. */
+static void apply_permits(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    permits_call *c = e->permits_pending;
+    e->permits_pending = NULL;
+    pthread_mutex_unlock(&e->mu);
+    if (!c)
+        return;
+    if (c->ok) {
+        uint64_t now_us = clock_now_us();
+        for (size_t i = 0; i < c->n; i++) {
+            lqueue *q = limiter_queue(e->lim, c->field[i]);
+            if (!c->p[i].shared || limiter_queue_grant(q) == UINT32_MAX)
+                continue; /* not shared (any more): the settings poll says how it runs */
+            limiter_set_queue_grant(e->lim, q, c->p[i].grant);
+            limiter_set_queue_rate(e->lim, q, c->p[i].rate, now_us);
+        }
+        e->permits_until_ms = c->sent_ms + PERMITS_TTL_MS - PERMITS_MARGIN_MS;
+    }
+    free(c);
+    atomic_store(&e->permits_asking, 0);
     pump(e);
 }
 
@@ -1198,6 +1376,11 @@ static uint64_t housekeeping(engine *e, uint64_t now)
     poll_queue_settings(e, now);
     if (e->next_queues_ms < next)
         next = e->next_queues_ms;
+    renew_permits(e, now);
+    if (e->permits_active && e->next_permits_ms < next)
+        next = e->next_permits_ms;
+    if (e->permits_until_ms && e->permits_until_ms < next)
+        next = e->permits_until_ms;
     if (now >= e->next_reap_ms) {
         reaper_run(e->rp);
         e->next_reap_ms = now + e->cfg->lease_ttl_ms / 2;
@@ -1239,6 +1422,7 @@ static void shutdown_engine(engine *e)
            clock_now_ms() < deadline)
         poll_once(e, clock_now_us() + 10000);
     dispatch_abort_all(e->d, abandon_cb, e);
+    ask_permits(e, clock_now_ms(), 1);
     release_all(e);
     deadline = clock_now_ms() + 2 * e->cfg->redis_timeout_ms + 1000;
     while (atomic_load(&e->pending_ops) && clock_now_ms() < deadline)
@@ -1277,6 +1461,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     atomic_init(&e->accepting, 1);
     atomic_init(&e->pending_ops, 0);
     atomic_init(&e->queues_polling, 0);
+    atomic_init(&e->permits_asking, 0);
     e->queues_version = -1;
     e->limiter_next_us = UINT64_MAX;
     atomic_init(&e->resident, 0);
@@ -1367,6 +1552,7 @@ void engine_free(engine *e)
     if (e->evfd >= 0)
         close(e->evfd);
     free(e->queues_pending);
+    free(e->permits_pending);
     pthread_mutex_destroy(&e->mu);
     free(e->sweeps);
     for (uint32_t p = 0; e->begins && p < e->cfg->partitions; p++) {

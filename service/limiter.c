@@ -63,7 +63,9 @@ struct lqueue {
     strtab_node byname;    /* link in limiter.names */
     struct list_node limited; /* link in limiter.limited while rate > 0 */
     struct list_node idle;    /* link in limiter.idle: was idle once since the last limiter_drop_idle */
+    struct list_node shared;  /* link in limiter.shared while grant != UINT32_MAX */
     uint32_t cap;
+    uint32_t grant;  /* a shared queue's permits (limiter_set_queue_grant); UINT32_MAX: not shared */
     uint32_t inflight;
     uint32_t waiting;
     int paused;
@@ -79,6 +81,7 @@ struct limiter {
     struct list_node eligible; /* ring of eligible queues, next to serve first */
     struct list_node limited;  /* queues with a rate limit */
     struct list_node idle;     /* queues that became idle (limiter_drop_idle) */
+    struct list_node shared;   /* queues whose limits hold for the deployment */
     uint32_t global_cap;
     uint32_t default_cap;
     uint32_t inflight;
@@ -89,7 +92,8 @@ struct limiter {
  * has stopped being so; a queue that stays eligible keeps its turn. */
 static void queue_update(limiter *l, lqueue *q)
 {
-    int eligible = q->waiting > 0 && q->inflight < q->cap && !q->paused && (q->rate <= 0 || q->tokens >= 1.0);
+    int eligible = q->waiting > 0 && q->inflight < q->cap && q->inflight < q->grant && !q->paused &&
+                   (q->rate <= 0 || q->tokens >= 1.0);
     if (eligible && !list_linked(&q->ring))
         list_insert_tail(&l->eligible, &q->ring);
     else if (!eligible && list_linked(&q->ring))
@@ -107,6 +111,7 @@ limiter *limiter_create(uint32_t global_cap, uint32_t default_queue_cap)
     list_init(&l->eligible);
     list_init(&l->limited);
     list_init(&l->idle);
+    list_init(&l->shared);
     return l;
 }
 
@@ -134,7 +139,9 @@ static lqueue *queue_new(limiter *l, const char *name)
     list_init(&q->ring);
     list_init(&q->limited);
     list_init(&q->idle);
+    list_init(&q->shared);
     q->cap = l->default_cap;
+    q->grant = UINT32_MAX;
     return q;
 }
 
@@ -143,7 +150,8 @@ static lqueue *queue_new(limiter *l, const char *name)
  * its hash chain and the idle list). */
 static int idle(const limiter *l, const lqueue *q)
 {
-    return !q->waiting && !q->inflight && !q->mark && q->cap == l->default_cap && !q->paused && q->rate <= 0;
+    return !q->waiting && !q->inflight && !q->mark && q->cap == l->default_cap && !q->paused && q->rate <= 0 &&
+           q->grant == UINT32_MAX;
 }
 
 /* Puts q on the idle list when it is idle (limiter_drop_idle frees it). */
@@ -162,6 +170,8 @@ static void drop(limiter *l, lqueue *q)
         list_remove(&q->limited);
     if (list_linked(&q->idle))
         list_remove(&q->idle);
+    if (list_linked(&q->shared))
+        list_remove(&q->shared);
     free(q);
 }
 
@@ -195,6 +205,28 @@ void limiter_set_queue_cap(limiter *l, lqueue *q, uint32_t cap)
     queue_update(l, q);
 }
 
+void limiter_set_queue_grant(limiter *l, lqueue *q, uint32_t grant)
+{
+    q->grant = grant;
+    if (grant != UINT32_MAX && !list_linked(&q->shared))
+        list_insert_tail(&l->shared, &q->shared);
+    else if (grant == UINT32_MAX && list_linked(&q->shared))
+        list_remove(&q->shared);
+    queue_update(l, q);
+    note_idle(l, q);
+}
+
+void limiter_each_shared(limiter *l, void (*fn)(lqueue *q, void *arg), void *arg)
+{
+    struct list_node *n, *next;
+    for (n = l->shared.next; n != &l->shared; n = next) {
+        next = n->next;
+        fn(container_of(n, lqueue, shared), arg);
+    }
+}
+
+uint32_t limiter_queue_grant(const lqueue *q) { return q->grant; }
+
 void limiter_set_queue_paused(limiter *l, lqueue *q, int paused)
 {
     q->paused = paused != 0;
@@ -207,9 +239,11 @@ void limiter_set_queue_rate(limiter *l, lqueue *q, double per_s, uint64_t now_us
     double rate = per_s > 0 ? (per_s < LIMITER_MAX_RATE ? per_s : LIMITER_MAX_RATE) : 0;
     if (rate == q->rate)
         return;
+    if (q->rate <= 0 || q->tokens > 1.0) { /* a new limit, or a bucket past the new one's start */
+        q->tokens = 1.0;
+        q->refilled_us = now_us;
+    }
     q->rate = rate;
-    q->tokens = 1.0;
-    q->refilled_us = now_us;
     if (q->rate > 0 && !list_linked(&q->limited))
         list_insert_tail(&l->limited, &q->limited);
     else if (q->rate <= 0 && list_linked(&q->limited))
@@ -264,6 +298,9 @@ void limiter_reset_queue(limiter *l, lqueue *q, uint64_t now_us)
 {
     q->mark = 0;
     q->cap = l->default_cap;
+    if (list_linked(&q->shared))
+        list_remove(&q->shared);
+    q->grant = UINT32_MAX;
     q->paused = 0;
     limiter_set_queue_rate(l, q, 0, now_us);
     queue_update(l, q);

@@ -59,6 +59,17 @@ size_t limiter_reset_unmarked(limiter *l, uint32_t mark, uint64_t now_us);
 /* Changes a queue's parallelism (>= 1). Lowering it never stops running jobs. */
 void limiter_set_queue_cap(limiter *l, lqueue *q, uint32_t cap);
 
+/* A shared queue's permits (its limits hold for the deployment, and this
+ * instance holds `grant` of them): at most min(cap, grant) of its jobs in
+ * flight; UINT32_MAX: not shared (the cap alone). limiter_reset_queue
+ * unshares. Lowering it never stops running jobs. */
+void limiter_set_queue_grant(limiter *l, lqueue *q, uint32_t grant);
+uint32_t limiter_queue_grant(const lqueue *q);
+
+/* Calls fn on every shared queue (grant != UINT32_MAX); fn may change the
+ * queue's grant. */
+void limiter_each_shared(limiter *l, void (*fn)(lqueue *q, void *arg), void *arg);
+
 /* Pauses (1) or resumes (0) a queue: a paused queue starts nothing; its
  * jobs wait in order. */
 void limiter_set_queue_paused(limiter *l, lqueue *q, int paused);
@@ -68,7 +79,9 @@ void limiter_set_queue_paused(limiter *l, lqueue *q, int paused);
 
 /* Limits a queue to per_s starts per second (0 or NaN: no limit; clamped to
  * LIMITER_MAX_RATE), paced evenly (see limiter_tick for the bucket's size).
- * now_us is the caller's clock. */
+ * now_us is the caller's clock. A change from one limit to another keeps
+ * the bucket's tokens (at most one), so a shared queue's share may change
+ * often without bursts or stalls. */
 void limiter_set_queue_rate(limiter *l, lqueue *q, double per_s, uint64_t now_us);
 
 /* Refills the rate-limited queues' buckets up to now_us. Call before

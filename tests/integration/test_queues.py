@@ -74,7 +74,7 @@ def test_queue_settings_are_listed_read_and_validated(hookwheel):
     assert body["max_dispatches_per_second"] == 0 and body["parallelism"] >= 1, body
     set_ = put(hookwheel, "billing", {"parallelism": 4, "max_dispatches_per_second": 2.5})
     assert set_ == {"name": "billing", "parallelism": 4, "paused": False, "max_dispatches_per_second": 2.5,
-                    "configured": True}, set_
+                    "scope": "deployment", "configured": True}, set_
     status, _, body = hookwheel.request("GET", "/queues")
     assert status == 200 and body["queues"] == [set_], body
     status, _, body = hookwheel.request("GET", "/queues/billing")

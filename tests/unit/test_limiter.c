@@ -568,6 +568,74 @@ static void test_configured_or_changed_queues_are_kept_until_reset(void **state)
     limiter_free(l);
 }
 
+static void count_shared(lqueue *q, void *arg)
+{
+    (void)q;
+    (*(int *)arg)++;
+}
+
+static void test_a_shared_queue_starts_no_more_than_its_grant(void **state)
+{
+    (void)state;
+    limiter *l = limiter_create(10, 5);
+    lqueue *s = limiter_queue(l, "s");
+    tjob t[6];
+    int n = 0;
+    assert_int_equal(limiter_queue_grant(s), UINT32_MAX); /* not shared: the cap alone */
+    limiter_set_queue_grant(l, s, 0);
+    for (int i = 0; i < 6; i++)
+        push(l, s, &t[i], i);
+    assert_null(pop(l)); /* no permits yet */
+    limiter_each_shared(l, count_shared, &n);
+    assert_int_equal(n, 1);
+    limiter_set_queue_grant(l, s, 2);
+    assert_int_equal(pop(l)->id, 0);
+    assert_int_equal(pop(l)->id, 1);
+    assert_null(pop(l)); /* the grant, below the cap of 5 */
+    limiter_set_queue_grant(l, s, 9);
+    for (int i = 2; i < 5; i++)
+        assert_int_equal(pop(l)->id, i);
+    assert_null(pop(l)); /* now the cap */
+    limiter_set_queue_grant(l, s, 1); /* lowered: running jobs go on, nothing new starts */
+    limiter_done(l, &t[0].j);
+    limiter_done(l, &t[1].j);
+    limiter_done(l, &t[2].j);
+    limiter_done(l, &t[3].j);
+    assert_null(pop(l));
+    limiter_done(l, &t[4].j);
+    assert_int_equal(pop(l)->id, 5);
+    limiter_done(l, &t[5].j);
+    /* a reset (controls deleted) unshares: idle, it is dropped */
+    limiter_reset_queue(l, s, 0);
+    assert_int_equal(limiter_queue_grant(s), UINT32_MAX);
+    n = 0;
+    limiter_each_shared(l, count_shared, &n);
+    assert_int_equal(n, 0);
+    assert_int_equal(limiter_drop_idle(l), 1);
+    limiter_free(l);
+}
+
+static void test_a_changed_rate_share_keeps_the_bucket(void **state)
+{
+    (void)state;
+    limiter *l = limiter_create(10, 10);
+    lqueue *q = limiter_queue(l, "q");
+    tjob t[3];
+    limiter_set_queue_rate(l, q, 2, 0);
+    for (int i = 0; i < 3; i++)
+        push(l, q, &t[i], i);
+    limiter_tick(l, 0, TICK_US);
+    assert_non_null(pop(l)); /* the one token */
+    assert_null(pop(l));
+    limiter_set_queue_rate(l, q, 4, 0); /* a new share: no fresh token, no burst */
+    limiter_tick(l, 0, TICK_US);
+    assert_null(pop(l));
+    limiter_tick(l, 250000, TICK_US); /* 4/s: a token after 250 ms */
+    assert_non_null(pop(l));
+    assert_null(pop(l));
+    limiter_free(l);
+}
+
 static void test_many_one_off_queues_leave_nothing_behind(void **state)
 {
     (void)state;
@@ -612,6 +680,8 @@ int main(void)
         cmocka_unit_test(test_a_queue_busy_again_before_the_drop_is_kept),
         cmocka_unit_test(test_configured_or_changed_queues_are_kept_until_reset),
         cmocka_unit_test(test_many_one_off_queues_leave_nothing_behind),
+        cmocka_unit_test(test_a_shared_queue_starts_no_more_than_its_grant),
+        cmocka_unit_test(test_a_changed_rate_share_keeps_the_bucket),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

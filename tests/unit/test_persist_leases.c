@@ -81,6 +81,13 @@ typedef struct got {
     } entry[MAX_ACTIONS];
 } got;
 
+/* queues_permits' answer */
+static struct {
+    int ok;
+    size_t n;
+    queues_permit p[4];
+} pg;
+
 static got g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static void got_reset(void)
@@ -156,6 +163,17 @@ static void queues_cb(void *arg, const queues_reply *r)
         g.entry[i].controls = r->entries[i].controls;
         g.entry[i].present = r->entries[i].present;
     }
+    signal_call();
+}
+
+static void permits_cb(void *arg, int ok, const queues_permit *p, size_t n)
+{
+    (void)arg;
+    pthread_mutex_lock(&g.mu);
+    pg.ok = ok;
+    pg.n = n;
+    for (size_t i = 0; i < n && i < 4; i++)
+        pg.p[i] = p[i];
     signal_call();
 }
 
@@ -625,6 +643,72 @@ static void test_queue_controls_round_trip_and_malformed_values_are_left_out(voi
     assert_int_equal(g.entry[0].controls.parallelism, 3);
 }
 
+/* One instance's call for one queue: its grant (-1: not shared), and its rate share into *rate. */
+static long permit(const char *instance, const char *field, uint32_t want, uint32_t inflight, uint32_t ttl_ms,
+                   double *rate)
+{
+    queues_demand d = {field, want, inflight};
+    got_reset();
+    assert_int_equal(queues_permits(st, instance, ttl_ms, &d, 1, permits_cb, NULL), 0);
+    wait_calls(1);
+    assert_true(pg.ok);
+    assert_int_equal(pg.n, 1);
+    if (rate)
+        *rate = pg.p[0].rate;
+    return pg.p[0].shared ? (long)pg.p[0].grant : -1;
+}
+
+static void test_permits_share_a_queue_s_parallelism_and_rate_between_instances(void **state)
+{
+    (void)state;
+    cmd_ok("HSET %s %s %s", "hw:{queues}", "q", "4 0 10");
+    cmd_ok("HSET %s %s %s", "hw:{queues}", "mine", "4 0 10 i");
+    double rate;
+    assert_int_equal(permit("a", "unset", 5, 0, 3000, NULL), -1); /* no controls: not shared */
+    assert_int_equal(permit("a", "mine", 5, 0, 3000, NULL), -1);  /* per instance */
+    /* a alone: all of it, capped at the parallelism */
+    assert_int_equal(permit("a", "q", 9, 0, 3000, &rate), 4);
+    assert_true(rate == 10);
+    /* b wants too: nothing is free until a gives some back */
+    assert_int_equal(permit("b", "q", 9, 0, 3000, &rate), 0);
+    assert_true(rate == 0);
+    /* a, with 4 in flight, keeps them but may start none beyond its half */
+    assert_int_equal(permit("a", "q", 9, 4, 3000, &rate), 2);
+    assert_true(rate == 5);
+    assert_int_equal(permit("b", "q", 9, 0, 3000, NULL), 0); /* a still holds 4 */
+    assert_int_equal(permit("a", "q", 9, 2, 3000, NULL), 2); /* two ended: a holds 2 */
+    assert_int_equal(permit("b", "q", 9, 0, 3000, &rate), 2);
+    assert_true(rate == 5);
+    /* demand moves: a wants 1, b gets the rest once a holds 1 */
+    assert_int_equal(permit("a", "q", 1, 1, 3000, NULL), 1);
+    assert_int_equal(permit("b", "q", 9, 2, 3000, NULL), 3);
+    /* a gives back: b may have all four */
+    assert_int_equal(permit("a", "q", 0, 0, 3000, NULL), 0);
+    assert_int_equal(permit("b", "q", 9, 3, 3000, &rate), 4);
+    assert_true(rate == 10);
+    redisReply *r = cmd("HKEYS %s", "hw:{queues}:pm:q");
+    assert_int_equal(r->elements, 1);
+    assert_string_equal(r->element[0]->str, "b");
+    freeReplyObject(r);
+    /* b crashes holding 4: its permits come back after its ttl */
+    assert_int_equal(permit("b", "q", 9, 4, 200, NULL), 4);
+    assert_int_equal(permit("c", "q", 9, 0, 3000, NULL), 0);
+    usleep(300 * 1000);
+    assert_int_equal(permit("c", "q", 9, 0, 3000, &rate), 4);
+    assert_true(rate == 10);
+    /* what nobody wants is headroom: c, wanting 1 alone, may have all 4; d
+     * gets its share once c renews */
+    assert_int_equal(permit("c", "q", 1, 0, 3000, NULL), 4);
+    assert_int_equal(permit("d", "q", 9, 0, 3000, NULL), 0);
+    assert_int_equal(permit("c", "q", 1, 1, 3000, NULL), 1);
+    assert_int_equal(permit("d", "q", 9, 0, 3000, NULL), 3);
+    assert_int_equal(permit("d", "q", 0, 0, 3000, NULL), 0);
+    r = cmd("HKEYS %s", "hw:{queues}:pm:q");
+    assert_int_equal(r->elements, 1);
+    assert_string_equal(r->element[0]->str, "c");
+    freeReplyObject(r);
+}
+
 static void test_queue_put_beyond_the_cap_stores_nothing_and_delete_answers_whether_it_deleted(void **state)
 {
     (void)state;
@@ -774,6 +858,7 @@ int main(void)
         T(test_queue_controls_round_trip_and_malformed_values_are_left_out),
         T(test_queue_put_beyond_the_cap_stores_nothing_and_delete_answers_whether_it_deleted),
         T(test_queue_feed_answers_nothing_the_changed_fields_or_the_whole_hash),
+        T(test_permits_share_a_queue_s_parallelism_and_rate_between_instances),
         T(test_every_verb_on_an_unreachable_redis_calls_back_once_with_unreachable),
         T(test_a_verb_the_store_refuses_never_calls_back),
     };

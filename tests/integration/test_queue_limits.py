@@ -1,0 +1,142 @@
+"""Queue limits that hold for the whole deployment: two instances on one
+Redis share a queue's parallelism and its dispatch rate through permits in
+Redis; scope "instance" keeps the per-instance limits; a crashed instance's
+permits come back. Real redis-server, two real binaries, a real receiver."""
+import time
+
+import pytest
+
+from conftest import CLUSTER_MODE, SLOW, Reply, create_many, now_ms, scaled, wait_until
+
+APPLY_S = 1.2  # settings are read every 0.5 s
+
+
+def put(hw, name, settings):
+    status, _, body = hw.request("PUT", f"/queues/{name}", json_body=settings)
+    assert status == 200, body
+    return body
+
+
+def two(redis, hookwheel_factory):
+    return hookwheel_factory(redis), hookwheel_factory(redis)
+
+
+def create_split(a, b, specs):
+    """Half the timers through each instance, so that each holds some."""
+    for hw, part in ((a, specs[0::2]), (b, specs[1::2])):
+        _, errors = create_many(hw.api, part, threads=4)
+        assert not errors, errors[:3]
+
+
+def delivering_instances(hw, ids):
+    seen = set()
+    for timer_id in ids:
+        status, _, body = hw.get(timer_id)
+        assert status == 200, body
+        seen.update(att["instance"] for att in body["attempt_history"])
+    return seen
+
+
+def burst(receiver, path, n, prefix, queue, delay_ms=1500):
+    due = int(now_ms()) + delay_ms
+    return [{"id": f"{prefix}-{i:02d}", "url": receiver.url(path), "fire_at_ms": due, "queue": queue}
+            for i in range(n)]
+
+
+def test_parallelism_3_holds_across_two_instances(redis, hookwheel_factory, receiver):
+    a, b = two(redis, hookwheel_factory)
+    body = put(a, "shared", {"parallelism": 3})
+    assert body["scope"] == "deployment"
+    time.sleep(APPLY_S)
+    receiver.default("/shared", Reply(204, delay_s=0.3))
+    specs = burst(receiver, "/shared", 30, "sh", "shared")
+    create_split(a, b, specs)
+    got = receiver.wait_for(30, path="/shared", timeout=scaled(30))
+    assert len(got) == 30
+    assert receiver.max_concurrent("/shared") <= 3
+    assert receiver.max_concurrent("/shared") >= 2, "the queue never ran more than one at a time"
+    # both instances delivered: with limits per instance this would allow 6
+    assert delivering_instances(a, [s["id"] for s in specs]) == {a.instance_id, b.instance_id}
+    assert wait_until(lambda: not redis.keys("hw:{queues}:pm:*"), scaled(5)), \
+        "idle instances keep permits: " + repr(redis.keys("hw:{queues}:pm:*"))
+
+
+def test_scope_instance_keeps_the_limit_per_instance(redis, hookwheel_factory, receiver):
+    a, b = two(redis, hookwheel_factory)
+    body = put(a, "local", {"parallelism": 3, "scope": "instance"})
+    assert body["scope"] == "instance"
+    time.sleep(APPLY_S)
+    receiver.default("/local", Reply(204, delay_s=0.5))
+    specs = burst(receiver, "/local", 30, "lo", "local")
+    create_split(a, b, specs)
+    assert len(receiver.wait_for(30, path="/local", timeout=scaled(30))) == 30
+    assert receiver.max_concurrent("/local") > 3  # 3 per instance: up to 6
+    assert receiver.max_concurrent("/local") <= 6
+    assert not redis.keys("hw:{queues}:pm:*"), "a per-instance queue took permits"
+
+
+def windows(times_ms, width_ms=1000):
+    """The most events in any window of width_ms."""
+    times = sorted(times_ms)
+    best, lo = 0, 0
+    for hi, t in enumerate(times):
+        while t - times[lo] >= width_ms:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
+@pytest.mark.skipif(CLUSTER_MODE or SLOW, reason="the rate shares take the parallelism test's paths (and the "
+                    "limiter's unit tests); on a cluster the permit keys are that test's")
+def test_a_rate_of_8_per_second_holds_across_two_instances(redis, hookwheel_factory, receiver):
+    a, b = two(redis, hookwheel_factory)
+    put(a, "paced", {"max_dispatches_per_second": 8})
+    time.sleep(APPLY_S)
+    specs = burst(receiver, "/paced", 32, "pa", "paced")
+    create_split(a, b, specs)
+    got = receiver.wait_for(32, path="/paced", timeout=scaled(30))
+    assert len(got) == 32
+    times = [r.wall_ms for r in got]
+    # each instance's bucket may hold one token: 8 a second, plus one each
+    assert windows(times) <= 10, windows(times)
+    assert max(times) - min(times) >= 2500  # 32 at 8/s: about 4 s (16/s if per instance)
+    assert delivering_instances(a, [s["id"] for s in specs]) == {a.instance_id, b.instance_id}
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="on a cluster the permit keys are the parallelism test's")
+def test_a_crashed_instance_s_permits_come_back(redis, hookwheel_factory, receiver):
+    a, b = two(redis, hookwheel_factory)
+    put(a, "crash", {"parallelism": 2})
+    time.sleep(APPLY_S)
+    receiver.default("/crash", Reply(204, delay_s=1.0))
+    first = burst(receiver, "/crash", 6, "ca", "crash", delay_ms=800)
+    _, errors = create_many(a.api, first, threads=2)
+    assert not errors, errors
+    assert receiver.wait_for(2, path="/crash", timeout=scaled(10))
+    key = "hw:{queues}:pm:crash"
+    assert a.instance_id in redis.cmd("HKEYS", key)
+    a.kill9()
+    killed = time.monotonic()
+    second = burst(receiver, "/crash", 4, "cb", "crash", delay_ms=300)
+    _, errors = create_many(b.api, second, threads=2)
+    assert not errors, errors
+    # b runs nothing until a's permits expire (3 s after a's last renewal),
+    # then all of its own; a's claimed timers come back with its lease
+    assert receiver.wait_until(lambda rs: sum(1 for r in rs if r.timer_id.startswith("cb-")) == 4,
+                               scaled(20))
+    assert a.instance_id not in redis.cmd("HKEYS", key)
+    assert time.monotonic() - killed >= 2.0, "b started before a's permits expired"
+    assert receiver.max_concurrent("/crash") <= 2 + 2  # a's two cut-off requests may still be open
+
+
+def test_scope_is_validated_and_returned(hookwheel):
+    status, _, body = hookwheel.request("PUT", "/queues/q1", json_body={"scope": "cluster"})
+    assert status == 400 and body["field"] == "scope", body
+    status, _, body = hookwheel.request("GET", "/queues/never-set")
+    assert status == 200 and body["scope"] == "instance", body  # the defaults hold per instance
+    put(hookwheel, "q1", {"parallelism": 2, "scope": "instance"})
+    status, _, body = hookwheel.request("GET", "/queues/q1")
+    assert body["scope"] == "instance" and body["parallelism"] == 2, body
+    put(hookwheel, "q1", {"parallelism": 2})
+    status, _, body = hookwheel.request("GET", "/queues")
+    assert [q["scope"] for q in body["queues"] if q["name"] == "q1"] == ["deployment"], body
