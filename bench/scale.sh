@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # scale.sh - R (creates/s) and D (deliveries/s of timers due at one instant)
 # on one Redis against a Redis Cluster of MASTERS masters (no replicas), all
-# on this machine, alternating one/cluster per run; writes
+# on this machine, alternating the modes in every run; writes
 # bench/results/<date>-scale.md (-run2... when the day has one).
+# MODES picks them (default "one cluster"): one, cluster, replica (a master
+# and one replica, nothing waits for it) and replica-ack (the same with
+# --redis-min-replicas-ack 1: every batch of acknowledged writes ends with
+# WAIT 1, so replica against replica-ack is the cost of WAIT).
 #
-# Usage: bash bench/scale.sh          RUNS=3 MASTERS=3 D_N=20000 R_DUR=5
+# Usage: bash bench/scale.sh          RUNS=3 MASTERS=3 D_N=20000 R_DUR=5 MODES="one cluster"
 # Both modes run the same binary with --partitions 64 (so the cluster's
 # masters each get partitions) and AOF everysec on every Redis; the load
 # generator, receiver and wrk are bench/'s, as in run.sh. Every process is
@@ -12,7 +16,7 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-RUNS=${RUNS:-3} MASTERS=${MASTERS:-3} D_N=${D_N:-20000} R_DUR=${R_DUR:-5}
+RUNS=${RUNS:-3} MASTERS=${MASTERS:-3} D_N=${D_N:-20000} R_DUR=${R_DUR:-5} MODES=${MODES:-one cluster}
 BUILD=${BUILD:-build}
 HW=$PWD/$BUILD/hookwheel SINK=$PWD/$BUILD/bench/sink LOADGEN=$PWD/$BUILD/bench/loadgen
 HW_FLAGS=(--log-level warn --max-inflight 1024 --queue-parallelism 1024 --destination-allowlist 127.0.0.0/8
@@ -85,6 +89,19 @@ start_redis() {
         URL=redis://127.0.0.1:$NODE_PORT
         return 0
     fi
+    if [[ $mode == replica* ]]; then
+        redis_node "$dir/master"
+        URL=redis://127.0.0.1:$NODE_PORT
+        local master=$NODE_PORT
+        redis_node "$dir/replica"
+        redis-cli -p "$NODE_PORT" replicaof 127.0.0.1 "$master" >/dev/null
+        for ((i = 0; i < 200; i++)); do
+            redis-cli -p "$NODE_PORT" info replication | grep -q master_link_status:up && return 0
+            sleep 0.05
+        done
+        log "the replica did not sync"
+        return 1
+    fi
     for ((i = 0; i < MASTERS; i++)); do
         redis_node "$dir/n$i" cluster
         ports+=("$NODE_PORT")
@@ -99,7 +116,9 @@ start_redis() {
 
 start_hw() {
     HPORT=$(free_port)
-    "$HW" --listen "127.0.0.1:$HPORT" --redis-url "$URL" --instance-id "scale-$1" "${HW_FLAGS[@]}" \
+    local ack=()
+    [[ $1 == *-replica-ack-* ]] && ack=(--redis-min-replicas-ack 1)
+    "$HW" --listen "127.0.0.1:$HPORT" --redis-url "$URL" --instance-id "scale-$1" "${HW_FLAGS[@]}" "${ack[@]}" \
         >>"$WORK/$1.hw.log" 2>&1 &
     HPID=$!
     PIDS+=("$HPID")
@@ -154,7 +173,7 @@ run_d() {
 make -s "$BUILD/hookwheel" "$BUILD/bench/sink" "$BUILD/bench/loadgen" >/dev/null
 RAW=$WORK/raw.txt
 for ((run = 1; run <= RUNS; run++)); do
-    for mode in one cluster; do
+    for mode in $MODES; do
         log "run $run: $mode"
         run_r "$mode" "$run" >>"$RAW"
         tail -1 "$RAW" >&2
@@ -166,18 +185,22 @@ done
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 fig() { grep "^$1 mode=$2 " "$RAW" | tr ' ' '\n' | sed -n "s/^$3=//p" | median; }
 {
-    echo "# R and D: one Redis against a Redis Cluster of $MASTERS masters, $(date +%F)"
+    read -r -a modes <<<"$MODES"
+    echo "# R and D: ${modes[*]} (cluster: $MASTERS masters), $(date +%F)"
     echo
-    echo "\`RUNS=$RUNS MASTERS=$MASTERS D_N=$D_N R_DUR=$R_DUR bash bench/scale.sh\` on $(nproc) cores; build"
+    echo "\`RUNS=$RUNS MASTERS=$MASTERS D_N=$D_N R_DUR=$R_DUR MODES=\"$MODES\" bash bench/scale.sh\` on $(nproc) cores; build"
     echo "$(git log -1 --format='%h %s')."
     echo "Medians of $RUNS runs, modes alternating; every Redis AOF everysec; hookwheel --partitions 64."
+    echo "The ratio column is the last mode against the first."
     echo
-    echo "| figure | one Redis | cluster of $MASTERS | cluster / one |"
-    echo "| --- | ---: | ---: | ---: |"
-    for f in "R rps" "R redis_cpu_pct" "D deliveries_per_s" "D first_ms"; do
+    printf '| figure |'; printf ' %s |' "${modes[@]}"; printf ' %s / %s |\n' "${modes[-1]}" "${modes[0]}"
+    printf '| --- |'; for m in "${modes[@]}"; do printf ' ---: |'; done; printf ' ---: |\n'
+    for f in "R rps" "R redis_cpu_pct" "R p99_ms" "D deliveries_per_s" "D first_ms"; do
         set -- $f
-        a=$(fig "$1" one "$2") b=$(fig "$1" cluster "$2")
-        echo "| $1 $2 | $a | $b | $(awk -v a="$a" -v b="$b" 'BEGIN { printf (a > 0 ? "%.2f" : "-"), b / a }') |"
+        printf '| %s %s |' "$1" "$2"
+        for m in "${modes[@]}"; do printf ' %s |' "$(fig "$1" "$m" "$2")"; done
+        a=$(fig "$1" "${modes[0]}" "$2") b=$(fig "$1" "${modes[-1]}" "$2")
+        echo " $(awk -v a="$a" -v b="$b" 'BEGIN { printf (a > 0 ? "%.2f" : "-"), b / a }') |"
     done
     echo
     echo '```'
