@@ -112,12 +112,14 @@ class RedisCluster:
     def node(self, port):
         return next(n for n in self.nodes if n.port == port)
 
+    def port_for(self, key):
+        """The port of the master that serves key's slot."""
+        any_node = next(n for n in self.nodes if n.alive())
+        return self.slot_map()[int(any_node.cmd("CLUSTER", "KEYSLOT", key))]
+
     def cmd(self, *args):
         """One command on the master of args[1]'s slot (a key command)."""
-        key = args[1]
-        any_node = next(n for n in self.nodes if n.alive())
-        slot = int(any_node.cmd("CLUSTER", "KEYSLOT", key))
-        return self.node(self.slot_map()[slot]).cmd(*args)
+        return self.node(self.port_for(args[1])).cmd(*args)
 
     def keys(self, pattern="*"):
         found = set()

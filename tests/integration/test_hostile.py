@@ -22,7 +22,9 @@ import threading
 import time
 from collections import Counter
 
-from conftest import Reply, RespClient, create_many, now_ms, scaled, wait_until
+import pytest
+
+from conftest import CLUSTER_MODE, Reply, RespClient, create_many, now_ms, scaled, wait_until
 
 ROUNDING_MS = 1.0          # fire_at_ms is an integer, arrival times are floats
 ON_TIME_MS = 200.0         # a stream timer must arrive within this of its fire_at_ms
@@ -746,6 +748,7 @@ def sleep_until_ms(t_ms):
         time.sleep(left)
 
 
+@pytest.mark.skipif(CLUSTER_MODE, reason="stalls one Redis (a busy script); a cluster's masters stall one by one")
 def test_a_redis_stall_longer_than_the_redis_timeout_strands_no_timer(
         redis, receiver, hookwheel_factory):
     """Redis stalls (here: a busy script, in production a slow fsync, a big

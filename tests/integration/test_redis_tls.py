@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from cluster import RedisCluster
-from conftest import (CLUSTER_MODE, HOOKWHEEL_BIN, REDIS_SERVER, Hookwheel, RespClient, free_port,
+from conftest import (CLUSTER_MODE, SLOW, HOOKWHEEL_BIN, REDIS_SERVER, Hookwheel, RespClient, free_port,
                       sanitizer_report, scaled, stop_process, tail, wait_until)
 
 pytestmark = pytest.mark.skipif(CLUSTER_MODE, reason="starts its own Redis")
@@ -336,6 +336,7 @@ def test_a_tls_read_that_times_out_drops_the_connection_and_it_is_made_again(
     assert hw.alive()
 
 
+@pytest.mark.skipif(SLOW, reason="runs once, on the plain build: the TLS code is the single rediss tests' ")
 def test_a_tls_sentinel_names_the_master_and_both_are_reached_over_tls(tls_redis, pki, hookwheel_factory, receiver):
     m = tls_redis()
     s = tls_redis(sentinel_of=("hwtls", m.port))
@@ -346,6 +347,7 @@ def test_a_tls_sentinel_names_the_master_and_both_are_reached_over_tls(tls_redis
     assert f"127.0.0.1:{m.port}" in hw.log_tail(200)
 
 
+@pytest.mark.skipif(SLOW, reason="runs once, on the plain build: the TLS code is the single rediss tests' ")
 def test_a_tls_cluster_serves_every_master_and_delivers(tls_cluster, pki, hookwheel_factory, receiver):
     hw = hookwheel_factory(tls_cluster.tls_url, args=ca_args(pki) + ["--partitions", "64"])
     ids = [f"cl-{i:03d}" for i in range(60)]

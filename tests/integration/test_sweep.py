@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import SLOW, RespClient, free_port, now_ms, partition, resp, scaled
+from conftest import CLUSTER_MODE, SLOW, RespClient, free_port, now_ms, partition, resp, scaled
 
 N = 100_000
 PROBES = 40
@@ -24,6 +24,7 @@ PROBES = 40
 # decoding, absorbing claimed timers, batched begins) run under the
 # sanitizers in test_timers.py and test_listing.py at smaller scale.
 @pytest.mark.skipif(SLOW, reason="runs once, on the plain build")
+@pytest.mark.skipif(CLUSTER_MODE, reason="loads 100,000 timers into one Redis's partitions directly")
 def test_a_sweep_of_100000_due_timers_never_delays_a_begin_by_more_than_100_ms(redis, receiver, hookwheel_factory):
     hw = hookwheel_factory(redis)
     closed = free_port()  # nothing listens: the bulk's attempts fail fast
