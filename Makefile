@@ -22,6 +22,8 @@ DEB_PKGS  += docker-compose python3-jsonschema python3-yaml nodejs \
              $(if $(shell command -v npm 2>/dev/null),,npm)
 # GET /metrics is checked with a maintained Prometheus text parser.
 DEB_PKGS  += python3-prometheus-client
+# The TLS tests make their certificates with the openssl command.
+DEB_PKGS  += openssl
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
