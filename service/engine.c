@@ -122,6 +122,9 @@ struct engine {
     int permits_soon;         /* a shared queue has jobs it holds no permits for: ask now */
     uint64_t next_sweep_ms;
     int sweep_more;       /* a partition returned a full batch: sweep again at once */
+    uint64_t sweep_base;  /* the sweep's claims per partition (sweep_limit) ... */
+    uint32_t sweep_extra; /* ... plus one for this many partitions ... */
+    uint32_t sweep_offset, sweep_next_offset; /* ... from this one on */
     uint64_t rng;
     sweep_ctx *sweeps;
     watchdog *wd;         /* renews this instance's lease */
@@ -881,6 +884,7 @@ static void expire(engine *e, uint64_t now)
 
 /* ---- loader: sweeps and releases ---- */
 
+static uint32_t sweep_limit(const engine *e, uint32_t p);
 static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items, size_t nrevoked,
                      const timer_revoked *revoked);
 
@@ -920,7 +924,8 @@ static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items
         post_chain(e, first, last); /* one lock and one wake-up for the whole batch */
     if ((c->limit && n >= c->limit) || nrevoked >= TIMERS_REVOKED_MAX)
         e->sweep_more = 1; /* read by the engine thread after the wake below: benign race */
-    if (c->partition + 1 < e->cfg->partitions && claim_next(e, c->partition + 1, c->horizon, c->limit) == 0)
+    if (c->partition + 1 < e->cfg->partitions &&
+        claim_next(e, c->partition + 1, c->horizon, sweep_limit(e, c->partition + 1)) == 0)
         return; /* the sweep goes on with the next partition */
     atomic_fetch_sub(&e->pending_ops, 1);
     wake(e);
@@ -933,15 +938,33 @@ static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items
  * timers: begins share the store's connection, and so never wait behind
  * more than one claim. A partition that filled its batch is swept again
  * once the whole sweep ended and its timers are in the wheel. */
+/* How many timers partition p may claim in this sweep: the room spread over
+ * the partitions, the remainder one each to the partitions from
+ * sweep_offset on (so a room smaller than the partition count still claims,
+ * in turn across sweeps), at most claim_batch. 0: full, the claim only hands
+ * the revocations over. Read by the store thread while the sweep's chain
+ * runs; sweep() sets the fields before it starts and only when no chain
+ * runs. */
+static uint32_t sweep_limit(const engine *e, uint32_t p)
+{
+    uint32_t parts = (uint32_t)e->cfg->partitions;
+    uint64_t n = e->sweep_base + ((p + parts - e->sweep_offset) % parts < e->sweep_extra);
+    return n < e->cfg->claim_batch ? (uint32_t)n : (uint32_t)e->cfg->claim_batch;
+}
+
 static void sweep(engine *e, uint64_t now)
 {
-    long free_slots = room(e) / (long)e->cfg->partitions;
+    long free_slots = room(e);
+    uint32_t parts = (uint32_t)e->cfg->partitions;
     if (free_slots < 0)
-        free_slots = 0; /* full: the claims only hand the revocations over */
-    uint32_t limit = (uint64_t)free_slots < e->cfg->claim_batch ? (uint32_t)free_slots : (uint32_t)e->cfg->claim_batch;
+        free_slots = 0;
+    e->sweep_base = (uint64_t)free_slots / parts;
+    e->sweep_extra = (uint32_t)((uint64_t)free_slots % parts);
+    e->sweep_offset = e->sweep_next_offset;
+    e->sweep_next_offset = (e->sweep_offset + e->sweep_extra) % parts;
     e->sweep_more = 0;
     atomic_fetch_add(&e->pending_ops, 1);
-    if (claim_next(e, 0, now + e->cfg->window_ms, limit) < 0)
+    if (claim_next(e, 0, now + e->cfg->window_ms, sweep_limit(e, 0)) < 0)
         atomic_fetch_sub(&e->pending_ops, 1);
 }
 

@@ -7,7 +7,7 @@ import threading
 import time
 from collections import Counter
 
-from conftest import create_many, now_ms, scaled
+from conftest import Reply, create_many, now_ms, scaled
 
 LEASE = ["--lease-ttl-ms", "1500"]
 
@@ -164,3 +164,20 @@ def test_past_the_in_memory_cap_due_timers_wait_in_redis_and_all_still_arrive(
     assert max(counts.values()) == 1
     for r in receiver.requests("/cap"):
         assert r.wall_ms >= fire_at[r.timer_id] - 1.0, f"{r!r} early"
+
+
+def test_an_in_memory_cap_below_the_partition_count_still_claims_every_due_timer(
+        redis, receiver, hookwheel_factory):
+    """--max-resident 5 with 16 partitions: a sweep has room for fewer timers
+    than there are partitions, and must still claim them (late, never lost)."""
+    hw = hookwheel_factory(redis, args=["--max-resident", "5", "--window-ms", "1000"])
+    receiver.default("/small", Reply(204, delay_s=0.1))
+    url = receiver.url("/small")
+    specs = [{"id": f"small-{i:02d}", "url": url, "delay_ms": 300 + 10 * i} for i in range(40)]
+    fire_at, errors = create_many(hw.api, specs, threads=4)
+    assert not errors, errors[:3]
+    ids = [s["id"] for s in specs]
+    counts = wait_all_arrived(receiver, "/small", ids, timeout=scaled(40))
+    missing = sorted(set(ids) - set(counts))
+    assert not missing, f"{len(missing)} timers never arrived, e.g. {missing[:10]}"
+    assert max(counts.values()) == 1
