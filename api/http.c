@@ -1086,6 +1086,13 @@ static int listen_parse(const char *listen, struct sockaddr_storage *ss, bool *v
     return inet_pton(AF_INET, host, &a->sin_addr) == 1 ? 0 : -EINVAL;
 }
 
+int http_listen_valid(const char *listen)
+{
+    struct sockaddr_storage ss;
+    bool v6;
+    return listen_parse(listen, &ss, &v6) == 0;
+}
+
 static void server_free(http_server *s)
 {
     pthread_cond_destroy(&s->watch_wake);

@@ -57,6 +57,10 @@ typedef struct http_config {
     const struct auth *auth;        /* bearer tokens (auth.h); NULL: the API is open */
 } http_config;
 
+
+/* 1 when listen is an address http_start takes: "a.b.c.d:port",
+ * "localhost:port", ":port" or "[v6]:port", the port 0 to 65535. */
+int http_listen_valid(const char *listen);
 /* Binds and starts serving. routes (n entries) and app must outlive the
  * server. Returns NULL after logging one error line (bad address, port in
  * use). */

@@ -378,6 +378,15 @@ static int parse_any_url(store *s, const char *url)
     return parse_url(s, url);
 }
 
+int store_url_valid(const char *url)
+{
+    store *s = xcalloc(1, sizeof *s);
+    int rc = parse_any_url(s, url);
+    s->started = 0;
+    store_free(s);
+    return rc == 0;
+}
+
 store *store_create(const char *url, uint32_t timeout_ms, uint32_t max_queued)
 {
     pthread_once(&lib_once, build_library);

@@ -49,6 +49,10 @@ enum store_script {
  * is freed after the callback returns. */
 typedef void (*store_reply_cb)(void *arg, const redisReply *reply);
 
+
+/* 1 when url has one of the forms store_create takes (its syntax only:
+ * nothing is resolved or connected). */
+int store_url_valid(const char *url);
 /* Parses url and prepares the store; max_queued bounds the commands waiting
  * for the writer. Returns NULL after logging one line when url is invalid.
  * The URL is one of

@@ -195,6 +195,19 @@ int main(int argc, char **argv)
         config_free(&a.cfg);
         return rc > 0 ? 0 : 2;
     }
+    if (!http_listen_valid(a.cfg.listen)) {
+        fprintf(stderr, "hookwheel: invalid HOOKWHEEL_LISTEN '%s': expected address:port (a.b.c.d:port, "
+                        "localhost:port, :port or [v6]:port; port 0 to 65535)\n", a.cfg.listen);
+        config_free(&a.cfg);
+        return 2;
+    }
+    if (a.cfg.redis_url && !store_url_valid(a.cfg.redis_url)) { /* not shown: it may hold a password */
+        fprintf(stderr, "hookwheel: invalid HOOKWHEEL_REDIS_URL: expected redis[s]://[user:password@]host:port[/db], "
+                        "unix:///path, redis[s]+cluster://host:port[,host:port...] or "
+                        "redis[s]+sentinel://host:port[,host:port...]/<master>[/db]\n");
+        config_free(&a.cfg);
+        return 2;
+    }
     if (fd_limit_check(&a.cfg) < 0 || tls_setup(&a.cfg) < 0) {
         config_free(&a.cfg);
         return 2;

@@ -27,6 +27,19 @@ def test_the_readme_configuration_table_matches_help_exactly():
     assert readme_settings() == help_settings()
 
 
+def test_a_bad_listen_address_or_redis_url_stops_start_up_with_exit_2_before_anything_starts(tmp_path):
+    for flag, setting in [("--listen=nope", "HOOKWHEEL_LISTEN"), ("--listen=127.0.0.1:99999", "HOOKWHEEL_LISTEN"),
+                          ("--listen=127.0.0.1", "HOOKWHEEL_LISTEN"), ("--redis-url=http://x", "HOOKWHEEL_REDIS_URL"),
+                          ("--redis-url=redis://:s3cret@host:port", "HOOKWHEEL_REDIS_URL")]:
+        # no --redis-url for the listen cases: the embedded Redis must not even start
+        r = subprocess.run([HOOKWHEEL_BIN, flag, f"--data-dir={tmp_path}/data"], capture_output=True, text=True,
+                           timeout=10)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and setting in lines[0], (flag, r.returncode, r.stderr)
+        assert "s3cret" not in r.stderr  # a URL may hold a password: it is not echoed
+        assert not (tmp_path / "data").exists(), "the embedded Redis was started before the check"
+
+
 def test_an_invalid_setting_stops_start_up_with_exit_2_naming_it():
     r = subprocess.run([HOOKWHEEL_BIN, "--tick-ms", "0"], capture_output=True, text=True)
     assert r.returncode == 2

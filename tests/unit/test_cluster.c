@@ -152,6 +152,22 @@ static void test_cluster_urls_are_checked_before_anything_connects(void **state)
                           "redis+sentinel://h:26379/m/x", "redis+sentinel:///m", "redis+sentinel://h:1,,h:2/m"};
     for (size_t i = 0; i < sizeof sbad / sizeof sbad[0]; i++)
         assert_null(store_create(sbad[i], 100, 10));
+    /* store_url_valid says the same without making a store (main.c's exit 2) */
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        assert_true(store_url_valid(good[i]));
+    for (size_t i = 0; i < sizeof sgood / sizeof sgood[0]; i++)
+        assert_true(store_url_valid(sgood[i]));
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_false(store_url_valid(bad[i]));
+    for (size_t i = 0; i < sizeof sbad / sizeof sbad[0]; i++)
+        assert_false(store_url_valid(sbad[i]));
+    const char *other[] = {"redis://127.0.0.1:6379/2", "unix:///tmp/r.sock", "rediss://u:p@h:6380",
+                           "rediss+cluster://h1:7001,h2:7002"};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        assert_true(store_url_valid(other[i]));
+    const char *junk[] = {"http://x", "redis://:pw@host:notaport", "redis:/h", "", "rediss+nope://h:1"};
+    for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++)
+        assert_false(store_url_valid(junk[i]));
 }
 
 static void never_cb(void *arg, const lease_reply *r)
