@@ -931,13 +931,6 @@ static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items
     wake(e);
 }
 
-/* Claims timers due within the window, in every partition, as far as there
- * is room in memory; past max_resident the rest waits in Redis (in due-time
- * order) for the next sweep. One partition's claim is in flight at a time
- * (each callback sends the next), and each claims at most claim_batch
- * timers: begins share the store's connection, and so never wait behind
- * more than one claim. A partition that filled its batch is swept again
- * once the whole sweep ended and its timers are in the wheel. */
 /* How many timers partition p may claim in this sweep: the room spread over
  * the partitions, the remainder one each to the partitions from
  * sweep_offset on (so a room smaller than the partition count still claims,
@@ -952,6 +945,13 @@ static uint32_t sweep_limit(const engine *e, uint32_t p)
     return n < e->cfg->claim_batch ? (uint32_t)n : (uint32_t)e->cfg->claim_batch;
 }
 
+/* Claims timers due within the window, in every partition, as far as there
+ * is room in memory; past max_resident the rest waits in Redis (in due-time
+ * order) for the next sweep. One partition's claim is in flight at a time
+ * (each callback sends the next), and each claims at most claim_batch
+ * timers: begins share the store's connection, and so never wait behind
+ * more than one claim. A partition that filled its batch is swept again
+ * once the whole sweep ended and its timers are in the wheel. */
 static void sweep(engine *e, uint64_t now)
 {
     long free_slots = room(e);

@@ -40,6 +40,18 @@ def wait_all_arrived(receiver, path, ids, timeout):
     time.sleep(0.5)  # late duplicates
     return Counter(r.timer_id for r in receiver.requests(path))
 
+def create_and_see_each_arrive_once(hw, receiver, path, specs, timeout, threads):
+    """Creates specs through hw and waits until each arrived at path exactly
+    once; returns {id: fire_at_ms}."""
+    fire_at, errors = create_many(hw.api, specs, threads=threads)
+    assert not errors, errors[:3]
+    ids = [s["id"] for s in specs]
+    counts = wait_all_arrived(receiver, path, ids, timeout=timeout)
+    missing = sorted(set(ids) - set(counts))
+    assert not missing, f"{len(missing)} timers never arrived, e.g. {missing[:10]}"
+    assert max(counts.values()) == 1
+    return fire_at
+
 
 def test_a_killed_instances_timers_are_taken_over_by_the_survivor_and_arrive_at_least_once(
         redis, receiver, hookwheel_factory):
@@ -155,13 +167,7 @@ def test_past_the_in_memory_cap_due_timers_wait_in_redis_and_all_still_arrive(
     n = 2000
     url = receiver.url("/cap")
     specs = [{"id": f"cap-{i:04d}", "url": url, "delay_ms": 1000 + (i * 2000) // n} for i in range(n)]
-    fire_at, errors = create_many(hw.api, specs, threads=8)
-    assert not errors, errors[:3]
-    ids = [s["id"] for s in specs]
-    counts = wait_all_arrived(receiver, "/cap", ids, timeout=scaled(25))
-    missing = sorted(set(ids) - set(counts))
-    assert not missing, f"{len(missing)} timers never arrived, e.g. {missing[:10]}"
-    assert max(counts.values()) == 1
+    fire_at = create_and_see_each_arrive_once(hw, receiver, "/cap", specs, scaled(25), threads=8)
     for r in receiver.requests("/cap"):
         assert r.wall_ms >= fire_at[r.timer_id] - 1.0, f"{r!r} early"
 
@@ -174,10 +180,4 @@ def test_an_in_memory_cap_below_the_partition_count_still_claims_every_due_timer
     receiver.default("/small", Reply(204, delay_s=0.1))
     url = receiver.url("/small")
     specs = [{"id": f"small-{i:02d}", "url": url, "delay_ms": 300 + 10 * i} for i in range(40)]
-    fire_at, errors = create_many(hw.api, specs, threads=4)
-    assert not errors, errors[:3]
-    ids = [s["id"] for s in specs]
-    counts = wait_all_arrived(receiver, "/small", ids, timeout=scaled(40))
-    missing = sorted(set(ids) - set(counts))
-    assert not missing, f"{len(missing)} timers never arrived, e.g. {missing[:10]}"
-    assert max(counts.values()) == 1
+    create_and_see_each_arrive_once(hw, receiver, "/small", specs, scaled(40), threads=4)
