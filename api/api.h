@@ -32,6 +32,11 @@ extern const size_t api_route_count;
 
 /* Handlers (http_handler_cb), by resource. */
 void api_timer_create(http_req *r, const char *const *params, void *app); /* timers.c */
+void api_timer_batch(http_req *r, const char *const *params, void *app);  /* batch.c */
+void api_timers_cancel(http_req *r, const char *const *params, void *app); /* select.c */
+void api_timers_pause(http_req *r, const char *const *params, void *app);
+void api_timers_resume(http_req *r, const char *const *params, void *app);
+void api_timers_reschedule(http_req *r, const char *const *params, void *app);
 void api_timer_get(http_req *r, const char *const *params, void *app);
 void api_timer_cancel(http_req *r, const char *const *params, void *app);
 void api_timer_list(http_req *r, const char *const *params, void *app); /* listing.c */
@@ -73,6 +78,9 @@ void api_respond_submit_error(http_req *r, int rc);
 
 /* The id a client knows from a key id ("namespace/id" or "id"). */
 const char *api_public_id(const char *key_id);
+
+/* 1 when s is "key:value", a label a timer may have (spec.h), else 0. */
+int api_label_valid(const char *s);
 
 /* Builds the Timer resource (openapi.yaml) as JSON text from a timer's
  * stored fields: the canonical spec (a JSON object, see spec.h) with the

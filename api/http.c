@@ -116,6 +116,7 @@ struct http_server {
     size_t nroutes;
     void *app;
     size_t max_body;
+    size_t max_batch_body;      /* routes with big_body */
     const struct auth *auth;    /* NULL: no tokens, every caller is in namespace "" */
     uint16_t port;
     int listen_fd;              /* shut down by http_quiesce, closed after the daemon stops */
@@ -638,10 +639,16 @@ static enum MHD_Result problem_now(http_req *r, unsigned status, const char *det
     return answer_now(r, status, problem_response(status, detail, NULL, NULL, 0));
 }
 
+/* The body cap of r's route. */
+static size_t max_body_of(const http_req *r)
+{
+    return r->route && r->route->big_body ? r->srv->max_batch_body : r->srv->max_body;
+}
+
 static enum MHD_Result too_large_now(http_req *r, bool close)
 {
     char detail[96];
-    snprintf(detail, sizeof detail, "the request body is larger than %zu bytes", r->srv->max_body);
+    snprintf(detail, sizeof detail, "the request body is larger than %zu bytes", max_body_of(r));
     struct MHD_Response *resp = problem_response(413, detail, NULL, NULL, 0);
     if (close) /* the body is left unread */
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -858,7 +865,7 @@ static enum MHD_Result req_begin(http_server *s, http_req *r)
     const char *cl = kv_find(r->headers, r->nheaders, "Content-Length", true);
     if (cl) {
         unsigned long long n = strtoull(cl, NULL, 10); /* libmicrohttpd validated it */
-        if (n > s->max_body)
+        if (n > max_body_of(r))
             return too_large_now(r, true);
         r->body_hint = (size_t)n;
     }
@@ -871,8 +878,8 @@ static void body_grow(http_req *r, size_t need)
     size_t cap = r->body_cap ? r->body_cap : (r->body_hint ? r->body_hint : BODY_MIN_CAP) + 1;
     while (cap < need + 1)
         cap *= 2;
-    if (cap > r->srv->max_body + 1)
-        cap = r->srv->max_body + 1;
+    if (cap > max_body_of(r) + 1)
+        cap = max_body_of(r) + 1;
     r->body = xrealloc(r->body, cap);
     r->body_cap = cap;
 }
@@ -880,7 +887,7 @@ static void body_grow(http_req *r, size_t need)
 /* Upload calls: keep up to max_body bytes, then drop the rest. */
 static enum MHD_Result body_take(http_req *r, const char *data, size_t n)
 {
-    size_t max = r->srv->max_body;
+    size_t max = max_body_of(r);
     if (!r->body_over && n <= max - r->body_len) {
         if (r->body_len + n + 1 > r->body_cap)
             body_grow(r, r->body_len + n);
@@ -1110,6 +1117,8 @@ static http_server *server_create(const http_config *cfg, const http_route *rout
     s->nroutes = n;
     s->app = app;
     s->max_body = cfg->max_body_bytes;
+    s->max_batch_body = cfg->max_batch_body_bytes > cfg->max_body_bytes ? cfg->max_batch_body_bytes
+                                                                       : cfg->max_body_bytes;
     s->auth = cfg->auth;
     s->listen_fd = -1;
     atomic_init(&s->quiesced, false);

@@ -42,11 +42,13 @@ typedef struct http_route {
     http_handler_cb handler;
     int needs_json_body;     /* 1: Content-Type must be application/json (else 415) */
     int open;                /* 1: answered without a bearer token even when tokens are set */
+    int big_body;            /* 1: its body may reach max_batch_body_bytes (batches) */
 } http_route;
 
 typedef struct http_config {
     const char *listen;             /* "host:port"; IPv4 or [IPv6] literal */
     size_t max_body_bytes;          /* larger request bodies get 413 */
+    size_t max_batch_body_bytes;    /* the same for routes with big_body */
     unsigned threads;               /* libmicrohttpd worker threads (>= 1) */
     unsigned max_connections;       /* connection limit */
     unsigned max_connections_per_ip;/* connections from one address; 0: no cap */

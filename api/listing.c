@@ -1,4 +1,4 @@
-/* listing.c - GET /timers?state=&queue=&limit=&cursor=: a namespace's timers
+/* listing.c - GET /timers?state=&queue=&label=&limit=&cursor=: a namespace's timers
  * in one state, page by page.
  *
  * Each partition keeps one index per namespace and state, and a listing of a
@@ -220,7 +220,7 @@ static void list_cb(void *arg, int status, int more, const char *last_score, con
 static int parse_query(http_req *r, int *asc, const char **state, uint32_t *limit, pos *cur, int *has_cur)
 {
     const char *s = http_req_query(r, "state"), *l = http_req_query(r, "limit"), *q = http_req_query(r, "queue");
-    const char *cs = http_req_query(r, "cursor");
+    const char *cs = http_req_query(r, "cursor"), *lb = http_req_query(r, "label");
     size_t i, n = sizeof list_states / sizeof *list_states;
     for (i = 0; s && i < n && strcmp(s, list_states[i].state) != 0; i++)
         ;
@@ -240,6 +240,11 @@ static int parse_query(http_req *r, int *asc, const char **state, uint32_t *limi
     *limit = (uint32_t)v;
     if (q && (!*q || strlen(q) > 64 || strspn(q, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(q))) {
         http_respond_problem(r, 400, "queue must match [A-Za-z0-9._-]{1,64}", "queue", NULL, 0);
+        return -EINVAL;
+    }
+    if (lb && !api_label_valid(lb)) {
+        http_respond_problem(r, 400, "label must be key:value, a label's key and value (see Timer.labels)", "label",
+                             NULL, 0);
         return -EINVAL;
     }
     *has_cur = 0;
@@ -273,7 +278,7 @@ void api_timer_list(http_req *r, const char *const *params, void *app)
         return;
     if (nsgate_admit(r, (unsigned)a->cfg->max_expensive_per_namespace) < 0)
         return;
-    const char *queue = http_req_query(r, "queue");
+    const char *queue = http_req_query(r, "queue"), *label = http_req_query(r, "label");
     uint32_t parts = (uint32_t)a->cfg->partitions;
     list_ctx *c = xcalloc(1, sizeof *c);
     c->r = r;
@@ -287,7 +292,7 @@ void api_timer_list(http_req *r, const char *const *params, void *app)
     /* A waiting state also steps over the other namespaces' and states' timers
      * held in the claimed zsets (list.lua), as a queue filter steps over
      * other queues. */
-    uint32_t budget = queue || asc ? limit * LIST_QUEUE_BUDGET : limit;
+    uint32_t budget = queue || label || asc ? limit * LIST_QUEUE_BUDGET : limit;
     if (budget > LIST_SCAN_BUDGET)
         budget = LIST_SCAN_BUDGET;
     uint64_t part_bytes = a->cfg->list_max_bytes / parts;
@@ -295,7 +300,7 @@ void api_timer_list(http_req *r, const char *const *params, void *app)
         snprintf(score, sizeof score, "%lld", cur.score);
     for (uint32_t p = 0; p < parts; p++) {
         if (timers_list(a->tm, p, http_req_namespace(r), state, asc, has_cur ? score : NULL, cur.id, limit, queue,
-                        budget, part_bytes ? part_bytes : 1, list_cb, c) < 0) { /* the writer still answers those already queued */
+                        label, budget, part_bytes ? part_bytes : 1, list_cb, c) < 0) { /* the writer still answers those already queued */
             atomic_fetch_sub(&c->refs, (int)(parts - p));
             atomic_store(&c->failed, 1);
             break;

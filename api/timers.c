@@ -64,6 +64,16 @@ const char *api_public_id(const char *key_id)
     return slash ? slash + 1 : key_id;
 }
 
+int api_label_valid(const char *s)
+{
+    const char *colon = s ? strchr(s, ':') : NULL;
+    char key[SPEC_LABEL_KEY_MAX + 2];
+    if (!colon || (size_t)(colon - s) > SPEC_LABEL_KEY_MAX)
+        return 0;
+    snprintf(key, sizeof key, "%.*s", (int)(colon - s), s);
+    return spec_label_key_valid(key) && spec_label_value_valid(colon + 1);
+}
+
 /* ---- the Timer resource ---- */
 
 char *api_timer_text(const char *id, const char *spec, size_t spec_len, const char *state,

@@ -1,5 +1,6 @@
 #include "keys.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 
 uint32_t keys_partition(const char *id, uint32_t partitions)
@@ -55,6 +56,15 @@ size_t keys_failed(char *buf, uint32_t p)
 size_t keys_index(char *buf, uint32_t p, const char *ns, const char *state)
 {
     return put(snprintf(buf, KEYS_MAX, "hw:{%u}:ix:%s:%s", p, ns, state));
+}
+
+size_t keys_select_receipt(char *buf, uint32_t p, const char *ns, const char *idem, uint32_t chunk,
+                           const char *after)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a: the id may be 200 bytes, the key has room for 16 */
+    for (const char *c = after; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    return put(snprintf(buf, KEYS_MAX, "hw:{%u}:ik:%.64s:%.128s:%u:%016" PRIx64, p, ns, idem, chunk, h));
 }
 
 size_t keys_lastclaim(char *buf, uint32_t p, const char *tag)

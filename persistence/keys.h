@@ -42,5 +42,9 @@ size_t keys_claimed(char *buf, uint32_t p, const char *tag);
 size_t keys_failed(char *buf, uint32_t p);
 size_t keys_lastclaim(char *buf, uint32_t p, const char *tag); /* ids of the last claim reply */
 size_t keys_index(char *buf, uint32_t p, const char *ns, const char *state); /* listing index (list.lua) */
+/* The answer a selector call gave under an Idempotency-Key (select.lua),
+ * by where the call started (chunk, and a hash of the id after which). */
+size_t keys_select_receipt(char *buf, uint32_t p, const char *ns, const char *idem, uint32_t chunk,
+                           const char *after);
 
 #endif

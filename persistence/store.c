@@ -120,6 +120,8 @@ static const struct {
     const char *name, *src;
 } scripts[SCRIPT_COUNT] = {
     [SCRIPT_CREATE] = {"create", lua_create},
+    [SCRIPT_CREATE_BATCH] = {"create_batch", lua_create_batch},
+    [SCRIPT_SELECT] = {"select", lua_select},
     [SCRIPT_GET] = {"get", lua_get},
     [SCRIPT_MIGRATE] = {"migrate", lua_migrate},
     [SCRIPT_CLAIM] = {"claim", lua_claim},

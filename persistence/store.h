@@ -27,6 +27,8 @@ typedef struct store store; /* opaque */
 
 enum store_script {
     SCRIPT_CREATE,
+    SCRIPT_CREATE_BATCH, /* POST /timers/batch: a partition's creates in one call */
+    SCRIPT_SELECT, /* selector operations: POST /timers/cancel, pause, resume, reschedule */
     SCRIPT_GET,
     SCRIPT_MIGRATE,
     SCRIPT_CLAIM,

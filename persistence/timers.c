@@ -117,6 +117,8 @@ static size_t record_new(const timers *t, const timer_new *n, unsigned char **ou
     p[1] = 's';
     put_le(p + 4, (uint64_t)n->fire_ms, 6);
     memcpy(p + 10, n->hold ? t->tag : NO_OWNER, 16);
+    if (n->nlabels)
+        p[34] = 64; /* the run word's labels bit (_record.lua) */
     p += HEAD;
     put_le(p, n->now_ms, 6);
     p[6] = (unsigned char)rlen;
@@ -306,9 +308,14 @@ int timers_create(timers *t, const timer_new *n, timers_create_cb cb, void *arg)
     size_t tklen = keys_timer(tk, timers_partition(t, n->id), n->id);
     one_ctx *c = one_new("create", create_done, arg);
     c->cb.create = cb;
-    const char *argv[] = {tk, n->id, (const char *)rec};
-    size_t lens[] = {tklen, strlen(n->id), len};
-    int rc = store_eval(t->st, SCRIPT_CREATE, 1, 3, argv, lens, one_cb, c);
+    const char *argv[3 + TIMERS_LABELS_MAX] = {tk, n->id, (const char *)rec};
+    size_t lens[3 + TIMERS_LABELS_MAX] = {tklen, strlen(n->id), len};
+    int argc = 3;
+    for (uint32_t i = 0; i < n->nlabels && i < TIMERS_LABELS_MAX; i++, argc++) {
+        argv[argc] = n->labels[i];
+        lens[argc] = strlen(n->labels[i]);
+    }
+    int rc = store_eval(t->st, SCRIPT_CREATE, 1, argc, argv, lens, one_cb, c);
     free(rec);
     if (rc < 0)
         free(c);
@@ -451,10 +458,10 @@ static void list_done(void *arg, const redisReply *r)
 
 int timers_list(timers *t, uint32_t partition, const char *ns, const char *state, int asc,
                 const char *cursor_score, const char *cursor_id, uint32_t limit, const char *queue,
-                uint32_t budget, uint64_t max_bytes, timers_list_cb cb, void *arg)
+                const char *label, uint32_t budget, uint64_t max_bytes, timers_list_cb cb, void *arg)
 {
     args a;
-    args_init(&a, 11, 2 * KEYS_MAX + 96);
+    args_init(&a, 12, 2 * KEYS_MAX + 96);
     arg_built(&a, keys_index(arena_end(&a), partition, ns, state));
     arg_built(&a, keys_timer_prefix(arena_end(&a), partition));
     arg_str(&a, asc ? "asc" : "desc");
@@ -466,6 +473,7 @@ int timers_list(timers *t, uint32_t partition, const char *ns, const char *state
     arg_str(&a, ns);
     arg_str(&a, state);
     arg_u64(&a, max_bytes);
+    arg_str(&a, label);
     list_ctx *c = xmalloc(sizeof *c);
     *c = (list_ctx){cb, arg};
     int rc = submit(t, SCRIPT_LIST, 1, &a, list_done, c);
@@ -632,6 +640,118 @@ int timers_begin(timers *t, uint32_t partition, size_t n, const timer_begin *ite
         arg_str(&a, items[i].recurring ? "1" : "0");
     }
     return submit_batch(t, SCRIPT_BEGIN, (int)n, &a, begin_done, batch_new((void *)cb, arg, n));
+}
+
+static void select_done(void *arg, const redisReply *r)
+{
+    batch_ctx *c = arg;
+    timers_select_cb cb = (timers_select_cb)c->cb;
+    int st = reply_status(r, "select");
+    if (st == TIMERS_OK && r->elements == 1 && store_reply_int(r, 0, 0) == -1) {
+        cb(c->arg, TIMERS_CONFLICT, 0, 0, NULL, 0, 0, NULL);
+        free(c);
+        return;
+    }
+    if (st != TIMERS_OK || r->elements < 4 || (r->elements - 4) % 4) {
+        cb(c->arg, st != TIMERS_OK ? st : TIMERS_FAILED, 0, 0, NULL, 0, 0, NULL);
+        free(c);
+        return;
+    }
+    size_t n = (r->elements - 4) / 4, k = 0;
+    timer_selected *items = xmalloc((n ? n : 1) * sizeof *items);
+    for (size_t i = 0; i < n; i++) {
+        const char *id = store_reply_str(r, (int)(4 + 4 * i), NULL), *state = store_reply_str(r, (int)(6 + 4 * i), NULL);
+        const char *q = store_reply_str(r, (int)(7 + 4 * i), NULL);
+        if (id && state)
+            items[k++] = (timer_selected){id, (int)store_reply_int(r, (int)(5 + 4 * i), 0), state, q ? q : ""};
+    }
+    const char *after = store_reply_str(r, 2, NULL);
+    cb(c->arg, TIMERS_OK, store_reply_int(r, 0, 0) == 1, (uint32_t)store_reply_int(r, 1, TIMERS_SELECT_CHUNKS),
+       after ? after : "", store_reply_int(r, 3, 0) == 1, k, items);
+    free(items);
+    free(c);
+}
+
+int timers_select(timers *t, uint32_t partition, const char *ns, const timer_selector *sel, uint32_t chunk,
+                  const char *after, uint32_t limit, uint32_t budget, uint64_t now_ms, timers_select_cb cb, void *arg)
+{
+    if (!sel->nlabels || sel->nlabels > TIMERS_LABELS_MAX)
+        return -EINVAL;
+    args a;
+    args_init(&a, (int)(15 + sel->nlabels), 2 * KEYS_MAX + 10 * 24);
+    arg_built(&a, keys_select_receipt(arena_end(&a), partition, ns, sel->idem ? sel->idem : "", chunk, after));
+    arg_built(&a, keys_timer_prefix(arena_end(&a), partition));
+    arg_str(&a, ns);
+    arg_str(&a, sel->op);
+    arg_str(&a, sel->queue);
+    arg_str(&a, sel->state);
+    arg_u64(&a, chunk);
+    arg_str(&a, after);
+    arg_u64(&a, limit);
+    arg_u64(&a, budget);
+    arg_u64(&a, now_ms);
+    arg_str(&a, t->retention);
+    arg_i64(&a, sel->fire_ms);
+    arg_str(&a, sel->idem);
+    arg_str(&a, sel->fingerprint);
+    for (uint32_t i = 0; i < sel->nlabels; i++)
+        arg_str(&a, sel->labels[i]);
+    return submit_batch(t, SCRIPT_SELECT, 1, &a, select_done, batch_new((void *)cb, arg, 0));
+}
+
+static void create_batch_done(void *arg, const redisReply *r)
+{
+    batch_ctx *c = arg;
+    timers_create_batch_cb cb = (timers_create_batch_cb)c->cb;
+    int st = reply_status(r, "create_batch");
+    if (st == TIMERS_OK && r->elements != 2 * c->n)
+        st = TIMERS_FAILED;
+    timer_created *res = xmalloc(c->n * sizeof *res);
+    for (size_t i = 0; i < c->n; i++) {
+        long long code = st == TIMERS_OK ? store_reply_int(r, (int)(2 * i), -1) : -1;
+        res[i].status = st != TIMERS_OK ? st
+                        : code == 1     ? TIMERS_OK
+                        : code == 0     ? TIMERS_EXISTS
+                        : code == 2     ? TIMERS_CONFLICT
+                        : code == 3     ? TIMERS_NOT_STORED
+                                        : TIMERS_FAILED;
+        res[i].state = st == TIMERS_OK ? store_reply_str(r, (int)(2 * i + 1), NULL) : NULL;
+    }
+    cb(c->arg, st, c->n, res);
+    free(res);
+    free(c);
+}
+
+int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new *items, int atomic,
+                        timers_create_batch_cb cb, void *arg)
+{
+    if (n == 0 || n > TIMERS_CREATE_BATCH_MAX)
+        return -EINVAL;
+    size_t argc = 1 + n, arena = n * KEYS_MAX + 64;
+    for (size_t i = 0; i < n; i++) {
+        if (timers_partition(t, items[i].id) != partition || items[i].nlabels > TIMERS_LABELS_MAX)
+            return -EINVAL;
+        argc += 3 + items[i].nlabels;
+        arena += 24;
+    }
+    args a;
+    args_init(&a, (int)argc, arena);
+    arg_timer_keys(&a, partition, n, items, sizeof *items);
+    arg_str(&a, atomic ? "1" : "0");
+    unsigned char **recs = xmalloc(n * sizeof *recs);
+    for (size_t i = 0; i < n; i++) {
+        arg_str(&a, items[i].id);
+        size_t len = record_new(t, &items[i], &recs[i]);
+        add_arg(&a, (const char *)recs[i], len);
+        arg_u64(&a, items[i].nlabels);
+        for (uint32_t k = 0; k < items[i].nlabels; k++)
+            arg_str(&a, items[i].labels[k]);
+    }
+    int rc = submit_batch(t, SCRIPT_CREATE_BATCH, (int)n, &a, create_batch_done, batch_new((void *)cb, arg, n));
+    for (size_t i = 0; i < n; i++)
+        free(recs[i]);
+    free(recs);
+    return rc;
 }
 
 static void finish_done(void *arg, const redisReply *r)

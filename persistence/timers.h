@@ -33,6 +33,7 @@ enum timers_status {
     TIMERS_TOO_LATE = 3,  /* cancel, control: not possible in the timer's state */
     TIMERS_AFTER_RUN = 4, /* cancel: a recurring timer, cancelled once its run ends */
     TIMERS_UNKNOWN = 5,   /* no timer has this id */
+    TIMERS_NOT_STORED = 6, /* create batch, atomic: not written, as another item failed */
 };
 
 /* A stored timer, decoded. Pointers are into the bytes decoded. */
@@ -80,6 +81,7 @@ uint32_t timers_partition(const timers *t, const char *id);
 
 /* ---- the API's verbs ---- */
 
+#define TIMERS_LABELS_MAX 16
 typedef struct timer_new {
     const char *id;         /* key id */
     const char *spec;       /* stored spec (spec.h) */
@@ -92,6 +94,9 @@ typedef struct timer_new {
     const char *request_id; /* the creating request's id, or NULL */
     uint64_t now_ms;
     int hold;               /* 1: this instance holds it in its wheel at once */
+    char *const *labels;    /* its labels, "key:value" (indexed for selectors), or NULL; at
+                             * most TIMERS_LABELS_MAX */
+    uint32_t nlabels;
 } timer_new;
 
 /* status TIMERS_OK (created), TIMERS_EXISTS (v: the existing timer),
@@ -99,6 +104,22 @@ typedef struct timer_new {
 typedef void (*timers_create_cb)(void *arg, int status, const timer_view *v, const char *state);
 int timers_create(timers *t, const timer_new *n, timers_create_cb cb, void *arg)
     __attribute__((warn_unused_result));
+
+/* Creates n timers of one partition (every items[i].id in it; at most
+ * TIMERS_CREATE_BATCH_MAX) in one call, each as timers_create would:
+ * results[i].status is TIMERS_OK (created), TIMERS_EXISTS, TIMERS_CONFLICT
+ * (state: the holder's state) or, with atomic, TIMERS_NOT_STORED (another
+ * item of the call conflicted, so none was written); status (and every
+ * result's) is an error status when the call failed. Items repeating an id
+ * of the call are idempotent repeats of the first (or conflicts). */
+#define TIMERS_CREATE_BATCH_MAX 1000
+typedef struct timer_created {
+    int status;
+    const char *state;
+} timer_created;
+typedef void (*timers_create_batch_cb)(void *arg, int status, size_t n, const timer_created *results);
+int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new *items, int atomic,
+                        timers_create_batch_cb cb, void *arg) __attribute__((warn_unused_result));
 
 /* status TIMERS_OK with v, TIMERS_UNKNOWN, or an error status; flag is the
  * verb's: cancel's "cancelled by this call", control's "this instance now
@@ -128,7 +149,8 @@ int timers_skip(timers *t, const char *id, uint64_t version, uint64_t now_ms, in
 
 /* One partition's part of a listing page (list.lua): up to limit timers of
  * namespace ns in state, after the cursor (cursor_score NULL: from the
- * start), asc (soonest due first) or newest first, of queue (NULL: any),
+ * start), asc (soonest due first) or newest first, of queue (NULL: any)
+ * with label ("key:value", NULL: any),
  * examining at most budget entries and stopping once the records returned
  * reach max_bytes (at least one match is returned when one is found).
  * more: the partition has entries after (last_score, last_id), the last
@@ -145,7 +167,39 @@ typedef void (*timers_list_cb)(void *arg, int status, int more, const char *last
                                size_t n, const timer_listed *items);
 int timers_list(timers *t, uint32_t partition, const char *ns, const char *state, int asc,
                 const char *cursor_score, const char *cursor_id, uint32_t limit, const char *queue,
-                uint32_t budget, uint64_t max_bytes, timers_list_cb cb, void *arg)
+                const char *label, uint32_t budget, uint64_t max_bytes, timers_list_cb cb, void *arg)
+    __attribute__((warn_unused_result));
+
+/* One partition's part of a selector operation (select.lua): the timers
+ * of namespace ns that have every label of sel (the first one's index is
+ * walked, TIMERS_SELECT_CHUNKS chunks each in id order), of sel->queue and
+ * sel->state when set, from (chunk, after) on, each given sel->op
+ * ("cancel", "pause", "resume", "reschedule" to sel->fire_ms, or "list":
+ * nothing) exactly as the one-timer verb would; at most limit matches and
+ * budget entries examined. With sel->idem (an Idempotency-Key), the answer
+ * is kept for 24 h by (ns, idem, chunk, after) and a repeat gets it again
+ * (replayed 1), or TIMERS_CONFLICT when it came with another fingerprint. */
+#define TIMERS_SELECT_CHUNKS 64
+typedef struct timer_selector {
+    const char *op;
+    char *const *labels; /* "key:value", 1 to TIMERS_LABELS_MAX */
+    uint32_t nlabels;
+    const char *queue;   /* NULL: any */
+    const char *state;   /* NULL: any */
+    int64_t fire_ms;     /* reschedule */
+    const char *idem;    /* NULL: none */
+    const char *fingerprint; /* of the whole request, compared on a repeat */
+} timer_selector;
+typedef struct timer_selected {
+    const char *id;    /* key id */
+    int code;          /* 1 done, 2 done for after the current run, 0 too late */
+    const char *state; /* the state it is in now */
+    const char *cancelled_queue; /* cancel: its queue when this call cancelled it, else "" */
+} timer_selected;
+typedef void (*timers_select_cb)(void *arg, int status, int replayed, uint32_t next_chunk, const char *next_after,
+                                 int more, size_t n, const timer_selected *items);
+int timers_select(timers *t, uint32_t partition, const char *ns, const timer_selector *sel, uint32_t chunk,
+                  const char *after, uint32_t limit, uint32_t budget, uint64_t now_ms, timers_select_cb cb, void *arg)
     __attribute__((warn_unused_result));
 
 /* Replays ("replay") or purges ("purge") up to limit dead letters of

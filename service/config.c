@@ -66,6 +66,9 @@ static const setting settings[] = {
       "queues with stored controls (PUT /queues/{name}), all namespaces together; a PUT of a new one beyond it "
       "answers 409"),
     U("max-body-bytes", max_body_bytes, "65536", 1024, 16u << 20, "largest API request body (413 beyond)"),
+    U("max-batch", max_batch, "1000", 1, 1000, "most timers in one POST /timers/batch"),
+    U("max-batch-body-bytes", max_batch_body_bytes, "4194304", 1024, 64u << 20,
+      "largest POST /timers/batch body (413 beyond)"),
     U("max-url-bytes", max_url_bytes, "2048", 16, 65536, "longest target URL"),
     U("max-headers", max_headers, "32", 0, 1000, "most headers per timer"),
     U("max-header-bytes", max_header_bytes, "8192", 16, 65536, "longest header (name + value)"),

@@ -33,6 +33,8 @@ typedef struct config {
     uint64_t queue_parallelism;
     uint64_t max_queues;
     uint64_t max_body_bytes;
+    uint64_t max_batch;
+    uint64_t max_batch_body_bytes;
     uint64_t max_url_bytes;
     uint64_t max_headers;
     uint64_t max_header_bytes;

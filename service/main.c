@@ -91,7 +91,7 @@ static int start_all(app *a)
         return -1;
     api_init(&a->api, &a->cfg, a->st, a->eng, a->policy);
     a->api.m = a->metrics;
-    http_config hc = {a->cfg.listen, a->cfg.max_body_bytes, (unsigned)a->cfg.api_threads,
+    http_config hc = {a->cfg.listen, a->cfg.max_body_bytes, a->cfg.max_batch_body_bytes, (unsigned)a->cfg.api_threads,
                       (unsigned)a->cfg.max_connections, (unsigned)a->cfg.max_connections_per_ip,
                       (unsigned)a->cfg.connection_timeout_s, (unsigned)a->cfg.request_head_timeout_ms,
                       (unsigned)a->cfg.request_body_timeout_ms, a->auth};

@@ -53,9 +53,11 @@ static const spec_limits no_limits = {
 };
 
 /* The canonical form's members: its keys, sorted. */
-enum member_key { M_BODY, M_HEADERS, M_JSON, M_METHOD, M_QUEUE, M_REPEAT, M_RETRY, M_TIMEOUT, M_URL, M_COUNT };
-static const char *const member_name[M_COUNT] = {"body",   "headers", "json",       "method", "queue",
-                                                 "repeat", "retry",   "timeout_ms", "url"};
+enum member_key {
+    M_BODY, M_HEADERS, M_JSON, M_LABELS, M_METHOD, M_QUEUE, M_REPEAT, M_RETRY, M_TIMEOUT, M_URL, M_COUNT
+};
+static const char *const member_name[M_COUNT] = {"body",  "headers", "json",  "labels",     "method", "queue",
+                                                 "repeat", "retry",  "timeout_ms", "url"};
 
 typedef struct parse_ctx {
     const spec_limits *lim; /* never NULL: no_limits stands in */
@@ -1087,6 +1089,49 @@ static int parse_repeat(parse_ctx *c, const char *name, json_t *v)
     return 0;
 }
 
+/* ---- labels ------------------------------------------------------------ */
+
+int spec_label_key_valid(const char *k) { return name_valid(k, SPEC_LABEL_KEY_MAX, "._-"); }
+int spec_label_value_valid(const char *v) { return name_valid(v, SPEC_LABEL_VALUE_MAX, "._:@+=-"); }
+
+/* labels: {"key": "value", ...}, kept as "key:value" lines sorted by key
+ * (jansson's object order is not the request's: the canonical form sorts). */
+static int parse_labels(parse_ctx *c, const char *name, json_t *v)
+{
+    json_t *value;
+    const char *key;
+    char path[PATH_SIZE];
+
+    if (!v || (json_is_object(v) && json_object_size(v) == 0))
+        return 0; /* no labels: no member */
+    if (!json_is_object(v))
+        return fail(c->err, name, "labels must be an object of strings");
+    if (json_object_size(v) > SPEC_MAX_LABELS)
+        return fail(c->err, name, "at most %d labels are allowed", SPEC_MAX_LABELS);
+    c->s->labels = xcalloc(json_object_size(v), sizeof *c->s->labels);
+    json_object_foreach(v, key, value) {
+        snprintf(path, sizeof path, "labels.%s", key);
+        if (!spec_label_key_valid(key))
+            return fail(c->err, path, "label keys must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' or '-'",
+                        SPEC_LABEL_KEY_MAX);
+        if (!json_is_string(value) || !spec_label_value_valid(json_string_value(value)))
+            return fail(c->err, path,
+                        "label values must be strings of 1 to %d characters of A-Z, a-z, 0-9 and . _ : @ + = -",
+                        SPEC_LABEL_VALUE_MAX);
+        size_t kl = strlen(key), vl = json_string_length(value);
+        char *line = xmalloc(kl + 1 + vl + 1);
+        memcpy(line, key, kl);
+        line[kl] = ':';
+        memcpy(line + kl + 1, json_string_value(value), vl + 1);
+        c->s->labels[c->s->nlabels++] = line;
+    }
+    qsort(c->s->labels, c->s->nlabels, sizeof *c->s->labels, key_cmp);
+    jbuf b = {0};
+    jb_value(&b, v);
+    member_set(c, M_LABELS, &b, 0);
+    return 0;
+}
+
 /* ---- the spec ---------------------------------------------------------- */
 
 /* Every allowed top-level key, in the order errors are looked for. The time
@@ -1108,6 +1153,7 @@ static const struct {
     {"retry", parse_retry},
     {"queue", parse_queue},
     {"repeat", parse_repeat},
+    {"labels", parse_labels},
 };
 
 static int is_field(const char *key)
@@ -1166,17 +1212,30 @@ static void dump_forms(parse_ctx *pc)
     pc->s->stored_len = st.n - 1;
 }
 
+static int parse_tree(json_t *root, const spec_limits *lim, uint64_t now_ms, timer_spec **out, spec_error *err);
+
 int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t now_ms,
                timer_spec **out, spec_error *err)
 {
-    parse_ctx c = {.lim = lim ? lim : &no_limits, .now_ms = now_ms, .err = err};
     json_error_t jerr;
-    int rc = -EINVAL;
-
-    c.root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
-    if (!c.root)
+    json_t *root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
         return fail(err, "", "malformed JSON: %s at line %d, column %d", jerr.text, jerr.line,
                     jerr.column);
+    return parse_tree(root, lim, now_ms, out, err);
+}
+
+int spec_parse_value(json_t *v, const spec_limits *lim, uint64_t now_ms, timer_spec **out, spec_error *err)
+{
+    return parse_tree(json_incref(v), lim, now_ms, out, err);
+}
+
+/* Takes root. */
+static int parse_tree(json_t *root, const spec_limits *lim, uint64_t now_ms, timer_spec **out, spec_error *err)
+{
+    parse_ctx c = {.lim = lim ? lim : &no_limits, .now_ms = now_ms, .err = err, .root = root};
+    int rc = -EINVAL;
+
     c.s = xcalloc(1, sizeof *c.s);
     if (parse_root(&c) < 0)
         goto out;
@@ -1230,6 +1289,9 @@ void spec_free(timer_spec *s)
     for (uint32_t i = 0; i < s->nheaders; i++)
         free(s->headers[i]);
     free(s->headers);
+    for (uint32_t i = 0; i < s->nlabels; i++)
+        free(s->labels[i]);
+    free(s->labels);
     free(s->id);
     free(s->url);
     free(s->body);

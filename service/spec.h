@@ -8,7 +8,7 @@
  * The canonical form is the effective spec as compact JSON with sorted keys
  * and defaults applied, without the id and without the due time:
  *   {"body"|"json", "headers", "method", "queue",
- *    "repeat":{"every_ms","mode","times"} (recurring timers only),
+ *    "labels" (when given), "repeat":{"every_ms","mode","times"} (recurring timers only),
  *    "retry":{"max_attempts","max_backoff_ms","max_duration_ms" (when set),"min_backoff_ms"},
  *    "timeout_ms", "url"}
  * It is exactly the spec part of the Timer resource the API returns, so the
@@ -103,6 +103,8 @@ typedef struct timer_spec {
     int64_t start_at_ms;        /* repeat.start_at: no slot before it (0: none) */
     int64_t end_at_ms;          /* repeat.end_at: no slot after it (0: none) */
     int misfire_fire_once;      /* repeat.misfire: 1 fire_once, 0 skip */
+    char **labels;         /* nlabels "key:value" lines, sorted by key */
+    uint32_t nlabels;
     char *canonical;       /* canonical JSON, see above */
     char *stored;          /* the form kept in Redis, see below */
     size_t stored_len;
@@ -118,6 +120,22 @@ typedef struct timer_spec {
  * errors naming the field. */
 int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t now_ms,
                timer_spec **out, spec_error *err) __attribute__((warn_unused_result));
+
+/* spec_parse of an already parsed JSON value (an item of POST
+ * /timers/batch); v is not taken. */
+struct json_t;
+int spec_parse_value(struct json_t *v, const spec_limits *lim, uint64_t now_ms, timer_spec **out,
+                     spec_error *err) __attribute__((warn_unused_result));
+
+/* Labels (`labels`): at most SPEC_MAX_LABELS pairs, keys of 1 to
+ * SPEC_LABEL_KEY_MAX characters of [A-Za-z0-9._-], values of 1 to
+ * SPEC_LABEL_VALUE_MAX characters of [A-Za-z0-9._:@+=-]. A selector names
+ * one as "key:value" (the first ':' separates them). */
+#define SPEC_MAX_LABELS 16
+#define SPEC_LABEL_KEY_MAX 64
+#define SPEC_LABEL_VALUE_MAX 64
+int spec_label_key_valid(const char *k);
+int spec_label_value_valid(const char *v);
 
 /* Validates a body that holds only a due time (one of delay_ms, fire_at,
  * fire_at_ms; POST /timers/{id}/reschedule) against lim (not NULL) and

@@ -74,13 +74,14 @@ local function head_decode(v)
   local _, st, att, fire, owner, ver, runs, rf, plan, nxt, tok = struct.unpack(HEAD_FMT, v)
   return {st = STATE_NAME[st], att = att, fire = fire, owner = owner, ver = ver, runs = runs,
           rsv = rf % 2, flag = math.floor(rf / 2) % 4, hist = math.floor(rf / 8) % 2, sk = math.floor(rf / 16) % 2,
+          lb = math.floor(rf / 64) % 2,
           plan = plan, next = nxt,
           tok = tok}
 end
 
 local function head_encode(r)
   return struct.pack(HEAD_FMT, MAGIC, string.byte(STATE_CODE[r.st]), r.att, r.fire, r.owner, r.ver, r.runs,
-                     r.rsv + 2 * r.flag + 8 * r.hist + 16 * (r.sk or 0), r.plan, r.next, r.tok)
+                     r.rsv + 2 * r.flag + 8 * r.hist + 16 * (r.sk or 0) + 64 * (r.lb or 0), r.plan, r.next, r.tok)
 end
 
 -- The fields of the tail a function may branch on, from the whole record.
@@ -90,7 +91,8 @@ local function tail_decode(v)
   local kind, when, every, qlen = struct.unpack('<Bi6i6B', v, p)
   return {created = created, rid = string.sub(v, HEAD + 8, p - 1), every = every,
           queue = qlen > 0 and string.sub(v, p + 14, p + 13 + qlen) or 'default',
-          same_from = p} -- where what idempotency compares starts
+          same_from = p, -- where what idempotency compares starts
+          spec_from = p + 14 + qlen}
 end
 
 local upgrade -- below: an older layout is brought to this one on first read
@@ -141,8 +143,95 @@ local function expire_after(tkey, r, retention_ms, hist_set)
   if r.hist == 1 and not hist_set then redis.call('PEXPIRE', hist_key(tkey), retention_ms) end
 end
 
+-- ---- labels ----
+-- A label "key:value" of namespace ns is indexed in LB_CHUNKS zsets per
+-- partition, hw:{P}:lb:<ns>:<chunk>:<key:value>, members the key ids of its
+-- timers at score 0 (so ZRANGEBYLEX pages them exactly), a timer's in chunk
+-- lb_chunk(id). Chunks keep each zset small enough for Redis's listpack
+-- encoding (zset-max-listpack-entries, 128: up to ~8,000 timers of one
+-- label per partition), where a member costs its id and ~4 bytes. A label
+-- stays indexed while its timer exists: a finished timer's labels are
+-- listed in hw:{P}:lx ("<id>\t<label>\t...", by when its record expires),
+-- and the partition's claims drop them from the index once that passes
+-- (labels_trim).
+local LB_CHUNKS = 64
+local function lb_chunk(id) -- (modulo a prime: a power of two would keep only the low bits' parity pattern)
+  local h = 0
+  for i = 1, #id do h = (h * 31 + string.byte(id, i)) % 1000003 end
+  return h % LB_CHUNKS
+end
+local function lb_key(base, ns, chunk, label) return base .. 'lb:' .. ns .. ':' .. chunk .. ':' .. label end
+
+-- The labels of a record ("key:value" strings, sorted), {} when it has none.
+local function labels_of(v)
+  local ok, s = pcall(cjson.decode, string.sub(v, tail_decode(v).spec_from))
+  local out = {}
+  if ok and type(s) == 'table' and type(s.labels) == 'table' then
+    for k, val in pairs(s.labels) do out[#out + 1] = k .. ':' .. tostring(val) end
+  end
+  table.sort(out)
+  return out
+end
+
+-- Adds (op 'ZADD') or removes ('ZREM') the timer's entries in its labels' index.
+local function labels_index(tkey, id, labels, op)
+  local base, ns, chunk = key_base(tkey), id_ns(id), lb_chunk(id)
+  for _, l in ipairs(labels) do
+    if op == 'ZADD' then redis.call('ZADD', lb_key(base, ns, chunk, l), 0, id)
+    else redis.call('ZREM', lb_key(base, ns, chunk, l), id) end
+  end
+end
+
+local function lx_member(id, labels) return id .. '\t' .. table.concat(labels, '\t') end
+
+-- A labelled timer has finished: its labels leave the index when its
+-- record expires (px ms from now).
+local function labels_final(tkey, id, now, px)
+  local v = redis.call('GET', tkey)
+  if v then
+    redis.call('ZADD', key_base(tkey) .. 'lx', tonumber(now) + tonumber(px), lx_member(id, labels_of(v)))
+  end
+end
+
+-- A labelled timer runs again (a dead letter retried or replayed): its
+-- labels stay indexed.
+local function labels_unfinal(tkey, id, v)
+  redis.call('ZREM', key_base(tkey) .. 'lx', lx_member(id, labels_of(v)))
+end
+
+-- A labelled timer is deleted now (a dead letter purged).
+local function labels_drop(tkey, id, v)
+  local labels = labels_of(v)
+  labels_index(tkey, id, labels, 'ZREM')
+  redis.call('ZREM', key_base(tkey) .. 'lx', lx_member(id, labels))
+end
+
+-- Drops from the index up to 64 labelled timers of the partition whose
+-- records have expired (a record that lives on, as a clock step can make
+-- it, is looked at again when it will have expired).
+local function labels_trim(base, now)
+  local lx = base .. 'lx'
+  local due = redis.call('ZRANGEBYSCORE', lx, '-inf', now, 'LIMIT', 0, 64)
+  for _, m in ipairs(due) do
+    local parts = {}
+    for f in string.gmatch(m, '[^\t]+') do parts[#parts + 1] = f end
+    local id = table.remove(parts, 1)
+    local ttl = redis.call('PTTL', base .. 't:' .. id)
+    if ttl > 0 then
+      redis.call('ZADD', lx, now + ttl, m)
+    else
+      if ttl == -2 then labels_index(base .. 't:' .. id, id, parts, 'ZREM') end
+      redis.call('ZREM', lx, m) -- (-1: it no longer expires; its entries stay)
+    end
+  end
+end
+
 -- The timer runs again (retry of a dead letter): it no longer expires.
 local function keep_forever(tkey)
+  local v = redis.call('GET', tkey)
+  if v and head_decode(v).lb == 1 then
+    labels_unfinal(tkey, string.sub(tkey, #key_base(tkey) + 3), v)
+  end
   redis.call('PERSIST', tkey)
   redis.call('PERSIST', hist_key(tkey)) -- (a no-op when there is no history)
 end
@@ -287,6 +376,7 @@ local function to_final(tkey, id, r, state, now, retention, hist_set)
   if state == 'failed' then redis.call('ZADD', key_base(tkey) .. 'failed', now, id) end
   head_put(tkey, r)
   expire_after(tkey, r, retention, hist_set)
+  if r.lb == 1 then labels_final(tkey, id, now, retention) end
 end
 
 -- ---- the layout before this one ----
@@ -335,4 +425,104 @@ upgrade = function(tkey)
     else redis.call('SET', hist_key(tkey), f[7]) end
   end
   if old_owner ~= '' and is_waiting(r.st) then place(tkey, id, r, r.fire) end
+end
+
+-- ---- instructions to one timer (cancel.lua, control.lua, select.lua) ----
+
+-- Exact cancel of the timer r (record v) at tkey. A timer that can still
+-- start an attempt (scheduled, retrying, paused) becomes cancelled and
+-- leaves every index; one that began an attempt or finished is left as it
+-- is, except a recurring timer in a run: the run completes and no other
+-- follows (the flag is read by finish). Returns 1 cancelled (now or
+-- before), 2 cancelled once its current run ends, 0 too late; and 1 when
+-- this call cancelled it.
+local function cancel_one(tkey, id, r, v, now, retention)
+  if r.st == 'cancelled' then return 1, 0 end
+  if r.st == 'firing' and tail_decode(v).every ~= 0 then -- recurring (every < 0: a calendar schedule)
+    r.flag = 2
+    r.rsv, r.next = 0, 0
+    head_put(tkey, r)
+    return 2, 0
+  end
+  if not is_waiting(r.st) and r.st ~= 'paused' then return 0, 0 end
+  revoke(tkey, id, r)
+  to_final(tkey, id, r, 'cancelled', now, retention)
+  return 1, 1
+end
+
+-- fire, reschedule, pause, resume or retry of the timer r (record v) at
+-- tkey (the Circulation Trigger rules; DESIGN section 5). Every one of them
+-- is an instruction that replaces the ones before it:
+--   fire        the next run is now; during a run, it is reserved and starts
+--               right after that run (never alongside it)
+--   reschedule  the next run is at fire; during a run, after that run
+--   pause       the waiting run is dropped; during a run, no run follows it
+--   resume      a paused timer waits again: a recurring one every_ms from
+--               now, a one-shot at its due time (now if that passed)
+--   retry       a failed timer (a dead letter) runs again now: a new series
+--               of attempts under the same id, its history kept, no longer
+--               expiring
+-- Each bumps the version, so a run some instance holds under an older
+-- version never starts (begin checks it). A one-shot timer in its attempt
+-- cannot take fire, reschedule or pause (it runs once); finished timers
+-- take nothing. What is due by horizon (-1: never) is claimed by owner at
+-- once. Returns 1 done (and 1 when owner now holds the run in its claims),
+-- 2 done during a run (for after it), or 0 not possible in this state.
+local function control_one(tkey, id, r, v, op, now, fire, horizon, owner)
+  local st = r.st
+  local function done(held)
+    head_put(tkey, r)
+    return 1, held
+  end
+  local function wait_at(at)
+    revoke(tkey, id, r)
+    unplace(tkey, id, r)
+    r.ver = r.ver + 1
+    run_clear(r)
+    r.att, r.fire, r.st = 0, at, 'scheduled'
+    return done(hold_or_index(tkey, id, r, horizon, owner))
+  end
+  if op == 'retry' then
+    if st ~= 'failed' then return 0, 0 end
+    redis.call('ZREM', key_base(tkey) .. 'failed', id)
+    keep_forever(tkey)
+    replay_run(r)
+    return wait_at(now)
+  end
+  if is_final(st) then return 0, 0 end
+  local every = tail_decode(v).every
+  if st == 'firing' then
+    if every == 0 then return 0, 0 end
+    r.ver = r.ver + 1
+    if op == 'fire' then
+      r.rsv, r.flag, r.next = 1, 0, 0
+    elseif op == 'reschedule' then
+      r.rsv, r.flag, r.next = 0, 0, fire
+    elseif op == 'pause' then
+      r.flag = 1
+    elseif r.flag == 1 then -- resume, after a pause during this run
+      r.flag = 0
+    end
+    head_put(tkey, r)
+    return 2, 0
+  end
+  -- waiting (scheduled, retrying) or paused
+  if op == 'fire' then return wait_at(now) end
+  if op == 'reschedule' then return wait_at(fire) end
+  if op == 'pause' then
+    if st == 'paused' then return 1, 0 end
+    revoke(tkey, id, r)
+    unplace(tkey, id, r)
+    r.ver = r.ver + 1
+    r.rsv, r.next = 0, 0
+    r.st, r.owner, r.att = 'paused', NO_OWNER, 0
+    place(tkey, id, r, now)
+    return done(0)
+  end
+  if st ~= 'paused' then return 1, 0 end -- resume of a timer that is not paused
+  if every > 0 then return wait_at(now + every) end
+  -- a calendar schedule (every < 0) resumes at the slot it was paused at, even
+  -- past: the engine applies its misfire policy to a slot that was missed
+  if every < 0 then return wait_at(r.fire) end
+  return wait_at(math.max(r.fire, now))
 end

@@ -1,19 +1,5 @@
--- control: fire, reschedule, pause or resume a timer (the Circulation
--- Trigger rules; DESIGN §5). Every one of them is an instruction that
--- replaces the ones before it:
---   fire        the next run is now; during a run, it is reserved and starts
---               right after that run (never alongside it)
---   reschedule  the next run is at fire_ms; during a run, after that run
---   pause       the waiting run is dropped; during a run, no run follows it
---   resume      a paused timer waits again: a recurring one every_ms from
---               now, a one-shot at its due time (now if that passed)
---   retry       a failed timer (a dead letter) runs again now: a new series
---               of attempts under the same id, its history kept, no longer
---               expiring
--- Each bumps the version, so a run some instance holds under an older
--- version never starts (begin checks it). A one-shot timer in its attempt
--- cannot take fire, reschedule or pause (it runs once); finished timers
--- take nothing.
+-- control: fire, reschedule, pause, resume or retry a timer (control_one,
+-- in the prelude, has the rules), or skip a calendar schedule's missed slot.
 -- KEYS: 1 timer key
 -- ARGV: 1 id, 2 op, 3 now_ms, 4 fire_ms (reschedule, skip), 5 horizon_ms
 --       (what is due by then is claimed by this instance at once; -1: never),
@@ -24,7 +10,7 @@
 -- unknown.
 local r, v = rec_get(KEYS[1])
 if not r then return {-1} end
-local op, now, st = ARGV[2], tonumber(ARGV[3]), r.st
+local op, now = ARGV[2], tonumber(ARGV[3])
 local function answer(code, held)
   return {code, redis.call('GET', KEYS[1]), redis.call('GET', hist_key(KEYS[1])) or '', held or 0}
 end
@@ -32,15 +18,6 @@ local function done(held)
   head_put(KEYS[1], r)
   return answer(1, held)
 end
-local function wait_at(fire)
-  revoke(KEYS[1], ARGV[1], r)
-  unplace(KEYS[1], ARGV[1], r)
-  r.ver = r.ver + 1
-  run_clear(r)
-  r.att, r.fire, r.st = 0, fire, 'scheduled'
-  return done(hold_or_index(KEYS[1], ARGV[1], r, ARGV[5], ARGV[6]))
-end
-
 -- skip: the holder of a calendar schedule's waiting run whose slot was
 -- missed (its misfire policy is skip) moves it to its next slot ARGV[4]
 -- and counts ARGV[8] skipped slots; only under the version it holds
@@ -58,45 +35,5 @@ if op == 'skip' then
   return done(hold_or_index(KEYS[1], ARGV[1], r, ARGV[5], ARGV[6]))
 end
 
-if op == 'retry' then
-  if st ~= 'failed' then return answer(0) end
-  redis.call('ZREM', key_base(KEYS[1]) .. 'failed', ARGV[1])
-  keep_forever(KEYS[1])
-  replay_run(r)
-  return wait_at(now)
-end
-if is_final(st) then return answer(0) end
-local every = tail_decode(v).every
-if st == 'firing' then
-  if every == 0 then return answer(0) end
-  r.ver = r.ver + 1
-  if op == 'fire' then
-    r.rsv, r.flag, r.next = 1, 0, 0
-  elseif op == 'reschedule' then
-    r.rsv, r.flag, r.next = 0, 0, tonumber(ARGV[4])
-  elseif op == 'pause' then
-    r.flag = 1
-  elseif r.flag == 1 then -- resume, after a pause during this run
-    r.flag = 0
-  end
-  return done(0)
-end
--- waiting (scheduled, retrying) or paused
-if op == 'fire' then return wait_at(now) end
-if op == 'reschedule' then return wait_at(tonumber(ARGV[4])) end
-if op == 'pause' then
-  if st == 'paused' then return answer(1) end
-  revoke(KEYS[1], ARGV[1], r)
-  unplace(KEYS[1], ARGV[1], r)
-  r.ver = r.ver + 1
-  r.rsv, r.next = 0, 0
-  r.st, r.owner, r.att = 'paused', NO_OWNER, 0
-  place(KEYS[1], ARGV[1], r, now)
-  return done(0)
-end
-if st ~= 'paused' then return answer(1) end -- resume of a timer that is not paused
-if every > 0 then return wait_at(now + every) end
--- a calendar schedule (every < 0) resumes at the slot it was paused at, even
--- past: the engine applies its misfire policy to a slot that was missed
-if every < 0 then return wait_at(r.fire) end
-return wait_at(math.max(r.fire, now))
+local code, held = control_one(KEYS[1], ARGV[1], r, v, op, now, tonumber(ARGV[4]), ARGV[5], ARGV[6])
+return answer(code == 0 and 0 or 1, held)

@@ -2,7 +2,8 @@
 -- KEYS: 1 timer key
 -- ARGV: 1 id, 2 the record as the prelude lays it out (head: scheduled,
 --       no attempt, its due time, this instance's tag as owner when it holds
---       the timer in its wheel at once; tail: written here once)
+--       the timer in its wheel at once, the labels bit; tail: written here
+--       once), 3... its labels ("key:value", for the index)
 -- Returns {1} created; {0, record, history} a timer with the same spec and
 -- the same due time as given exists; {2, state} another timer holds the id.
 local r, v = rec_get(KEYS[1])
@@ -15,4 +16,5 @@ end
 redis.call('SET', KEYS[1], ARGV[2])
 r = head_decode(ARGV[2])
 place(KEYS[1], ARGV[1], r, r.fire)
+if #ARGV > 2 then labels_index(KEYS[1], ARGV[1], {unpack(ARGV, 3)}, 'ZADD') end
 return {1}

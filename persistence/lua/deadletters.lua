@@ -21,6 +21,7 @@ while done < limit and examined < budget do
       redis.call('ZREM', KEYS[2], id)
       if ARGV[2] == 'purge' then
         redis.call('ZREM', KEYS[1], id)
+        if r.lb == 1 then labels_drop(tk, id, redis.call('GET', tk)) end
         redis.call('DEL', tk, hist_key(tk))
       else -- a new series of attempts, due now, under the same id
         r.ver = r.ver + 1

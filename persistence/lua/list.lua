@@ -16,7 +16,8 @@
 -- KEYS: 1 the index zset
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 'asc' | 'desc', 3 cursor score
 --       ('' for the first page), 4 cursor key id, 5 limit, 6 queue ('' any),
---       7 budget, 8 the namespace, 9 the state, 10 max_bytes
+--       7 budget, 8 the namespace, 9 the state, 10 max_bytes, 11 label
+--       ("key:value", '' any: a timer with it is in its label index)
 -- Returns {more, last_score, last_id, id, score, record, history, ...} for up
 -- to limit matches; more is 1 when the sources hold entries after the
 -- last one examined (last_score, last_id; '' when none was).
@@ -99,7 +100,9 @@ while found < limit and scanned < budget and bytes < max_bytes do
   if not r then
     if not best.held then stale[#stale + 1] = bid end -- its record expired: drop the entry after the scan
   elseif belongs(r, best.held, bid) then
-    if ARGV[6] == '' or tail_decode(pre).queue == ARGV[6] then
+    if (ARGV[6] == '' or tail_decode(pre).queue == ARGV[6]) and
+        (ARGV[11] == '' or (r.lb == 1 and
+         redis.call('ZSCORE', lb_key(key_base(ARGV[1]), ARGV[8], lb_chunk(bid), ARGV[11]), bid))) then
       local raw = redis.call('GET', ARGV[1] .. bid)
       local hist = redis.call('GET', hist_key(ARGV[1] .. bid)) or ''
       out[#out + 1] = bid

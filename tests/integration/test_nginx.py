@@ -328,6 +328,20 @@ def test_a_body_over_64_kib_gets_413_from_nginx_and_one_at_the_limit_passes(
     assert rid not in logged_request_ids(a, b)
 
 
+def test_a_batch_of_a_megabyte_passes_nginx_and_one_over_4_mib_gets_413(
+        redis, receiver, hookwheel_factory, nginx_factory):
+    a, b, nginx = stack(redis, hookwheel_factory, nginx_factory)
+    pad = "p" * 1000
+    specs = [{"id": f"nb-{i}", "url": receiver.url("/nb"), "delay_ms": 60000, "body": pad} for i in range(1000)]
+    raw = json.dumps({"timers": specs}).encode()
+    assert len(raw) > 1 << 20
+    status, _, body = request(nginx.port, "POST", "/timers/batch", raw, headers={"Content-Type": "application/json"})
+    assert status == 200 and body["created"] == 1000, body if status != 200 else body["failed"]
+    raw = json.dumps({"timers": specs[:1], "pad": "x" * (4 << 20)}).encode()
+    status, _, body = request(nginx.port, "POST", "/timers/batch", raw, headers={"Content-Type": "application/json"})
+    assert status == 413, body
+
+
 def test_with_one_instance_killed_requests_through_nginx_succeed_once_and_its_timers_fire(
         redis, receiver, hookwheel_factory, nginx_factory):
     a, b, nginx = stack(redis, hookwheel_factory, nginx_factory, args=LEASE)

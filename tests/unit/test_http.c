@@ -237,19 +237,19 @@ static void h_never(http_req *r, const char *const *params, void *app)
 }
 
 static const http_route routes[] = {
-    {"GET", "/sync", h_sync, 0, 0},
-    {"POST", "/echo", h_echo, 1, 0},
-    {"GET", "/items/{id}", h_item, 0, 0},
-    {"DELETE", "/items/{id}", h_item_delete, 0, 0},
-    {"GET", "/items/{id}/sub/{name}", h_sub, 0, 0},
-    {"GET", "/query", h_query, 0, 0},
-    {"GET", "/async", h_async, 0, 0},
-    {"GET", "/async-now", h_async_now, 0, 0},
-    {"GET", "/problem", h_problem, 0, 0},
-    {"GET", "/no-body", h_no_body, 0, 0},
-    {"GET", "/busy", h_busy, 0, 0},
-    {"POST", "/created", h_created, 0, 0},
-    {"GET", "/never", h_never, 0, 0},
+    {"GET", "/sync", h_sync, 0, 0, 0},
+    {"POST", "/echo", h_echo, 1, 0, 0},
+    {"GET", "/items/{id}", h_item, 0, 0, 0},
+    {"DELETE", "/items/{id}", h_item_delete, 0, 0, 0},
+    {"GET", "/items/{id}/sub/{name}", h_sub, 0, 0, 0},
+    {"GET", "/query", h_query, 0, 0, 0},
+    {"GET", "/async", h_async, 0, 0, 0},
+    {"GET", "/async-now", h_async_now, 0, 0, 0},
+    {"GET", "/problem", h_problem, 0, 0, 0},
+    {"GET", "/no-body", h_no_body, 0, 0, 0},
+    {"GET", "/busy", h_busy, 0, 0, 0},
+    {"POST", "/created", h_created, 0, 0, 0},
+    {"GET", "/never", h_never, 0, 0, 0},
 };
 
 static const http_config config = {

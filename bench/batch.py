@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Batch creates and the Redis bytes of labels, measured on this machine.
+
+  python3 bench/batch.py [--bin build/hookwheel] [--runs 3] [--timers 200000]
+                         [--batch 1000] [--conns 4]
+
+Starts a redis-server (AOF everysec, as bench/run.sh does) and the hookwheel
+binary on loopback ports, then:
+
+  B  POSTs --timers timers in batches of --batch over --conns keep-alive
+     connections (one thread each, bodies made before the clock starts) and
+     reports accepted timers/s (every item must be 201); a fresh Redis per run.
+  LB creates 50,000 timers without labels, then 50,000 with one label they
+     all share (`customer: 42`), then 50,000 with four shared labels, then
+     50,000 with one label of 1,000 values (50 timers each), due in an hour
+     (a 200-byte body, 32-hex ids), and reports INFO memory used_memory per
+     timer and per label from the differences.
+
+Prints medians (and every run) as a Markdown table. Processes it starts, it
+stops."""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def redis_cmd(port, *args):
+    out = subprocess.run(["redis-cli", "-p", str(port), *map(str, args)], capture_output=True, text=True, check=True)
+    return out.stdout
+
+
+def used_memory(port):
+    for line in redis_cmd(port, "info", "memory").splitlines():
+        if line.startswith("used_memory:"):
+            return int(line.split(":")[1])
+    raise RuntimeError("no used_memory")
+
+
+class Stack:
+    def __init__(self, binary):
+        self.dir = tempfile.mkdtemp(prefix="hw-batch-")
+        self.rport, self.hport = free_port(), free_port()
+        self.redis = subprocess.Popen(["redis-server", "--port", str(self.rport), "--bind", "127.0.0.1",
+                                       "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
+                                       "--dir", self.dir], stdout=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                if redis_cmd(self.rport, "ping").strip() == "PONG":
+                    break
+            except subprocess.CalledProcessError:
+                pass
+            time.sleep(0.02)
+        self.hw = subprocess.Popen([binary, "--listen", f"127.0.0.1:{self.hport}",
+                                    "--redis-url", f"redis://127.0.0.1:{self.rport}", "--log-level", "warn",
+                                    "--destination-allowlist", "127.0.0.1/32"],
+                                   stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "hw.log"), "w"))
+        for _ in range(500):
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.hport, timeout=1)
+                c.request("GET", "/readyz")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.02)
+        else:
+            raise RuntimeError("hookwheel did not become ready")
+
+    def stop(self):
+        for p in (self.hw, self.redis):
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=30)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def bodies(n, size, prefix, labels=None, base=None):
+    base = base or int(time.time() * 1000) + 3_600_000
+    out = []
+    body = "x" * 200
+    for i in range(0, n, size):
+        items = []
+        for k in range(i, min(n, i + size)):
+            spec = {"id": uuid.uuid4().hex, "url": "http://127.0.0.1:9/hook", "fire_at_ms": base + k % 600_000,
+                    "body": body}
+            if labels:
+                spec["labels"] = labels(k)
+            items.append(spec)
+        out.append(json.dumps({"timers": items}).encode())
+    return out
+
+
+def post_all(port, payloads, conns):
+    errors = []
+
+    def worker(part):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        for p in part:
+            c.request("POST", "/timers/batch", body=p, headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            if r.status != 200:
+                errors.append((r.status, data[:200]))
+                continue
+            res = json.loads(data)
+            if res["created"] != len(res["items"]):
+                errors.append(("items", res["failed"]))
+        c.close()
+
+    threads = [threading.Thread(target=worker, args=(payloads[k::conns],)) for k in range(conns)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.monotonic() - t0, errors
+
+
+def run_b(binary, timers, size, conns):
+    st = Stack(binary)
+    try:
+        payloads = bodies(timers, size, "b")
+        secs, errors = post_all(st.hport, payloads, conns)
+        if errors:
+            raise RuntimeError(f"batch errors: {errors[:3]}")
+        return timers / secs
+    finally:
+        st.stop()
+
+
+def run_lb(binary):
+    st = Stack(binary)
+    try:
+        n = 50_000
+        m0 = used_memory(st.rport)
+        post_all(st.hport, bodies(n, 1000, "n"), 2)
+        m1 = used_memory(st.rport)
+        post_all(st.hport, bodies(n, 1000, "one", labels=lambda k: {"customer": "42"}), 2)
+        m2 = used_memory(st.rport)
+        four = lambda k: {"customer": "43", "kind": "reminder", "region": "eu", "tier": "gold"}
+        post_all(st.hport, bodies(n, 1000, "four", labels=four), 2)
+        m3 = used_memory(st.rport)
+        post_all(st.hport, bodies(n, 1000, "many", labels=lambda k: {"customer": f"{k % 1000:06d}"}), 2)
+        m4 = used_memory(st.rport)
+        plain = (m1 - m0) / n
+        return plain, (m2 - m1) / n - plain, ((m3 - m2) / n - plain) / 4, (m4 - m3) / n - plain
+    finally:
+        st.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="build/hookwheel")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--timers", type=int, default=200_000)
+    ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--conns", type=int, default=4)
+    a = ap.parse_args()
+    rates = [run_b(a.bin, a.timers, a.batch, a.conns) for _ in range(a.runs)]
+    lbs = [run_lb(a.bin) for _ in range(a.runs)]
+    print(f"# bench/batch.py --timers {a.timers} --batch {a.batch} --conns {a.conns} ({a.runs} runs, {a.bin})\n")
+    print("| figure | median | runs |\n| --- | ---: | --- |")
+    print(f"| B: timers/s accepted in batches of {a.batch} | {statistics.median(rates):,.0f} | "
+          + ", ".join(f"{r:,.0f}" for r in rates) + " |")
+    for i, name in enumerate(("Redis bytes per pending timer, no labels (200-byte body)",
+                              "Redis bytes per label per timer: one label shared by 50,000 timers",
+                              "Redis bytes per label per timer: four labels shared by 50,000 timers",
+                              "Redis bytes per label per timer: one label of 1,000 values, 50 timers each")):
+        vals = [x[i] for x in lbs]
+        print(f"| {name} | {statistics.median(vals):.0f} | " + ", ".join(f"{v:.0f}" for v in vals) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

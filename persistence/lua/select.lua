@@ -1,0 +1,94 @@
+-- select: one partition's part of a selector operation (POST /timers/cancel,
+-- pause, resume, reschedule; dry_run lists): the namespace's timers that
+-- have every label given, walked in the first label's index (chunk by
+-- chunk, each in id order, so a cursor (chunk, id) is exact: every timer
+-- that keeps the label is met once), filtered by queue and state, and each
+-- match given the instruction exactly as the one-timer call would
+-- (cancel_one, control_one: an instruction to a timer in its attempt is too
+-- late, or waits for the run's end). At most `limit` matches and `budget`
+-- index entries a call, so one call holds Redis for about a millisecond.
+-- KEYS: 1 the idempotency record of this call (hw:{P}:ik:<ns>:<key>:<cursor>;
+--       not read without a key)
+-- ARGV: 1 timer key prefix "hw:{P}:t:", 2 namespace, 3 op ('cancel' |
+--       'pause' | 'resume' | 'reschedule' | 'list'), 4 queue ('' any),
+--       5 state ('' any), 6 first chunk, 7 id after which to start in it
+--       ('' from its start), 8 limit, 9 budget, 10 now_ms, 11 retention_ms,
+--       12 fire_ms (reschedule), 13 idempotency key ('' none), 14 the
+--       request's fingerprint, 15... the labels ("key:value")
+-- Returns {replayed, next_chunk, next_id, more, id, code, state, queue, ...}:
+-- code 1 done, 2 done for after the current run (a recurring timer), 0 too
+-- late (state: where it is); queue: its queue when this call cancelled it
+-- (for the metrics), else ''; replayed 1 when the answer is the one this
+-- idempotency key got before, -1 (alone) when that key came with another
+-- request.
+if ARGV[13] ~= '' then
+  local saved = redis.call('GET', KEYS[1])
+  if saved then
+    local rec = cjson.decode(saved)
+    if rec.fp ~= ARGV[14] then return {-1} end
+    rec.out[1] = 1
+    return rec.out
+  end
+end
+local prefix, ns, op, queue, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local limit, budget, now, retention = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
+local fire = tonumber(ARGV[12])
+local base, labels = key_base(prefix), {unpack(ARGV, 15)}
+local out, found, examined = {0, LB_CHUNKS, '', 0}, 0, 0
+local chunk, after = tonumber(ARGV[6]), ARGV[7]
+
+local function matches(id, r, v)
+  if state ~= '' and r.st ~= state then return false end
+  if queue ~= '' and tail_decode(v).queue ~= queue then return false end
+  for i = 2, #labels do
+    if not redis.call('ZSCORE', lb_key(base, ns, lb_chunk(id), labels[i]), id) then return false end
+  end
+  return true
+end
+
+local function apply(tkey, id, r, v)
+  if op == 'list' then return 1, '' end
+  if op == 'cancel' then
+    local code, by_this = cancel_one(tkey, id, r, v, now, retention)
+    return code, by_this == 1 and tail_decode(v).queue or ''
+  end
+  return (control_one(tkey, id, r, v, op, now, fire, -1, NO_OWNER)), ''
+end
+
+while chunk < LB_CHUNKS and found < limit and examined < budget do
+  local key = lb_key(base, ns, chunk, labels[1])
+  local ids = redis.call('ZRANGEBYLEX', key, after == '' and '-' or '(' .. after, '+', 'LIMIT', 0,
+                         math.min(200, budget - examined))
+  for _, id in ipairs(ids) do
+    examined = examined + 1
+    after = id
+    local tkey = prefix .. id
+    local r, v = rec_peek(tkey)
+    if r and matches(id, r, v) then
+      local code, q = apply(tkey, id, r, v)
+      out[#out + 1] = id
+      out[#out + 1] = code
+      out[#out + 1] = r.st
+      out[#out + 1] = q
+      found = found + 1
+    end
+    if found >= limit or examined >= budget then break end
+  end
+  if found >= limit or examined >= budget then
+    out[2], out[3], out[4] = chunk, after, 1
+    break
+  end
+  chunk, after = chunk + 1, ''
+end
+if out[4] == 1 and after ~= '' then
+  -- a stop at a chunk's last entry: the walk goes on at the next chunk
+  local rest = redis.call('ZRANGEBYLEX', lb_key(base, ns, chunk, labels[1]), '(' .. after, '+', 'LIMIT', 0, 1)
+  if #rest == 0 then
+    out[2], out[3] = chunk + 1, ''
+    if chunk + 1 >= LB_CHUNKS then out[4] = 0 end
+  end
+end
+if ARGV[13] ~= '' then
+  redis.call('SET', KEYS[1], cjson.encode({fp = ARGV[14], out = out}), 'PX', 86400000)
+end
+return out

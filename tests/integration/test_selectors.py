@@ -1,0 +1,162 @@
+"""Bulk instructions by selector (POST /timers/cancel, pause, resume,
+reschedule): exact receipts, paging, Idempotency-Key, against a real
+redis-server, the real binary and a real receiver."""
+import time
+
+import pytest
+
+from conftest import SLOW, Reply, scaled
+from contract import assert_matches_contract
+
+
+def batch(api, specs, headers=None):
+    for i in range(0, len(specs), 1000):
+        status, _, body = api.request("POST", "/timers/batch", json_body={"timers": specs[i:i + 1000]},
+                                      headers=headers, timeout=scaled(60))
+        assert status == 200 and body["failed"] == 0, (status, body if status != 200 else body["items"][:3])
+
+
+def select(api, op, body, key=None, headers=None):
+    hdrs = dict(headers or {})
+    if key:
+        hdrs["Idempotency-Key"] = key
+    status, rh, answer = api.request("POST", f"/timers/{op}", json_body=body, headers=hdrs, timeout=scaled(60))
+    assert_matches_contract("POST", f"/timers/{op}", status, rh, answer)
+    return status, rh, answer
+
+
+def walk(api, op, body, key=None, headers=None):
+    """Every page of a selector operation; returns the pages' bodies."""
+    pages, cursor = [], None
+    while True:
+        status, _, page = select(api, op, {**body, **({"cursor": cursor} if cursor else {})}, key, headers)
+        assert status == 200, page
+        pages.append(page)
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return pages
+        assert len(pages) < 1000
+
+
+@pytest.mark.skipif(SLOW, reason="runs once, on the plain build (100,000 timers)")
+def test_a_selector_cancel_is_exact_under_load_and_its_receipt_repeats(hookwheel, receiver):
+    api = hookwheel.api
+    receiver.default("/d", Reply(204, delay_s=0.02))  # a slow receiver
+    t0 = int(time.time() * 1000) + 3000
+    specs = []
+    for i in range(100_000):
+        labelled = i % 2 == 0
+        specs.append({"id": f"{'c42' if labelled else 'oth'}-{i}", "url": receiver.url("/d"),
+                      "fire_at_ms": t0 + (i * 7919) % 10_000,
+                      "labels": {"customer": "42" if labelled else "7", "kind": "reminder"}})
+    batch(api, specs)
+    # at 5 s into the 10 s of due times, cancel customer 42's timers
+    time.sleep(max(0, (t0 + 5000) / 1000 - time.time()))
+    body = {"labels": {"customer": "42"}, "limit": 10_000}
+    pages = walk(api, "cancel", body, key="cancel-c42")
+    cancelled = [tid for p in pages for tid in p["cancelled"]]
+    too_late = [t for p in pages for t in p["too_late"]]
+    matched = sum(p["matched"] for p in pages)
+    assert matched == 50_000 and len(cancelled) + len(too_late) == matched
+    assert len(set(cancelled)) == len(cancelled) and not set(cancelled) & {t["id"] for t in too_late}
+    assert cancelled and too_late, "the cancel came while customer 42's timers were firing"
+    assert all(t["state"] in ("firing", "delivered") for t in too_late), too_late[:5]
+    # the same call with the same key answers the same receipt, page by page
+    again = walk(api, "cancel", body, key="cancel-c42")
+    assert len(again) == len(pages)
+    for p, q in zip(pages, again):
+        assert q.pop("replayed") is True
+        assert q == p
+    # a different request under the same key is refused
+    status, _, prob = select(api, "cancel", {"labels": {"customer": "7"}}, key="cancel-c42")
+    assert status == 422, prob
+    # wait for everything that was not cancelled to arrive
+    expected = 100_000 - len(cancelled)
+    receiver.wait_for(expected, timeout=scaled(180), path="/d")
+    time.sleep(1.0)
+    got = [r.timer_id for r in receiver.requests("/d")]
+    gotset = set(got)
+    assert not gotset & set(cancelled), "a cancelled timer reached the receiver"
+    assert {t["id"] for t in too_late} <= gotset, "every too_late timer had its attempt"
+    others = {s["id"] for s in specs if s["id"].startswith("oth-")}
+    assert others <= gotset, "the other customer's timers are untouched"
+    assert len(got) == expected
+    for tid in cancelled[:50]:
+        status, _, t = api.get(tid)
+        assert status == 200 and t["state"] == "cancelled" and t["attempts"] == 0
+
+
+def test_pause_resume_reschedule_and_dry_run_by_selector(hookwheel, receiver):
+    api = hookwheel.api
+    specs = [{"id": f"s-{i}", "url": receiver.url("/s"), "delay_ms": 60_000,
+              "queue": "q1" if i % 2 else "q2", "labels": {"tenant": "t1", "wave": str(i % 3)}} for i in range(90)]
+    specs += [{"id": f"u-{i}", "url": receiver.url("/u"), "delay_ms": 60_000, "labels": {"tenant": "t2"}}
+              for i in range(30)]
+    batch(api, specs)
+    # dry run: lists, changes nothing
+    status, _, page = select(api, "pause", {"labels": {"tenant": "t1", "wave": "0"}, "queue": "q1", "dry_run": True})
+    assert status == 200 and page["dry_run"] is True
+    want = sorted(s["id"] for s in specs[:90] if s["labels"]["wave"] == "0" and s["queue"] == "q1")
+    assert sorted(m["id"] for m in page["matches"]) == want and page["matched"] == len(want)
+    assert all(m["state"] == "scheduled" for m in page["matches"])
+    assert api.get(want[0])[2]["state"] == "scheduled"
+    # pause them
+    status, _, page = select(api, "pause", {"labels": {"tenant": "t1", "wave": "0"}, "queue": "q1"})
+    assert sorted(page["paused"]) == want and page["too_late"] == [] and page["next_cursor"] is None
+    for tid in want:
+        assert api.get(tid)[2]["state"] == "paused"
+    # a state filter: only the paused ones of tenant t1 resume
+    status, _, page = select(api, "resume", {"labels": {"tenant": "t1"}, "state": "paused"})
+    assert sorted(page["resumed"]) == want
+    # reschedule all of tenant t1 to 300 ms from now: they fire; t2 is untouched
+    status, _, page = select(api, "reschedule", {"labels": {"tenant": "t1"}, "delay_ms": 300})
+    assert status == 200 and len(page["rescheduled"]) == 90, page
+    receiver.wait_for(90, timeout=scaled(20), path="/s")
+    time.sleep(0.5)
+    assert len(receiver.requests("/s")) == 90 and receiver.requests("/u") == []
+    # now they are finished: a cancel is too late for each, with its state
+    status, _, page = select(api, "cancel", {"labels": {"tenant": "t1"}, "limit": 7})
+    assert page["matched"] == 7 and page["cancelled"] == [] and len(page["too_late"]) == 7
+    assert all(t["state"] == "delivered" for t in page["too_late"]) and page["next_cursor"]
+    # paging with a small limit visits every match once
+    pages = walk(api, "cancel", {"labels": {"tenant": "t2"}, "limit": 7})
+    ids = [tid for p in pages for tid in p["cancelled"]]
+    assert sorted(ids) == sorted(f"u-{i}" for i in range(30))
+
+
+def test_selector_errors(hookwheel, receiver):
+    api = hookwheel.api
+    for body, field in [({}, "labels"), ({"labels": {}}, "labels"), ({"labels": {"a b": "1"}}, "labels.a b"),
+                        ({"labels": {"a": "1"}, "state": "gone"}, "state"), ({"labels": {"a": "1"}, "x": 1}, "x"),
+                        ({"labels": {"a": "1"}, "limit": 0}, "limit"), ({"labels": {"a": "1"}, "limit": 10001}, "limit"),
+                        ({"labels": {"a": "1"}, "cursor": "nope"}, "cursor"),
+                        ({"labels": {"a": "1"}, "dry_run": 1}, "dry_run"),
+                        ({"labels": {"a": "1"}, "delay_ms": 5}, "delay_ms")]:
+        status, _, prob = select(api, "cancel", body)
+        assert status == 400 and prob["field"] == field, (body, prob)
+    status, _, prob = select(api, "reschedule", {"labels": {"a": "1"}})
+    assert status == 400, prob
+    status, _, prob = select(api, "cancel", {"labels": {"a": "1"}}, key="bad key")
+    assert status == 400 and prob["field"] == "Idempotency-Key"
+    status, _, page = select(api, "cancel", {"labels": {"nobody": "here"}})
+    assert status == 200 and page == {"matched": 0, "dry_run": False, "cancelled": [], "too_late": [],
+                                      "next_cursor": None}
+
+
+def test_a_selector_sees_only_its_namespace(tmp_path, redis, receiver, hookwheel_factory):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("team-a token-a-0123456789abcdef\nteam-b token-b-0123456789abcdef\n")
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens)})
+    a = {"Authorization": "Bearer token-a-0123456789abcdef"}
+    b = {"Authorization": "Bearer token-b-0123456789abcdef"}
+    spec = [{"id": f"n-{i}", "url": receiver.url("/n"), "delay_ms": 60_000, "labels": {"c": "1"}} for i in range(20)]
+    batch(hw.api, spec, headers=a)
+    batch(hw.api, spec, headers=b)
+    status, _, page = select(hw.api, "cancel", {"labels": {"c": "1"}}, headers=a)
+    assert status == 200 and len(page["cancelled"]) == 20
+    status, _, t = hw.api.request("GET", "/timers/n-0", headers=b)
+    assert t["state"] == "scheduled"
+    status, _, page = hw.api.request("GET", "/timers?state=scheduled&label=c:1&limit=100", headers=b)
+    assert len(page["items"]) == 20
+    status, _, page = hw.api.request("GET", "/timers?state=scheduled&label=c:1&limit=100", headers=a)
+    assert page["items"] == []
