@@ -56,7 +56,7 @@ int oneshot_create(const config *cfg, engine *eng, char *id, timer_spec *spec, c
     *c = (ctx){.eng = eng, .id = id, .spec = spec, .cb = cb, .arg = arg, .rid = rid && *rid ? xstrdup(rid) : NULL};
     c->claim = engine_accepting(eng) && (uint64_t)spec->fire_at_ms <= now_ms + cfg->window_ms;
     timer_new n = {id,           spec->stored, spec->stored_len, when, spec->fire_at_ms,
-                   spec->cron_x ? TIMERS_CALENDAR : spec->every_ms, spec->queue, rid, now_ms, c->claim};
+                   spec->cron_x ? TIMERS_CALENDAR : spec->every_ms, spec->queue, rid, now_ms, c->claim, {0}};
     int rc = timers_create(engine_timers(eng), &n, created_cb, c);
     if (rc < 0)
         ctx_free(c);
