@@ -16,6 +16,7 @@
 #include "spec.h"
 #include "store.h"
 #include "timers.h"
+#include "trace.h"
 
 typedef struct api {
     const config *cfg;
@@ -78,6 +79,17 @@ void api_respond_submit_error(http_req *r, int rc);
 
 /* The id a client knows from a key id ("namespace/id" or "id"). */
 const char *api_public_id(const char *key_id);
+
+/* The W3C trace context a create request brings (api/timers.c): one valid
+ * traceparent header and its tracestate, as much as a timer keeps; none
+ * (trace.parent_len 0) when the header is absent or invalid, which W3C says
+ * is no error. trace points into the struct. */
+typedef struct api_trace {
+    timer_trace trace;
+    char parent[TRACE_PARENT_LEN + 1];
+    char state[TIMERS_TRACESTATE_MAX + 1];
+} api_trace;
+void api_request_trace(const http_req *r, api_trace *t);
 
 /* 1 when s is "key:value", a label a timer may have (spec.h), else 0. */
 int api_label_valid(const char *s);

@@ -47,6 +47,7 @@ typedef struct batch_ctx {
     int atomic;
     uint64_t now_ms;
     char rid[HTTP_REQUEST_ID_MAX + 1];
+    api_trace tr; /* the request's W3C trace context, kept with every timer */
     size_t n;
     bitem *items;
     atomic_int refs; /* one per slice in flight, one for the submitter */
@@ -130,7 +131,8 @@ static void item_fail(bitem *it, int status, const char *field, const char *deta
 /* A written timer this instance holds goes to its engine, with its spec. */
 static void item_hold(batch_ctx *b, bitem *it)
 {
-    engine_add_take(b->a->eng, xstrdup(it->kid), it->spec, (uint64_t)it->spec->fire_at_ms, 0, 0, b->rid);
+    engine_add_take(b->a->eng, xstrdup(it->kid), it->spec, (uint64_t)it->spec->fire_at_ms, 0, 0, b->rid,
+                    &b->tr.trace);
     it->spec = NULL;
 }
 
@@ -211,7 +213,7 @@ static int submit_slice(batch_ctx *b, uint32_t p, const size_t *idx, size_t n)
         const timer_spec *sp = it->spec;
         tn[k] = (timer_new){it->kid, sp->stored, sp->stored_len, sp->when, sp->fire_at_ms,
                             sp->cron_x ? TIMERS_CALENDAR : sp->every_ms, sp->queue, b->rid, b->now_ms,
-                            it->claim, sp->labels, sp->nlabels};
+                            it->claim, sp->labels, sp->nlabels, b->tr.trace};
     }
     slice *s = xmalloc(sizeof *s);
     *s = (slice){b, n, xmalloc(n * sizeof *s->idx)};
@@ -290,6 +292,7 @@ void api_timer_batch(http_req *r, const char *const *params, void *app)
     b->atomic = atomic;
     b->now_ms = clock_now_ms();
     snprintf(b->rid, sizeof b->rid, "%s", http_req_id(r));
+    api_request_trace(r, &b->tr);
     b->n = json_array_size(arr);
     b->items = xcalloc(b->n, sizeof *b->items);
     atomic_init(&b->refs, 1);

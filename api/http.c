@@ -1307,6 +1307,14 @@ const char *http_req_header(const http_req *r, const char *name)
     return kv_find(r->headers, r->nheaders, name, true);
 }
 
+const char *http_req_header_nth(const http_req *r, const char *name, size_t i)
+{
+    for (size_t k = 0; k < r->nheaders; k++)
+        if (strcasecmp(r->headers[k].name, name) == 0 && i-- == 0)
+            return r->headers[k].value;
+    return NULL;
+}
+
 const char *http_req_query(const http_req *r, const char *name)
 {
     return kv_find(r->query, r->nquery, name, false);

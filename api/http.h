@@ -82,6 +82,8 @@ uint16_t http_port(const http_server *s);
  * any thread before the answer is given). */
 const char *http_req_body(const http_req *r, size_t *len);
 const char *http_req_header(const http_req *r, const char *name); /* NULL if absent */
+/* The i-th (from 0) header named name, in the order sent; NULL past the last. */
+const char *http_req_header_nth(const http_req *r, const char *name, size_t i);
 const char *http_req_query(const http_req *r, const char *name);  /* NULL if absent */
 const char *http_req_method(const http_req *r);
 const char *http_req_path(const http_req *r);

@@ -18,6 +18,7 @@
 #include "jsonesc.h"
 #include "oneshot.h"
 #include "log.h"
+#include "trace.h"
 #include "xalloc.h"
 
 #define RETRY_AFTER_S 1
@@ -135,6 +136,33 @@ char *api_timer_text(const char *id, const char *spec, size_t spec_len, const ch
     return t;
 }
 
+/* Puts member (",\"name\":value") last in the Timer text t of *len bytes;
+ * returns the text, reallocated. */
+static char *splice_member(char *t, size_t *len, const char *member)
+{
+    size_t k = strlen(member);
+    t = xrealloc(t, *len + k + 1);
+    memcpy(t + *len - 1, member, k);
+    memcpy(t + *len - 1 + k, "}", 2);
+    *len += k;
+    return t;
+}
+
+/* Adds trace_id to the Timer text t (NULL: none) of a timer created with a
+ * trace context. */
+static char *with_trace_id(char *t, size_t *len, const timer_trace *tr)
+{
+    char id[33];
+    if (!t || tr->parent_len != TRACE_PARENT_LEN)
+        return t;
+    snprintf(id, sizeof id, "%.32s", tr->parent + 3);
+    if (strspn(id, "0123456789abcdef") != 32)
+        return t;
+    char member[48];
+    snprintf(member, sizeof member, ",\"trace_id\":\"%s\"", id);
+    return splice_member(t, len, member);
+}
+
 /* The Timer from a stored timer; NULL when its spec is unreadable. The
  * stored spec is the compact form, so it is parsed back to the canonical
  * one first (reads only: GET, cancel, idempotent repeats, listings). */
@@ -149,13 +177,11 @@ char *api_timer_from_view(const char *id, const timer_view *v, size_t *len)
                              len);
     if (t && spec->cron_x && v->with_skipped) { /* a calendar schedule: the slots its misfire policy skipped */
         char extra[48];
-        int k = snprintf(extra, sizeof extra, ",\"skipped_slots\":%" PRIu64 "}", v->skipped);
-        t = xrealloc(t, *len + (size_t)k);
-        memcpy(t + *len - 1, extra, (size_t)k + 1);
-        *len += (size_t)k - 1;
+        snprintf(extra, sizeof extra, ",\"skipped_slots\":%" PRIu64, v->skipped);
+        t = splice_member(t, len, extra);
     }
     spec_free(spec);
-    return t;
+    return with_trace_id(t, len, &v->trace);
 }
 
 void api_respond_unavailable(http_req *r)
@@ -214,6 +240,7 @@ typedef struct create_ctx {
     api *a;
     uint64_t now_ms;
     char rid[HTTP_REQUEST_ID_MAX + 1]; /* the creating request's id, kept with the timer */
+    api_trace tr;                      /* the W3C trace context it brought, kept too */
 } create_ctx;
 
 static void create_cb(void *arg, int status, const timer_view *v, const char *state, const char *id,
@@ -225,6 +252,7 @@ static void create_cb(void *arg, int status, const timer_view *v, const char *st
         metrics_count(c->a->m, spec->queue, MT_CREATED); /* before the 201: a scrape after it sees it */
         char *t = api_timer_text(id, spec->canonical, strlen(spec->canonical), "scheduled", spec->fire_at_ms,
                                  (long long)c->now_ms, 0, 0, 0, NULL, 0, &len);
+        t = with_trace_id(t, &len, &c->tr.trace);
         LOG(LOG_DEBUG, "timer created",
             "\"timer\":\"%s\",\"queue\":\"%s\",\"attempt\":0,\"request_id\":\"%s\",\"fire_at_ms\":%" PRId64,
             id, spec->queue, c->rid, spec->fire_at_ms);
@@ -251,6 +279,38 @@ static char *new_id(void)
     return id;
 }
 
+/* The W3C trace context a create brings: one valid traceparent header, and
+ * with it the request's tracestate headers, joined, as much of them as a
+ * timer keeps (trace.h). W3C says to drop an invalid traceparent and start
+ * a new trace, not to refuse the request, so nothing here answers 400: the
+ * timer then carries no trace context. */
+void api_request_trace(const http_req *r, api_trace *t)
+{
+    t->trace = (timer_trace){0};
+    if (http_req_header_nth(r, "traceparent", 1) || /* twice: ambiguous, so invalid */
+        trace_parent_parse(http_req_header(r, "traceparent"), t->parent) < 0)
+        return;
+    char joined[TRACE_STATE_MAX + 1];
+    size_t n = 0;
+    for (size_t i = 0;; i++) {
+        const char *v = http_req_header_nth(r, "tracestate", i);
+        if (!v)
+            break;
+        size_t len = strnlen(v, TRACE_STATE_MAX + 1);
+        if (n + (n ? 1 : 0) + len > TRACE_STATE_MAX) {
+            n = 0; /* too long: ignored */
+            break;
+        }
+        if (n)
+            joined[n++] = ',';
+        memcpy(joined + n, v, len);
+        n += len;
+    }
+    joined[n] = '\0';
+    t->trace = (timer_trace){t->parent, TRACE_PARENT_LEN, t->state,
+                             trace_state_keep(joined, t->state, TIMERS_TRACESTATE_MAX)};
+}
+
 void api_timer_create(http_req *r, const char *const *params, void *app)
 {
     (void)params;
@@ -269,10 +329,11 @@ void api_timer_create(http_req *r, const char *const *params, void *app)
     c->a = a;
     c->now_ms = now_ms;
     snprintf(c->rid, sizeof c->rid, "%s", http_req_id(r));
+    api_request_trace(r, &c->tr);
     char *given = spec->id ? xstrdup(spec->id) : new_id(), kid[KEY_ID_MAX];
     key_id(kid, sizeof kid, http_req_namespace(r), given);
     free(given);
-    int rc = oneshot_create(a->cfg, a->eng, xstrdup(kid), spec, spec->when, c->rid, now_ms, create_cb, c);
+    int rc = oneshot_create(a->cfg, a->eng, xstrdup(kid), spec, spec->when, c->rid, &c->tr.trace, now_ms, create_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
         free(c);
@@ -400,7 +461,7 @@ static void control_hold(control_ctx *c, const timer_view *v)
         return; /* unreadable: the release at stop or a reaper hands it back */
     char rid[HTTP_REQUEST_ID_MAX + 1];
     snprintf(rid, sizeof rid, "%.*s", (int)v->request_id_len, v->request_id);
-    engine_add_take(c->a->eng, xstrdup(c->id), spec, (uint64_t)v->fire_ms, v->attempts, v->version, rid);
+    engine_add_take(c->a->eng, xstrdup(c->id), spec, (uint64_t)v->fire_ms, v->attempts, v->version, rid, &v->trace);
 }
 
 static void control_cb(void *arg, int status, const timer_view *v, int held)

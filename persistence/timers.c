@@ -26,6 +26,8 @@
 #define HEAD 51          /* the record's head: HEAD_FMT in _record.lua */
 #define MAGIC 178
 #define NO_OWNER "0000000000000000"
+#define FIELD_MAX 255    /* the request id field: a length byte's worth */
+#define PARENT_MAX 55    /* a traceparent (service/trace.h) */
 
 struct timers {
     store *st;
@@ -72,6 +74,50 @@ static const char *state_name(unsigned char code)
     }
 }
 
+/* The tail's request id field holds "<request id>[ <traceparent>[
+ * <tracestate>]]": a request id never holds a blank (api/http.c), nor does a
+ * traceparent, so the first blank ends the id and the second the
+ * traceparent. So idempotency, which compares the tail from the field after
+ * this one (same_from in _record.lua), ignores the trace context as it
+ * ignores the request id, and the record keeps its layout. */
+static void field_split(const char *f, size_t n, timer_view *v)
+{
+    const char *sp = memchr(f, ' ', n), *end = f + n;
+    v->request_id = f;
+    v->request_id_len = sp ? (size_t)(sp - f) : n;
+    if (!sp || sp + 1 == end || sp[1] == ' ')
+        return; /* no trace context */
+    const char *p = sp + 1, *sp2 = memchr(p, ' ', (size_t)(end - p));
+    v->trace.parent = p;
+    v->trace.parent_len = (size_t)((sp2 ? sp2 : end) - p);
+    if (sp2 && sp2 + 1 < end) {
+        v->trace.state = sp2 + 1;
+        v->trace.state_len = (size_t)(end - sp2 - 1);
+    }
+}
+
+/* Writes the request id field of n into out (FIELD_MAX bytes at most):
+ * what does not fit, or breaks the form field_split reads, is left out, the
+ * tracestate first. Returns its length. */
+static size_t field_join(const timer_new *n, char *out)
+{
+    const timer_trace *tr = &n->trace;
+    size_t rlen = n->request_id ? strnlen(n->request_id, FIELD_MAX) : 0, len = rlen;
+    memcpy(out, n->request_id ? n->request_id : "", rlen);
+    if (!tr->parent_len || tr->parent_len > PARENT_MAX || memchr(tr->parent, ' ', tr->parent_len) ||
+        rlen + 1 + tr->parent_len > FIELD_MAX || (rlen && memchr(out, ' ', rlen)))
+        return len;
+    out[len++] = ' ';
+    memcpy(out + len, tr->parent, tr->parent_len);
+    len += tr->parent_len;
+    if (tr->state_len && tr->state_len <= TIMERS_TRACESTATE_MAX && len + 1 + tr->state_len <= FIELD_MAX) {
+        out[len++] = ' ';
+        memcpy(out + len, tr->state, tr->state_len);
+        len += tr->state_len;
+    }
+    return len;
+}
+
 int timers_decode(const char *rec, size_t rec_len, const char *history, size_t history_len, timer_view *v)
 {
     const unsigned char *p = (const unsigned char *)rec;
@@ -88,8 +134,7 @@ int timers_decode(const char *rec, size_t rec_len, const char *history, size_t h
     v->version = get_le(p + 26, 4);
     v->runs = get_le(p + 30, 4);
     v->created_ms = get_i6(p + HEAD);
-    v->request_id = rec + HEAD + 7;
-    v->request_id_len = rlen;
+    field_split(rec + HEAD + 7, rlen, v);
     v->every_ms = (uint64_t)get_i6(p + at + 7);
     v->queue = qlen ? rec + at + 14 : "default";
     v->queue_len = qlen ? qlen : 7;
@@ -104,7 +149,8 @@ int timers_decode(const char *rec, size_t rec_len, const char *history, size_t h
  * tail written once. Returns its length; *out is freed by the caller. */
 static size_t record_new(const timers *t, const timer_new *n, unsigned char **out)
 {
-    size_t rlen = n->request_id ? strnlen(n->request_id, 255) : 0;
+    char field[FIELD_MAX];
+    size_t rlen = field_join(n, field);
     const char *q = n->queue && strcmp(n->queue, "default") ? n->queue : "";
     size_t qlen = strnlen(q, 255);
     int delay = strncmp(n->when, "delay_ms=", 9) == 0, calendar = strcmp(n->when, "cron") == 0;
@@ -122,7 +168,7 @@ static size_t record_new(const timers *t, const timer_new *n, unsigned char **ou
     p += HEAD;
     put_le(p, n->now_ms, 6);
     p[6] = (unsigned char)rlen;
-    memcpy(p + 7, n->request_id ? n->request_id : "", rlen);
+    memcpy(p + 7, field, rlen);
     p += 7 + rlen;
     p[0] = delay ? 'd' : calendar ? 'c' : 'f';
     put_le(p + 1, (uint64_t)when, 6);
@@ -576,7 +622,7 @@ static void claim_done(void *arg, const redisReply *r)
             continue;
         }
         items[k++] = (timer_claimed){id, v.spec, v.spec_len, v.fire_ms, v.attempts, v.version, v.request_id,
-                                     v.request_id_len};
+                                     v.request_id_len, v.trace};
     }
     cb(c->arg, st, k, items, kr, rev);
     free(rev);

@@ -36,6 +36,20 @@ enum timers_status {
     TIMERS_NOT_STORED = 6, /* create batch, atomic: not written, as another item failed */
 };
 
+/* The W3C trace context a timer was created with (service/trace.h): its
+ * traceparent (parent_len 0: none) and the tracestate kept (state_len 0:
+ * none), neither NUL-terminated. A timer keeps them beside its creating
+ * request's id, in one field of at most 255 bytes: with a request id of up
+ * to 128 bytes, a traceparent (55) and TIMERS_TRACESTATE_MAX bytes of
+ * tracestate always fit. */
+#define TIMERS_TRACESTATE_MAX 70
+typedef struct timer_trace {
+    const char *parent;
+    size_t parent_len;
+    const char *state;
+    size_t state_len;
+} timer_trace;
+
 /* A stored timer, decoded. Pointers are into the bytes decoded. */
 typedef struct timer_view {
     char state[12];
@@ -47,6 +61,7 @@ typedef struct timer_view {
     uint64_t every_ms;     /* 0: one-shot; TIMERS_CALENDAR: a calendar schedule */
     const char *request_id; /* of the request that created it ("" none) */
     size_t request_id_len;
+    timer_trace trace;     /* the trace context it was created with */
     const char *queue;     /* "default" when the spec names none */
     size_t queue_len;
     const char *spec;      /* the stored spec (spec.h), compact JSON */
@@ -97,6 +112,9 @@ typedef struct timer_new {
     char *const *labels;    /* its labels, "key:value" (indexed for selectors), or NULL; at
                              * most TIMERS_LABELS_MAX */
     uint32_t nlabels;
+    timer_trace trace;      /* none, or the request's (a parent without blanks of
+                             * at most 55 bytes, a state of at most
+                             * TIMERS_TRACESTATE_MAX bytes; else they are dropped) */
 } timer_new;
 
 /* status TIMERS_OK (created), TIMERS_EXISTS (v: the existing timer),
@@ -224,6 +242,7 @@ typedef struct timer_claimed {
     uint64_t version;
     const char *request_id;
     size_t request_id_len;
+    timer_trace trace;
 } timer_claimed;
 /* A timer this instance held waiting that an instruction took away since
  * its last claim in the partition (a cancel, fire, reschedule or pause made

@@ -10,8 +10,11 @@
  * and connections to a target are reused between attempts as with a single
  * multi handle (each shard's connection cache).
  * The request is exactly the timer's: its method, its headers and its body,
- * plus the webhook headers; curl's own defaults that the timer did not ask
- * for (Accept, a form Content-Type, Expect: 100-continue) are removed.
+ * plus the webhook headers and, when the timer was created with a trace
+ * context and its own headers set no traceparent, a traceparent with a span
+ * id of this attempt's own (trace.h) and the kept tracestate; curl's own
+ * defaults that the timer did not ask for (Accept, a form Content-Type,
+ * Expect: 100-continue) are removed.
  * Redirects are not followed, and no proxy is used (not even one from the
  * environment's http_proxy), so the address curl connects to is the
  * target's own, and the destination policy (netpolicy.h) judges exactly
@@ -40,6 +43,7 @@
 #include "clock.h"
 #include "config.h"
 #include "log.h"
+#include "trace.h"
 #include "xalloc.h"
 
 #define MAX_RESPONSE_BYTES (1u << 20)
@@ -262,8 +266,11 @@ static void hdr_user(hdr_block *b, const char *line)
 static struct curl_slist *build_headers(const dispatch *d, const job *j)
 {
     const timer_spec *s = j->spec;
-    uint32_t max = s->nheaders + 10;
+    uint32_t max = s->nheaders + 12;
     size_t text = 6 * 300 + SIGN_HEADER_MAX + 32;
+    if (j->traceparent)
+        text += sizeof "traceparent: " + TRACE_PARENT_LEN + sizeof "tracestate: " +
+                (j->tracestate ? strlen(j->tracestate) : 0);
     uint64_t ts = clock_now_ms() / 1000u;
     for (uint32_t i = 0; i < s->nheaders; i++)
         text += strlen(s->headers[i]) + 2;
@@ -295,6 +302,13 @@ static struct curl_slist *build_headers(const dispatch *d, const job *j)
     hdr_printf(&b, "Hookwheel-Timer-Id: %s", id);
     hdr_printf(&b, "Hookwheel-Run: %u", j->run);
     hdr_printf(&b, "Hookwheel-Attempt: %u", j->attempts);
+    if (j->traceparent && !has_header(s, "traceparent")) { /* the timer's own trace context wins */
+        char tp[TRACE_PARENT_LEN + 1];
+        trace_attempt_parent(j->traceparent, tp);
+        hdr_printf(&b, "traceparent: %s", tp);
+        if (j->tracestate && !has_header(s, "tracestate"))
+            hdr_printf(&b, "tracestate: %s", j->tracestate);
+    }
     return b.nodes;
 }
 

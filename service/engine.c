@@ -45,6 +45,7 @@
 #include "metrics.h"
 #include "reaper.h"
 #include "timers.h"
+#include "trace.h"
 #include "watchdog.h"
 #include "wheel.h"
 #include "xalloc.h"
@@ -180,11 +181,16 @@ static job *take_inbox(engine *e)
 /* ---- jobs ---- */
 
 static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
-                    uint64_t version, const char *rid, size_t rid_len)
+                    uint64_t version, const char *rid, size_t rid_len, const timer_trace *trace)
 {
     job *j = xcalloc(1, sizeof *j);
     if (rid && rid_len)
         j->rid = xstrndup(rid, rid_len);
+    if (trace && trace->parent_len == TRACE_PARENT_LEN) { /* another length is none we wrote */
+        j->traceparent = xstrndup(trace->parent, trace->parent_len);
+        if (trace->state_len)
+            j->tracestate = xstrndup(trace->state, trace->state_len);
+    }
     wtimer_init(&j->wt);
     ljob_init(&j->lj);
     list_init(&j->run_node);
@@ -219,6 +225,8 @@ static void job_free(engine *e, job *j)
     free(j->raw_spec);
     free(j->id);
     free(j->rid);
+    free(j->traceparent);
+    free(j->tracestate);
     free(j->last_json);
     free(j);
 }
@@ -243,9 +251,9 @@ __attribute__((format(printf, 4, 5))) static void job_log(int level, const char 
 }
 
 void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
-                     uint64_t version, const char *rid)
+                     uint64_t version, const char *rid, const timer_trace *trace)
 {
-    post(e, job_new(e, id, spec, fire_ms, attempts, version, rid, rid ? strlen(rid) : 0), MSG_CLAIMED);
+    post(e, job_new(e, id, spec, fire_ms, attempts, version, rid, rid ? strlen(rid) : 0, trace), MSG_CLAIMED);
 }
 
 /* Room for more timers in memory (the claim may overshoot by one batch). */
@@ -910,7 +918,7 @@ static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items
     for (size_t i = 0; i < n; i++) {
         const timer_claimed *t = &items[i];
         job *j = job_new(e, xstrdup(t->id), NULL, (uint64_t)t->fire_ms, t->attempts, t->version, t->request_id,
-                         t->request_id_len);
+                         t->request_id_len, &t->trace);
         j->raw_spec = xstrndup(t->spec, t->spec_len);
         j->raw_len = t->spec_len;
         j->msg = MSG_CLAIMED;

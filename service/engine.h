@@ -37,10 +37,11 @@ int engine_start(engine *e) __attribute__((warn_unused_result));
 /* Any thread: hands the engine a timer this instance has claimed in Redis,
  * due at fire_ms, with `attempts` attempts made so far in its run, claimed
  * under the run line's `version`, created by the request with id `rid` (NULL
- * or "": none; copied, for the timer's log lines). Takes ownership of id and
- * spec. */
+ * or "": none; copied, for the timer's log lines) and carrying the trace
+ * context `trace` (NULL: none; copied, sent with every attempt). Takes
+ * ownership of id and spec. */
 void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
-                     uint64_t version, const char *rid);
+                     uint64_t version, const char *rid, const timer_trace *trace);
 
 /* Any thread: 1 while the engine takes new claims: it is not stopping and
  * holds fewer than max_resident timers. */

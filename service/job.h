@@ -70,6 +70,8 @@ typedef struct job {
     void *owner;               /* the engine holding the job */
     char *id;
     char *rid;                 /* id of the request that created the timer, or NULL */
+    char *traceparent;         /* the trace context it was created with (trace.h), or NULL */
+    char *tracestate;          /* NULL: none */
     uint32_t partition;
     timer_spec *spec;          /* NULL until the engine parsed raw_spec */
     char *raw_spec;            /* stored spec text from a claim, parsed on the engine thread */

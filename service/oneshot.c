@@ -19,12 +19,16 @@ typedef struct ctx {
     oneshot_cb simple_cb; /* oneshot_create_take's */
     void *arg;
     char *rid;            /* the creating request's id, or NULL */
+    char *traceparent;    /* the trace context it brought, or NULL */
+    char *tracestate;
 } ctx;
 
 static void ctx_free(ctx *c)
 {
     free(c->id);
     free(c->rid);
+    free(c->traceparent);
+    free(c->tracestate);
     spec_free(c->spec);
     free(c);
 }
@@ -32,7 +36,10 @@ static void ctx_free(ctx *c)
 /* Hands the timer to the engine; a claimed timer is this instance's to fire. */
 static void hold(ctx *c)
 {
-    engine_add_take(c->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0, c->rid); /* a new timer: version 0 */
+    timer_trace tr = {c->traceparent, c->traceparent ? strlen(c->traceparent) : 0, c->tracestate,
+                      c->tracestate ? strlen(c->tracestate) : 0};
+    /* a new timer: version 0 */
+    engine_add_take(c->eng, c->id, c->spec, (uint64_t)c->spec->fire_at_ms, 0, 0, c->rid, &tr);
     c->id = NULL;
     c->spec = NULL;
 }
@@ -50,14 +57,19 @@ static void created_cb(void *arg, int status, const timer_view *v, const char *s
 }
 
 int oneshot_create(const config *cfg, engine *eng, char *id, timer_spec *spec, const char *when,
-                   const char *rid, uint64_t now_ms, oneshot_create_cb cb, void *arg)
+                   const char *rid, const timer_trace *trace, uint64_t now_ms, oneshot_create_cb cb, void *arg)
 {
     ctx *c = xcalloc(1, sizeof *c);
     *c = (ctx){.eng = eng, .id = id, .spec = spec, .cb = cb, .arg = arg, .rid = rid && *rid ? xstrdup(rid) : NULL};
     c->claim = engine_accepting(eng) && (uint64_t)spec->fire_at_ms <= now_ms + cfg->window_ms;
+    int traced = trace && trace->parent_len;
     timer_new n = {id,           spec->stored, spec->stored_len, when, spec->fire_at_ms,
                    spec->cron_x ? TIMERS_CALENDAR : spec->every_ms, spec->queue, rid, now_ms, c->claim,
-                   spec->labels, spec->nlabels};
+                   spec->labels, spec->nlabels, traced ? *trace : (timer_trace){0}};
+    if (traced) {
+        c->traceparent = xstrndup(trace->parent, trace->parent_len);
+        c->tracestate = trace->state_len ? xstrndup(trace->state, trace->state_len) : NULL;
+    }
     int rc = timers_create(engine_timers(eng), &n, created_cb, c);
     if (rc < 0)
         ctx_free(c);
@@ -85,7 +97,7 @@ int oneshot_create_take(const config *cfg, store *st, engine *eng, char *id, tim
     ctx *c = xcalloc(1, sizeof *c);
     c->simple_cb = cb;
     c->arg = arg;
-    int rc = oneshot_create(cfg, eng, id, spec, when, NULL, now_ms, simple_cb, c);
+    int rc = oneshot_create(cfg, eng, id, spec, when, NULL, NULL, now_ms, simple_cb, c);
     if (rc < 0)
         free(c);
     return rc;

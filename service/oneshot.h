@@ -36,13 +36,14 @@ typedef void (*oneshot_create_cb)(void *arg, int status, const timer_view *v, co
 
 /* The one create path, for POST /timers and for timers hookwheel makes
  * itself: writes the timer `id` (a key id) from spec, with when (the due
- * time as given, which idempotency compares) and rid (the creating
- * request's id, or NULL), and when it is due within the claim window and
- * the engine takes claims, holds it in this instance's wheel at once.
- * Takes id and spec on every path. Returns 0 and calls cb (may be NULL)
- * once later, or -EAGAIN / -ESHUTDOWN, and cb is not called. */
+ * time as given, which idempotency compares), rid (the creating request's
+ * id, or NULL) and trace (the W3C trace context it brought, or NULL: none;
+ * copied), and when it is due within the claim window and the engine takes
+ * claims, holds it in this instance's wheel at once. Takes id and spec on
+ * every path. Returns 0 and calls cb (may be NULL) once later, or -EAGAIN /
+ * -ESHUTDOWN, and cb is not called. */
 int oneshot_create(const config *cfg, engine *eng, char *id, timer_spec *spec, const char *when,
-                   const char *rid, uint64_t now_ms, oneshot_create_cb cb, void *arg)
+                   const char *rid, const timer_trace *trace, uint64_t now_ms, oneshot_create_cb cb, void *arg)
     __attribute__((warn_unused_result));
 
 /* Creates the timer `id` (a key id: "<namespace>/<id>" with API tokens) from spec (spec->fire_at_ms is its due time; when

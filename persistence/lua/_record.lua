@@ -25,7 +25,8 @@
 --     next      a reschedule during a run: when the next run is due
 --     token     the job (of the owner) whose attempt began: only it may
 --               begin again (a begin whose reply was lost is re-sent)
---   tail: created_ms (i6), the creating request's id (length byte + text),
+--   tail: created_ms (i6), the creating request's id (length byte + text;
+--     then, after a blank, the create's trace context: timers.c splits it),
 --     then what idempotency compares: the due time as the client gave it
 --     (kind byte 'd' delay_ms | 'f' fire_at/fire_at_ms | 'c' a calendar
 --     schedule's first slot, value i6; 0 for 'c'), every_ms (i6; 0: one-shot,

@@ -187,3 +187,14 @@ def test_finished_timers_leave_the_label_index_when_they_expire(hookwheel_factor
     assert index_entries() == 40
     wait_until(lambda: index_entries() == 0, timeout=scaled(20))
     assert not redis.keys("*:t:e-*") and not redis.keys("*:lx")
+
+
+def test_a_batch_keeps_the_requests_trace_context_for_every_timer(hookwheel, receiver):
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    specs = [{"id": f"tr-{i}", "url": receiver.url("/tr"), "delay_ms": 200 + 50 * i} for i in range(5)]
+    status, _, body = batch(hookwheel.api, specs, headers={"traceparent": tp})
+    assert status == 200 and body["created"] == 5
+    receiver.wait_for(5, timeout=scaled(15), path="/tr")
+    seen = [r.headers.get("traceparent") for r in receiver.requests("/tr")]
+    assert all(s and s.startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-") and s.endswith("-01") for s in seen), seen
+    assert len({s.split("-")[2] for s in seen}) == 5, "a span id per attempt"

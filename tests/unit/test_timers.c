@@ -1,7 +1,8 @@
 /* test_timers.c - the timer verbs (persistence/timers.h) against a real
  * redis-server: each verb's decoded reply, batches of mixed results, the
  * lost-reply rules (a begin or finish sent again answers as the first did),
- * and the record layout as _record.lua writes it.
+ * the record layout as _record.lua writes it, and the trace context kept
+ * beside the request id.
  *
  * Each test starts its own redis-server (the embedded child, on a unix
  * socket in a fresh directory) and a store on it; callbacks run on the
@@ -52,6 +53,7 @@ typedef struct result {
     char state[16];
     timer_view v;
     char spec[512], history[2048];
+    char rid[256], parent[256], tstate[256]; /* of v, or of the first timer claimed */
     int32_t begun[TIMERS_BATCH_MAX];
     uint32_t run[TIMERS_BATCH_MAX];
     int64_t run_due[TIMERS_BATCH_MAX];
@@ -93,6 +95,10 @@ static void keep_view(const timer_view *v)
     res.v.spec = res.spec;
     res.v.history = res.history;
     res.v.request_id = res.v.queue = NULL; /* point into the reply */
+    snprintf(res.rid, sizeof res.rid, "%.*s", (int)v->request_id_len, v->request_id);
+    snprintf(res.parent, sizeof res.parent, "%.*s", (int)v->trace.parent_len, v->trace.parent ? v->trace.parent : "");
+    snprintf(res.tstate, sizeof res.tstate, "%.*s", (int)v->trace.state_len, v->trace.state ? v->trace.state : "");
+    res.v.trace = (timer_trace){0};
 }
 
 static void create_cb(void *arg, int status, const timer_view *v, const char *state)
@@ -156,6 +162,15 @@ static void claim_cb(void *arg, int status, size_t n, const timer_claimed *items
         res.claimed[i] = items[i];
         res.claimed[i].id = res.ids[i];
         res.claimed[i].spec = res.claimed[i].request_id = NULL;
+        res.claimed[i].trace = (timer_trace){0};
+    }
+    if (n) {
+        const timer_claimed *c = &items[0];
+        snprintf(res.rid, sizeof res.rid, "%.*s", (int)c->request_id_len, c->request_id);
+        snprintf(res.parent, sizeof res.parent, "%.*s", (int)c->trace.parent_len,
+                 c->trace.parent ? c->trace.parent : "");
+        snprintf(res.tstate, sizeof res.tstate, "%.*s", (int)c->trace.state_len,
+                 c->trace.state ? c->trace.state : "");
     }
     signal_done();
 }
@@ -213,10 +228,22 @@ static int teardown(void **state)
 
 static const char SPEC[] = "{\"body\":\"hello\",\"url\":\"http://127.0.0.1:9/x\"}";
 
+/* Creates id due at fire_ms (when: as given), by request rid with the
+ * trace context (parent, tstate; NULL: none), and expects status expect. */
+static void create_by(timers *t, const char *id, int64_t fire_ms, const char *rid, const char *parent,
+                      const char *tstate, int expect)
+{
+    timer_new n = {id, SPEC, strlen(SPEC), "delay_ms=60000", fire_ms, 0, "q7", rid, clock_now_ms(), 0,
+                   .trace = {parent, parent ? strlen(parent) : 0, tstate, tstate ? strlen(tstate) : 0}};
+    assert_int_equal(timers_create(t, &n, create_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, expect);
+}
+
 static void create(timers *t, const char *id, int64_t fire_ms, int hold, const char *when, int expect)
 {
     timer_new n = {id, SPEC, strlen(SPEC), when ? when : "fire_at_ms=0", fire_ms, 0, "q7", "req-1",
-                   clock_now_ms(), hold};
+                   clock_now_ms(), hold, .trace = {0}};
     assert_int_equal(timers_create(t, &n, create_cb, NULL), 0);
     wait_done();
     assert_int_equal(res.status, expect);
@@ -596,6 +623,126 @@ static void test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable(void
     store_free(st);
 }
 
+static const char TP[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+static const char TS[] = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE";
+
+static void test_the_trace_context_is_kept_beside_the_request_id_and_split_off_when_read(void **state)
+{
+    fixture *f = *state;
+    int64_t now = (int64_t)clock_now_ms();
+    create_by(f->a, "tr-1", now + 1000, "req-1", TP, TS, TIMERS_OK);
+    get(f->a, "tr-1");
+    assert_string_equal(res.rid, "req-1");
+    assert_string_equal(res.parent, TP);
+    assert_string_equal(res.tstate, TS);
+    claim(f->b, "tr-1", 10);
+    assert_int_equal(res.n, 1);
+    assert_string_equal(res.ids[0], "tr-1");
+    assert_string_equal(res.rid, "req-1");
+    assert_string_equal(res.parent, TP);
+    assert_string_equal(res.tstate, TS);
+    /* a repeat by another request with another trace context is the same
+     * timer: neither is compared, and the first ones stay */
+    create_by(f->a, "tr-1", now + 1000, "req-2", "00-11111111111111111111111111111111-2222222222222222-00", NULL,
+              TIMERS_EXISTS);
+    assert_string_equal(res.rid, "req-1");
+    assert_string_equal(res.parent, TP);
+    /* without a request id, or without a tracestate */
+    create_by(f->a, "tr-2", now + 60000, NULL, TP, NULL, TIMERS_OK);
+    get(f->a, "tr-2");
+    assert_string_equal(res.rid, "");
+    assert_string_equal(res.parent, TP);
+    assert_string_equal(res.tstate, "");
+    /* without a trace context: the request id alone, as before */
+    create_by(f->a, "tr-3", now + 60000, "req-3", NULL, TS, TIMERS_OK);
+    get(f->a, "tr-3");
+    assert_string_equal(res.rid, "req-3");
+    assert_string_equal(res.parent, "");
+    assert_string_equal(res.tstate, "");
+}
+
+static void test_what_does_not_fit_beside_the_request_id_is_dropped_and_the_id_kept_whole(void **state)
+{
+    fixture *f = *state;
+    int64_t now = (int64_t)clock_now_ms() + 60000;
+    char rid[256], long_state[TIMERS_TRACESTATE_MAX + 2];
+    memset(long_state, 'a', sizeof long_state - 1);
+    long_state[0] = 'k', long_state[1] = '=', long_state[sizeof long_state - 1] = '\0';
+    memset(rid, 'r', 128);
+    rid[128] = '\0';
+    /* the longest request id with the longest tracestate kept: all of it */
+    long_state[TIMERS_TRACESTATE_MAX] = '\0';
+    create_by(f->a, "fit-1", now, rid, TP, long_state, TIMERS_OK);
+    get(f->a, "fit-1");
+    assert_string_equal(res.rid, rid);
+    assert_string_equal(res.parent, TP);
+    assert_string_equal(res.tstate, long_state);
+    /* a longer tracestate is dropped; the traceparent stays */
+    long_state[TIMERS_TRACESTATE_MAX] = 'a';
+    create_by(f->a, "fit-2", now, rid, TP, long_state, TIMERS_OK);
+    get(f->a, "fit-2");
+    assert_string_equal(res.parent, TP);
+    assert_string_equal(res.tstate, "");
+    /* a request id that leaves no room keeps the field to itself */
+    memset(rid, 'r', 230);
+    rid[230] = '\0';
+    create_by(f->a, "fit-3", now, rid, TP, TS, TIMERS_OK);
+    get(f->a, "fit-3");
+    assert_string_equal(res.rid, rid);
+    assert_string_equal(res.parent, "");
+    /* a traceparent with a blank would break the field's form: dropped */
+    create_by(f->a, "fit-4", now, "req-4", "00-a b", NULL, TIMERS_OK);
+    get(f->a, "fit-4");
+    assert_string_equal(res.rid, "req-4");
+    assert_string_equal(res.parent, "");
+}
+
+/* A record of this layout whose request id field is field. */
+static size_t record_with_field(unsigned char *rec, const char *field)
+{
+    size_t n = strlen(field), at = 51;
+    memset(rec, 0, 51);
+    rec[0] = 178, rec[1] = 's';
+    rec[at + 6] = (unsigned char)n;
+    memcpy(rec + at + 7, field, n);
+    at += 7 + n;
+    rec[at] = 'd';
+    memset(rec + at + 1, 0, 13); /* when, every_ms, no queue */
+    memcpy(rec + at + 14, "{}", 2);
+    return at + 16;
+}
+
+static void test_a_request_id_field_splits_at_its_blanks_only_into_whole_parts(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *field, *rid, *parent, *tstate;
+    } cases[] = {
+        {"req-1", "req-1", "", ""},
+        {"", "", "", ""},
+        {"req-1 tp", "req-1", "tp", ""},
+        {"req-1 tp a=1, b=2", "req-1", "tp", "a=1, b=2"},
+        {" tp a=1", "", "tp", "a=1"},
+        {"req-1 ", "req-1", "", ""},   /* nothing after the blank */
+        {"req-1  a=1", "req-1", "", ""}, /* no traceparent: no tracestate either */
+        {"req-1 tp ", "req-1", "tp", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        unsigned char rec[128];
+        timer_view v;
+        size_t len = record_with_field(rec, cases[i].field);
+        assert_int_equal(timers_decode((const char *)rec, len, NULL, 0, &v), 0);
+        char got[3][64];
+        snprintf(got[0], 64, "%.*s", (int)v.request_id_len, v.request_id);
+        snprintf(got[1], 64, "%.*s", (int)v.trace.parent_len, v.trace.parent ? v.trace.parent : "");
+        snprintf(got[2], 64, "%.*s", (int)v.trace.state_len, v.trace.state ? v.trace.state : "");
+        assert_string_equal(got[0], cases[i].rid);
+        assert_string_equal(got[1], cases[i].parent);
+        assert_string_equal(got[2], cases[i].tstate);
+        assert_int_equal(v.spec_len, 2);
+    }
+}
+
 static void test_a_record_of_another_layout_does_not_decode(void **state)
 {
     (void)state;
@@ -628,6 +775,11 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_holder_learns_at_its_next_claim_which_held_timers_were_taken_away,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_trace_context_is_kept_beside_the_request_id_and_split_off_when_read,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_what_does_not_fit_beside_the_request_id_is_dropped_and_the_id_kept_whole,
+                                        setup, teardown),
+        cmocka_unit_test(test_a_request_id_field_splits_at_its_blanks_only_into_whole_parts),
         cmocka_unit_test(test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable),
         cmocka_unit_test(test_a_record_of_another_layout_does_not_decode),
     };
