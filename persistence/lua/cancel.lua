@@ -21,5 +21,6 @@ if r.st == 'firing' and tail_decode(v).every ~= 0 then -- recurring (every < 0: 
 end
 if not is_waiting(r.st) and r.st ~= 'paused' then return answer(0) end
 revoke(KEYS[1], ARGV[1], r)
+count_step(KEYS[1], ARGV[1], tail_decode(v).queue, r, r.st, 'cancelled')
 to_final(KEYS[1], ARGV[1], r, 'cancelled', ARGV[3], ARGV[2])
 return answer(1, 1) -- 1: cancelled by this call (counted once in metrics)

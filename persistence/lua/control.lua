@@ -32,9 +32,11 @@ local function done(held)
   head_put(KEYS[1], r)
   return answer(1, held)
 end
+local function count_to(to) count_step(KEYS[1], ARGV[1], tail_decode(v).queue, r, r.st, to) end
 local function wait_at(fire)
   revoke(KEYS[1], ARGV[1], r)
   unplace(KEYS[1], ARGV[1], r)
+  count_to('scheduled')
   r.ver = r.ver + 1
   run_clear(r)
   r.att, r.fire, r.st = 0, fire, 'scheduled'
@@ -90,6 +92,7 @@ if op == 'pause' then
   unplace(KEYS[1], ARGV[1], r)
   r.ver = r.ver + 1
   r.rsv, r.next = 0, 0
+  count_to('paused')
   r.st, r.owner, r.att = 'paused', NO_OWNER, 0
   place(KEYS[1], ARGV[1], r, now)
   return done(0)
