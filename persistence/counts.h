@@ -25,6 +25,7 @@
 
 #include "store.h"
 
+/* (service/metrics.h's enum metrics_queue_count lists them in this order) */
 enum counts_state { COUNTS_SCHEDULED, COUNTS_RETRYING, COUNTS_FIRING, COUNTS_PAUSED, COUNTS_STATES };
 
 /* The name of each counted state, as the API spells it. */

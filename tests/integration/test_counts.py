@@ -139,6 +139,20 @@ def test_due_timers_of_a_paused_queue_are_counted_with_the_age_of_the_oldest(red
     assert body["oldest_due_age_ms"] >= 1000
     assert body["oldest_due_age_ms"] <= now_ms() - t0 + 50
     assert receiver.requests("/held") == []
+    # /metrics shows the read a scrape asked for (one scrape later)
+
+    def scrape():
+        status, _, text = hookwheel.request("GET", "/metrics")
+        assert status == 200
+        text = text.decode() if isinstance(text, bytes) else text
+        return text
+    scrape()
+    assert wait_until(lambda: 'hookwheel_queue_due_backlog{queue="held"} 6' in scrape(), scaled(5))
+    text = scrape()
+    assert 'hookwheel_queue_timers{queue="held",state="scheduled"} 7' in text
+    assert 'hookwheel_queue_timers{queue="held",state="firing"} 0' in text
+    age = [ln for ln in text.splitlines() if ln.startswith('hookwheel_queue_oldest_due_age_seconds{queue="held"}')]
+    assert len(age) == 1 and float(age[0].split()[-1]) >= 1.0, age
 
 
 def test_counts_never_leak_between_namespaces(tmp_path, redis, receiver, hookwheel_factory):
