@@ -6,7 +6,9 @@
 #ifndef HW_API_H
 #define HW_API_H
 
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 #include "engine.h"
@@ -25,6 +27,8 @@ typedef struct api {
     timers *tm; /* the engine's timer verbs */
     spec_limits lim;
     metrics *m; /* set by the caller after api_init; NULL: /metrics answers 503 */
+    atomic_int counts_busy;          /* /metrics: a read of the queue counts is in flight */
+    _Atomic uint64_t counts_read_ms; /* /metrics: when the last one was asked for */
 } api;
 
 /* The route table (api/routes.c): every endpoint of the API. */

@@ -5,10 +5,52 @@
  * gauges other modules own through their accessors, which read atomics (the
  * store's takes its submit lock for one read), and never asks the engine
  * thread anything: a scrape costs the engine nothing, and answers at once
- * even while Redis is down. */
+ * even while Redis is down. The queue counts (hookwheel_queue_timers and
+ * the due backlog) live in Redis: a scrape renders the last read and, at
+ * most once every COUNTS_REFRESH_MS, asks for a new one (persistence/
+ * counts.h), which the next scrape shows. So they are one scrape interval
+ * old, and a scrape never waits for Redis. */
 #include "api.h"
 
 #include "clock.h"
+#include "persistence/counts.h"
+#include "xalloc.h"
+
+#define COUNTS_REFRESH_MS 1000
+
+/* Writer thread: the counts of every namespace, summed per queue name by
+ * metrics_set_queue_counts (as the other queue metrics are). */
+static void counts_done_cb(void *arg, const counts_reply *r)
+{
+    api *a = arg;
+    if (r->status == COUNTS_OK && a->m) {
+        metrics_queue_counts *rows = xcalloc(r->n + 1, sizeof *rows);
+        for (size_t i = 0; i < r->n; i++) {
+            rows[i].queue = r->rows[i].queue;
+            for (int s = 0; s < COUNTS_STATES; s++)
+                rows[i].n[s] = r->rows[i].n[s]; /* counts.h and metrics.h list the states in one order */
+            rows[i].n[MQ_DUE] = r->rows[i].due;
+            rows[i].oldest_due_ms = r->rows[i].oldest_due_ms;
+        }
+        metrics_set_queue_counts(a->m, rows, r->n);
+        free(rows);
+    }
+    atomic_store(&a->counts_busy, 0);
+}
+
+/* Asks for the queue counts when the last read is older than
+ * COUNTS_REFRESH_MS and none is in flight. */
+static void refresh_counts(api *a)
+{
+    uint64_t now = clock_now_ms();
+    int idle = 0;
+    if (now - atomic_load(&a->counts_read_ms) < COUNTS_REFRESH_MS ||
+        !atomic_compare_exchange_strong(&a->counts_busy, &idle, 1))
+        return;
+    atomic_store(&a->counts_read_ms, now);
+    if (counts_read(a->st, a->cfg->partitions, NULL, now, counts_done_cb, a) < 0)
+        atomic_store(&a->counts_busy, 0);
+}
 
 /* Seconds since Redis last confirmed the lease's renewal, or since the
  * engine started when it never did (so an instance that never got its
@@ -28,6 +70,7 @@ void api_metrics(http_req *r, const char *const *params, void *app)
         http_respond_problem(r, 503, "This instance does not collect metrics.", NULL, NULL, 0);
         return;
     }
+    refresh_counts(a);
     engine_gauges eg;
     engine_read_gauges(a->eng, &eg);
     store_stats ss;

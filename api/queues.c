@@ -9,7 +9,12 @@
  * HOOKWHEEL_QUEUE_PARALLELISM, not paused, no rate limit. At most
  * HOOKWHEEL_MAX_QUEUES fields exist, all namespaces together: a PUT of a
  * new queue beyond them answers 409 and stores nothing (the check and the
- * write are one Redis function). */
+ * write are one Redis function).
+ *
+ * GET answers also say how many of the namespace's timers each queue has in
+ * each state and how many are due but not begun (persistence/counts.h: one
+ * call per partition, after the controls' read); GET /queues lists every
+ * queue that has controls or timers in a counted state. */
 #include "api.h"
 
 #include <errno.h>
@@ -18,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "log.h"
+#include "persistence/counts.h"
 #include "persistence/queues.h"
 #include "queuecfg.h"
 #include "xalloc.h"
@@ -27,7 +34,10 @@ typedef struct queue_ctx {
     http_req *r;
     api *a;
     char field[QUEUECFG_FIELD_MAX]; /* "<namespace>/<queue>" or "<queue>" */
-    queue_controls cfg;              /* PUT: what was written */
+    queue_controls cfg;              /* PUT: what was written; GET: the queue's controls */
+    int configured;                  /* GET: cfg was stored */
+    json_t *list;                    /* GET /queues: {name: controls} of the namespace's configured queues */
+    uint64_t now_ms;                 /* when the counts were asked for */
 } queue_ctx;
 
 static int queue_name_valid(const char *q)
@@ -42,6 +52,33 @@ static json_t *queue_json(const char *name, const queue_controls *c, int configu
     return json_pack("{s:s,s:I,s:b,s:f,s:s,s:b}", "name", name, "parallelism", (json_int_t)c->parallelism, "paused",
                      c->paused, "max_dispatches_per_second", c->rate, "scope",
                      c->per_instance ? "instance" : "deployment", "configured", configured);
+}
+
+/* Adds the counts of row (NULL: none) to the queue object q:
+ * {"timers": {state: n, ...}, "due": n, "oldest_due_age_ms": n,
+ * "counts_exact": b}. */
+static void add_counts(json_t *q, const counts_row *row, int exact, uint64_t now_ms)
+{
+    json_t *t = json_object();
+    for (int i = 0; i < COUNTS_STATES; i++)
+        json_object_set_new(t, counts_state_names[i], json_integer(row ? (json_int_t)row->n[i] : 0));
+    json_object_set_new(q, "timers", t);
+    uint64_t due = row ? row->due : 0;
+    int64_t age = due && (int64_t)now_ms > row->oldest_due_ms ? (int64_t)now_ms - row->oldest_due_ms : 0;
+    json_object_set_new(q, "due", json_integer((json_int_t)due));
+    json_object_set_new(q, "oldest_due_age_ms", json_integer(age));
+    json_object_set_new(q, "counts_exact", json_boolean(exact));
+}
+
+/* Asks for the namespace's counts; cb answers. Answers the request itself
+ * and returns -1 when the call cannot be queued (c is then the caller's). */
+static int ask_counts(queue_ctx *c, counts_cb cb)
+{
+    c->now_ms = clock_now_ms();
+    int rc = counts_read(c->a->st, c->a->cfg->partitions, http_req_namespace(c->r), c->now_ms, cb, c);
+    if (rc < 0)
+        api_respond_submit_error(c->r, rc);
+    return rc < 0 ? -1 : 0;
 }
 
 static queue_ctx *ctx_new(http_req *r, api *a, const char *name)
@@ -59,6 +96,36 @@ static queue_ctx *ctx_new(http_req *r, api *a, const char *name)
 
 /* ---- GET /queues ---- */
 
+static void list_counts_cb(void *arg, const counts_reply *reply)
+{
+    queue_ctx *c = arg;
+    if (reply->status != COUNTS_OK) {
+        api_respond_unavailable(c->r);
+        json_decref(c->list);
+        free(c);
+        return;
+    }
+    /* the defaults hold per instance */
+    queue_controls def = {.parallelism = (uint32_t)c->a->cfg->queue_parallelism, .per_instance = 1};
+    for (size_t i = 0; i < reply->n; i++)
+        if (!json_object_get(c->list, reply->rows[i].queue))
+            json_object_set_new(c->list, reply->rows[i].queue, queue_json(reply->rows[i].queue, &def, 0));
+    json_t *list = json_array();
+    const char *name;
+    json_t *q;
+    json_object_foreach(c->list, name, q) {
+        const counts_row *row = NULL;
+        for (size_t i = 0; i < reply->n && !row; i++)
+            if (strcmp(reply->rows[i].queue, name) == 0)
+                row = &reply->rows[i];
+        add_counts(q, row, reply->exact, c->now_ms);
+        json_array_append(list, q);
+    }
+    http_respond_json(c->r, 200, json_pack("{s:o}", "queues", list), NULL);
+    json_decref(c->list);
+    free(c);
+}
+
 static void list_cb(void *arg, const queues_reply *reply)
 {
     queue_ctx *c = arg;
@@ -69,17 +136,20 @@ static void list_cb(void *arg, const queues_reply *reply)
     }
     const char *ns = http_req_namespace(c->r);
     size_t nslen = strlen(ns);
-    json_t *list = json_array();
+    c->list = json_object();
     for (size_t i = 0; i < reply->n; i++) {
         const char *f = reply->entries[i].field;
         const char *slash = strrchr(f, '/');
         size_t flen = slash ? (size_t)(slash - f) : 0;
         if (flen != nslen || (nslen && memcmp(f, ns, nslen) != 0) || (!nslen && slash))
             continue;
-        json_array_append_new(list, queue_json(slash ? slash + 1 : f, &reply->entries[i].controls, 1));
+        const char *name = slash ? slash + 1 : f;
+        json_object_set_new(c->list, name, queue_json(name, &reply->entries[i].controls, 1));
     }
-    http_respond_json(c->r, 200, json_pack("{s:o}", "queues", list), NULL);
-    free(c);
+    if (ask_counts(c, list_counts_cb) < 0) {
+        json_decref(c->list);
+        free(c);
+    }
 }
 
 void api_queue_list(http_req *r, const char *const *params, void *app)
@@ -98,21 +168,41 @@ void api_queue_list(http_req *r, const char *const *params, void *app)
 
 /* ---- GET /queues/{name} ---- */
 
+static void get_counts_cb(void *arg, const counts_reply *reply)
+{
+    queue_ctx *c = arg;
+    if (reply->status != COUNTS_OK) {
+        api_respond_unavailable(c->r);
+        free(c);
+        return;
+    }
+    const char *slash = strrchr(c->field, '/');
+    const char *name = slash ? slash + 1 : c->field;
+    const counts_row *row = NULL;
+    for (size_t i = 0; i < reply->n && !row; i++)
+        if (strcmp(reply->rows[i].queue, name) == 0)
+            row = &reply->rows[i];
+    json_t *q = queue_json(name, &c->cfg, c->configured);
+    add_counts(q, row, reply->exact, c->now_ms);
+    http_respond_json(c->r, 200, q, NULL);
+    free(c);
+}
+
 static void get_cb(void *arg, const queues_reply *reply)
 {
     queue_ctx *c = arg;
-    /* the defaults hold per instance */
-    queue_controls q = {.parallelism = (uint32_t)c->a->cfg->queue_parallelism, .per_instance = 1};
     if (reply->status != QUEUES_OK) {
         api_respond_unavailable(c->r);
         free(c);
         return;
     }
+    /* the defaults hold per instance */
+    c->cfg = (queue_controls){.parallelism = (uint32_t)c->a->cfg->queue_parallelism, .per_instance = 1};
     if (reply->found)
-        q = reply->controls;
-    const char *slash = strrchr(c->field, '/');
-    http_respond_json(c->r, 200, queue_json(slash ? slash + 1 : c->field, &q, reply->found), NULL);
-    free(c);
+        c->cfg = reply->controls;
+    c->configured = reply->found;
+    if (ask_counts(c, get_counts_cb) < 0)
+        free(c);
 }
 
 void api_queue_get(http_req *r, const char *const *params, void *app)

@@ -44,6 +44,7 @@ enum store_script {
     SCRIPT_LEASE, /* every watchdog lease operation (lease.lua; service/leases.h) */
     SCRIPT_QUEUES, /* queue controls' writes and change feed (queues.lua; persistence/queues.h) */
     SCRIPT_PERMITS, /* shared queues' permits (permits.lua; persistence/queues.h) */
+    SCRIPT_COUNTS,  /* counts per queue and state: read and rebuild (counts.lua; persistence/counts.h) */
     SCRIPT_COUNT
 };
 

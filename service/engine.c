@@ -34,6 +34,7 @@
 
 #include "backoff.h"
 #include "clock.h"
+#include "counts.h"
 #include "dispatch.h"
 #include "job.h"
 #include "jsonesc.h"
@@ -52,6 +53,7 @@
 
 #define PARK_MS 1000 /* retry a store write after Redis failed, this much later */
 #define MIGRATE_SLICE 256 /* keys of an earlier layout moved per call */
+#define COUNTS_SCAN 1000  /* keys a slice of the counts rebuild scans (counts.h): well under 1 ms */
 #define ABSORB_MAX 256    /* claimed timers taken into the wheel per turn of the loop */
 #define START_MAX 64      /* attempts handed to curl per turn of the loop */
 /* Shared queues' permits (ask_permits): renewed this often while in use,
@@ -96,6 +98,7 @@ struct engine {
     atomic_int stop;
     atomic_int accepting;
     atomic_int pending_ops; /* sweeps and releases in flight */
+    atomic_int rebuilding;  /* partitions whose counts rebuild is in flight (sweeps do not wait) */
     atomic_long resident;   /* jobs held: bounded by max_resident */
     atomic_uint next_token; /* job tokens: random start, never 0 */
 
@@ -1013,6 +1016,36 @@ static void migrate_all(engine *e)
     }
 }
 
+/* Store thread: one slice of a partition's counts rebuild answered; the
+ * next goes at once until the partition is done, Redis fails or we stop. */
+static void counted_cb(void *arg, int ok, long long counted, int more)
+{
+    sweep_ctx *c = arg;
+    engine *e = c->e;
+    if (counted > 0)
+        LOG(LOG_INFO, "timers of an earlier release counted", "\"partition\":%" PRIu32 ",\"timers\":%lld",
+            c->partition, counted);
+    if (ok && more && !atomic_load(&e->stop) &&
+        counts_rebuild(e->st, c->partition, COUNTS_SCAN, counted_cb, c) == 0)
+        return;
+    atomic_fetch_sub(&e->rebuilding, 1);
+    wake(e);
+}
+
+/* Counts the timers an earlier release stored (counts.h), in the
+ * background: a partition already done answers its first call at once, and
+ * sweeps go on meanwhile (every function counts a timer it changes). Any
+ * instance may run it, several at once; one stopped half-way resumes at the
+ * cursor kept in Redis. */
+static void rebuild_counts(engine *e)
+{
+    for (uint32_t p = 0; p < e->cfg->partitions; p++) {
+        atomic_fetch_add(&e->rebuilding, 1);
+        if (counts_rebuild(e->st, p, COUNTS_SCAN, counted_cb, &e->sweeps[p]) < 0)
+            atomic_fetch_sub(&e->rebuilding, 1);
+    }
+}
+
 /* Hands every claim of this instance back to due, in every partition. */
 static void release_all(engine *e)
 {
@@ -1456,10 +1489,10 @@ static void shutdown_engine(engine *e)
     ask_permits(e, clock_now_ms(), 1);
     release_all(e);
     deadline = clock_now_ms() + 2 * e->cfg->redis_timeout_ms + 1000;
-    while (atomic_load(&e->pending_ops) && clock_now_ms() < deadline)
+    while ((atomic_load(&e->pending_ops) || atomic_load(&e->rebuilding)) && clock_now_ms() < deadline)
         poll_once(e, clock_now_us() + 10000);
     unregister_instance(e);
-    while (atomic_load(&e->pending_ops) && clock_now_ms() < deadline)
+    while ((atomic_load(&e->pending_ops) || atomic_load(&e->rebuilding)) && clock_now_ms() < deadline)
         poll_once(e, clock_now_us() + 10000);
 }
 
@@ -1470,6 +1503,7 @@ static void *engine_main(void *arg)
     register_instance(e); /* before any claim, so a crash leaves claims the reaper finds */
     release_all(e);       /* claims a previous process with our id left behind */
     migrate_all(e);
+    rebuild_counts(e);
     e->next_sweep_ms = 0;
     e->next_reap_ms = clock_now_ms() + e->cfg->lease_ttl_ms / 2;
     run(e);
@@ -1491,6 +1525,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     atomic_init(&e->stop, 0);
     atomic_init(&e->accepting, 1);
     atomic_init(&e->pending_ops, 0);
+    atomic_init(&e->rebuilding, 0);
     atomic_init(&e->queues_polling, 0);
     atomic_init(&e->permits_asking, 0);
     e->queues_version = -1;

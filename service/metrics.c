@@ -35,6 +35,7 @@
 
 #include <curl/curl.h>
 
+#include "clock.h"
 #include "config.h"
 #include "xalloc.h"
 
@@ -70,6 +71,9 @@ struct metrics {
     atomic_uint_fast64_t events[MT_COUNT][QSLOTS];
     atomic_uint_fast64_t attempts[MA_COUNT][QSLOTS];
     atomic_int_fast64_t gauges[MG_COUNT][QSLOTS];
+    atomic_int_fast64_t counts[MQ_COUNT][QSLOTS]; /* metrics_set_queue_counts */
+    atomic_int_fast64_t oldest_due_ms[QSLOTS];   /* 0: nothing due */
+    atomic_int counts_set;
     histogram hist[MH_COUNT];
 };
 
@@ -227,6 +231,26 @@ void metrics_attempt(metrics *m, const char *queue, enum metrics_attempt_class c
         atomic_fetch_add_explicit(&m->attempts[c][slot_of(m, queue)], 1, memory_order_relaxed);
 }
 
+void metrics_set_queue_counts(metrics *m, const metrics_queue_counts *rows, size_t n)
+{
+    if (!m)
+        return;
+    int64_t sum[MQ_COUNT][QSLOTS] = {{0}}, oldest[QSLOTS] = {0};
+    for (size_t i = 0; i < n; i++) {
+        int k = slot_of(m, rows[i].queue); /* a new name takes a slot; past METRICS_MAX_QUEUES, "_other" */
+        for (int c = 0; c < MQ_COUNT; c++)
+            sum[c][k] += (int64_t)rows[i].n[c];
+        if (rows[i].oldest_due_ms > 0 && (!oldest[k] || rows[i].oldest_due_ms < oldest[k]))
+            oldest[k] = rows[i].oldest_due_ms;
+    }
+    for (int k = 0; k < QSLOTS; k++) {
+        for (int c = 0; c < MQ_COUNT; c++)
+            atomic_store_explicit(&m->counts[c][k], sum[c][k], memory_order_relaxed);
+        atomic_store_explicit(&m->oldest_due_ms[k], oldest[k], memory_order_relaxed);
+    }
+    atomic_store_explicit(&m->counts_set, 1, memory_order_release);
+}
+
 void metrics_gauge_add(metrics *m, const char *queue, enum metrics_queue_gauge g, int64_t delta)
 {
     if (m)
@@ -371,6 +395,37 @@ static void render_queue_gauges(buf *b, metrics *m, const qlist *ql)
     }
 }
 
+static const char *const count_states[MQ_DUE] = {"scheduled", "retrying", "firing", "paused"};
+
+/* The counts of metrics_set_queue_counts, once it was called. */
+static void render_queue_counts(buf *b, metrics *m, const qlist *ql)
+{
+    if (!atomic_load_explicit(&m->counts_set, memory_order_acquire))
+        return;
+    put_family(b, "hookwheel_queue_timers", "gauge",
+               "Timers of the queue (all namespaces) in each state, as Redis counts them (refreshed by scrapes).");
+    for (int i = 0; i < ql->n; i++)
+        for (int s = 0; s < MQ_DUE; s++) {
+            put_sample_start(b, "hookwheel_queue_timers", ql->name[i]);
+            put(b, ",state=\"%s\"} %" PRIdFAST64 "\n", count_states[s],
+                atomic_load_explicit(&m->counts[s][ql->slot[i]], memory_order_relaxed));
+        }
+    put_family(b, "hookwheel_queue_due_backlog", "gauge",
+               "Waiting timers of the queue whose due time passed and whose attempt has not begun.");
+    for (int i = 0; i < ql->n; i++) {
+        put_sample_start(b, "hookwheel_queue_due_backlog", ql->name[i]);
+        put(b, "} %" PRIdFAST64 "\n", atomic_load_explicit(&m->counts[MQ_DUE][ql->slot[i]], memory_order_relaxed));
+    }
+    put_family(b, "hookwheel_queue_oldest_due_age_seconds", "gauge",
+               "How long ago the oldest due timer of the queue that has not begun fell due; 0 when none.");
+    int64_t now = (int64_t)clock_now_ms();
+    for (int i = 0; i < ql->n; i++) {
+        int64_t oldest = atomic_load_explicit(&m->oldest_due_ms[ql->slot[i]], memory_order_relaxed);
+        put_sample_start(b, "hookwheel_queue_oldest_due_age_seconds", ql->name[i]);
+        put(b, "} %.3f\n", oldest > 0 && now > oldest ? (double)(now - oldest) / 1000.0 : 0.0);
+    }
+}
+
 static void render_histogram(buf *b, const histogram *h, const char *name, const char *help)
 {
     uint64_t cum = 0;
@@ -404,6 +459,7 @@ char *metrics_render(metrics *m, const metrics_gauges *g, size_t *len)
     for (int h = 0; h < MH_COUNT; h++)
         render_histogram(&b, &m->hist[h], histogram_families[h].name, histogram_families[h].help);
     render_queue_gauges(&b, m, &ql);
+    render_queue_counts(&b, m, &ql);
     render_gauges(&b, g);
     *len = b.len;
     return b.p;

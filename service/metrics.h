@@ -65,6 +65,19 @@ enum metrics_queue_gauge {
     MG_COUNT
 };
 
+/* The deployment's counts per queue (every namespace's summed under the
+ * queue's name), as persistence/counts.h reads them from Redis. */
+enum metrics_queue_count {
+    MQ_SCHEDULED, MQ_RETRYING, MQ_FIRING, MQ_PAUSED, /* timers in each state */
+    MQ_DUE,                                          /* waiting timers due, not begun */
+    MQ_COUNT
+};
+typedef struct metrics_queue_counts {
+    const char *queue;
+    uint64_t n[MQ_COUNT];
+    int64_t oldest_due_ms; /* due time of the oldest due timer; 0: none */
+} metrics_queue_counts;
+
 /* Gauges owned by other modules, read by the scraping thread just before
  * rendering. */
 typedef struct metrics_gauges {
@@ -97,6 +110,11 @@ void metrics_observe_us(metrics *m, enum metrics_histogram h, uint64_t us);
 
 /* Moves a per-queue gauge by delta. */
 void metrics_gauge_add(metrics *m, const char *queue, enum metrics_queue_gauge g, int64_t delta);
+
+/* Replaces the counts with rows (n of them; a queue absent has none), read
+ * at at_ms. Any thread; a scrape meanwhile may see some queues old and some
+ * new. Until the first call nothing of them is rendered. */
+void metrics_set_queue_counts(metrics *m, const metrics_queue_counts *rows, size_t n);
 
 /* The class of an attempt that got HTTP status `status` (0: no response),
  * ended with curl code `curl_code`, and was or was not refused by the

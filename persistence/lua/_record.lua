@@ -75,14 +75,15 @@ local function head_decode(v)
   local _, st, att, fire, owner, ver, runs, rf, plan, nxt, tok = struct.unpack(HEAD_FMT, v)
   return {st = STATE_NAME[st], att = att, fire = fire, owner = owner, ver = ver, runs = runs,
           rsv = rf % 2, flag = math.floor(rf / 2) % 4, hist = math.floor(rf / 8) % 2, sk = math.floor(rf / 16) % 2,
-          lb = math.floor(rf / 64) % 2,
+          cnt = math.floor(rf / 32) % 2, lb = math.floor(rf / 64) % 2,
           plan = plan, next = nxt,
           tok = tok}
 end
 
 local function head_encode(r)
   return struct.pack(HEAD_FMT, MAGIC, string.byte(STATE_CODE[r.st]), r.att, r.fire, r.owner, r.ver, r.runs,
-                     r.rsv + 2 * r.flag + 8 * r.hist + 16 * (r.sk or 0) + 64 * (r.lb or 0), r.plan, r.next, r.tok)
+                     r.rsv + 2 * r.flag + 8 * r.hist + 16 * (r.sk or 0) + 32 * (r.cnt or 0) + 64 * (r.lb or 0),
+                     r.plan, r.next, r.tok)
 end
 
 -- The fields of the tail a function may branch on, from the whole record.
@@ -380,6 +381,39 @@ local function to_final(tkey, id, r, state, now, retention, hist_set)
   if r.lb == 1 then labels_final(tkey, id, now, retention) end
 end
 
+-- ---- counts per namespace, queue and state ----
+-- hw:{P}:cn, a hash: field "<namespace>/<state code><queue>" -> how many of
+-- the partition's timers of that namespace and queue are in that state
+-- (GET /queues, persistence/queues.h). Only the states a timer leaves
+-- through a function are counted: scheduled, retrying, firing, paused. A
+-- finished timer leaves by the expiry of its record, which no function
+-- sees, so finished states are not counted. A field that falls to 0 is
+-- deleted, so the hash holds only the queues that have timers.
+-- Bit 5 of the head (r.cnt) says the timer is in the counts. A timer written
+-- before counts existed is not: it is added at its first change of state,
+-- or by the rebuild (counts.lua), whichever comes first, and never twice.
+-- Every change of state goes through count_step, before the head is put.
+local COUNTED = {scheduled = true, retrying = true, firing = true, paused = true}
+local function counts_key(tkey) return key_base(tkey) .. 'cn' end
+local function count_add(tkey, id, queue, st, d)
+  if not COUNTED[st] then return end
+  local ck, f = counts_key(tkey), id_ns(id) .. '/' .. STATE_CODE[st] .. queue
+  if redis.call('HINCRBY', ck, f, d) == 0 then redis.call('HDEL', ck, f) end
+end
+
+-- The timer r (its queue: tail_decode's) goes from state `from` to `to`.
+local function count_step(tkey, id, queue, r, from, to)
+  if r.cnt == 1 then
+    if from == to then return end
+    count_add(tkey, id, queue, from, -1)
+  end
+  r.cnt = 1
+  count_add(tkey, id, queue, to, 1)
+end
+
+-- The key id of a timer key (the part after "t:").
+local function key_id(tkey) return string.sub(tkey, #key_base(tkey) + 3) end
+
 -- ---- the layout before this one ----
 -- Nine lines: state, fire_ms, attempts, "created_ms[ request_id]", owner
 -- (an instance id), when ("delay_ms=N" | "fire_at_ms=N"), the history, the
@@ -447,6 +481,7 @@ local function cancel_one(tkey, id, r, v, now, retention)
   end
   if not is_waiting(r.st) and r.st ~= 'paused' then return 0, 0 end
   revoke(tkey, id, r)
+  count_step(tkey, id, tail_decode(v).queue, r, r.st, 'cancelled')
   to_final(tkey, id, r, 'cancelled', now, retention)
   return 1, 1
 end
@@ -475,9 +510,11 @@ local function control_one(tkey, id, r, v, op, now, fire, horizon, owner)
     head_put(tkey, r)
     return 1, held
   end
+  local function count_to(to) count_step(tkey, id, tail_decode(v).queue, r, r.st, to) end
   local function wait_at(at)
     revoke(tkey, id, r)
     unplace(tkey, id, r)
+    count_to('scheduled')
     r.ver = r.ver + 1
     run_clear(r)
     r.att, r.fire, r.st = 0, at, 'scheduled'
@@ -516,6 +553,7 @@ local function control_one(tkey, id, r, v, op, now, fire, horizon, owner)
     unplace(tkey, id, r)
     r.ver = r.ver + 1
     r.rsv, r.next = 0, 0
+    count_to('paused')
     r.st, r.owner, r.att = 'paused', NO_OWNER, 0
     place(tkey, id, r, now)
     return done(0)

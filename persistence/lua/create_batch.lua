@@ -46,8 +46,9 @@ for i = 1, n do
     if atomic then
       it.code = 3
     else
-      redis.call('SET', KEYS[i], it.rec)
       local r = head_decode(it.rec)
+      count_step(KEYS[i], it.id, tail_decode(it.rec).queue, r, r.st, r.st) -- (sets r.cnt)
+      redis.call('SET', KEYS[i], head_encode(r) .. string.sub(it.rec, HEAD + 1))
       place(KEYS[i], it.id, r, r.fire)
       if #it.labels > 0 then labels_index(KEYS[i], it.id, it.labels, 'ZADD') end
     end

@@ -29,6 +29,7 @@ while done < limit and examined < budget do
         replay_run(r)
         r.att, r.fire = 0, tonumber(ARGV[4])
         unplace(tk, id, r)
+        count_step(tk, id, tail_decode(v).queue, r, r.st, 'scheduled')
         r.st, r.owner = 'scheduled', NO_OWNER
         place(tk, id, r, ARGV[4])
         head_put(tk, r)

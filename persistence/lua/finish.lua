@@ -60,14 +60,16 @@ end
 -- One timer's outcome (its arguments from ARGV[a]).
 local function one(tk, a)
   local id, outcome, attempt = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  local r = head_get(tk)
+  local r, v = rec_peek(tk) -- (the head, and the queue for the counts)
   if not r or r.st ~= 'firing' or r.owner ~= me then
     if r and hist_last(tk) == attempt then return answer(r) end
     for _ = 1, 5 do out[#out + 1] = 0 end
     return
   end
   local final = final_state(r, outcome, tonumber(ARGV[a + 7]))
+  local queue = tail_decode(v).queue
   if final then
+    count_step(tk, id, queue, r, 'firing', final)
     hist_add(tk, r, attempt, keep_hist, retention)
     to_final(tk, id, r, final, now, retention, true)
     return answer(r)
@@ -92,6 +94,7 @@ local function one(tk, a)
     end
     hold_or_index(tk, id, r, ARGV[a + 4] == '1' and horizon or '-1', me)
   end
+  count_step(tk, id, queue, r, 'firing', r.st)
   head_put(tk, r)
   return answer(r)
 end

@@ -15,7 +15,7 @@
 local n, now = 0, tonumber(ARGV[2])
 for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local tk = ARGV[1] .. id
-  local r = head_get(tk)
+  local r, v = rec_peek(tk) -- (the head, and the queue for the counts)
   -- (the claimed zset itself is deleted below, so nothing is unplaced)
   if r and r.owner == ARGV[6] and is_waiting(r.st) then
     r.owner = NO_OWNER
@@ -31,6 +31,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
       r.st, r.att = r.flag == 1 and 'paused' or 'cancelled', 0
       run_clear(r)
     end
+    count_step(tk, id, tail_decode(v).queue, r, 'firing', r.st)
     place(tk, id, r, now)
     head_put(tk, r)
     if r.st == 'cancelled' then expire_after(tk, r, ARGV[4], false) end

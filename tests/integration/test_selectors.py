@@ -105,6 +105,9 @@ def test_pause_resume_reschedule_and_dry_run_by_selector(hookwheel, receiver):
     assert sorted(page["paused"]) == want and page["too_late"] == [] and page["next_cursor"] is None
     for tid in want:
         assert api.get(tid)[2]["state"] == "paused"
+    # the queue's counts follow (batch creates and selector pauses are counted)
+    status, _, q = api.request("GET", "/queues/q1")
+    assert q["timers"]["paused"] == len(want) and q["timers"]["scheduled"] == 45 - len(want), q
     # a state filter: only the paused ones of tenant t1 resume
     status, _, page = select(api, "resume", {"labels": {"tenant": "t1"}, "state": "paused"})
     assert sorted(page["resumed"]) == want

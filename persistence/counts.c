@@ -1,0 +1,209 @@
+/* counts.c - the counts verbs (counts.h): one counts.lua call per
+ * partition, and the sum of their replies. */
+#include "counts.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "keys.h"
+#include "xalloc.h"
+
+const char *const counts_state_names[COUNTS_STATES] = {
+    [COUNTS_SCHEDULED] = "scheduled", [COUNTS_RETRYING] = "retrying",
+    [COUNTS_FIRING] = "firing",       [COUNTS_PAUSED] = "paused",
+};
+
+/* The state codes of _record.lua's STATE_CODE, by enum counts_state. */
+static const char state_codes[COUNTS_STATES] = {'s', 'r', 'f', 'p'};
+
+/* A read in progress: the partitions' rows, merged when the last answers
+ * (every callback runs on the store's writer thread, one at a time). */
+typedef struct read_call {
+    counts_cb cb;
+    void *arg;
+    atomic_uint waiting;     /* partitions yet to answer */
+    atomic_int lost;         /* 1: a call could not be queued (that partition is unreachable) */
+    enum counts_status status;
+    int exact;
+    counts_row *rows;        /* ns and queue point into names[i] */
+    char **names;            /* "ns\0queue", owned */
+    size_t n, cap;
+} read_call;
+
+/* The row of "<ns>/<queue>" (name: ns_len bytes of namespace, then the
+ * queue of queue_len bytes), added when new. Linear: a partition's reply
+ * lists a namespace's queues, and the rows are merged once more at the end. */
+static counts_row *row_of(read_call *c, const char *ns, size_t ns_len, const char *queue, size_t queue_len)
+{
+    for (size_t i = c->n; i-- > 0;) {
+        counts_row *r = &c->rows[i];
+        if (strlen(r->ns) == ns_len && memcmp(r->ns, ns, ns_len) == 0 && strlen(r->queue) == queue_len &&
+            memcmp(r->queue, queue, queue_len) == 0)
+            return r;
+    }
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 16;
+        c->rows = xrealloc(c->rows, c->cap * sizeof *c->rows);
+        c->names = xrealloc(c->names, c->cap * sizeof *c->names);
+    }
+    char *name = xmalloc(ns_len + queue_len + 2);
+    memcpy(name, ns, ns_len);
+    name[ns_len] = 0;
+    memcpy(name + ns_len + 1, queue, queue_len);
+    name[ns_len + 1 + queue_len] = 0;
+    c->names[c->n] = name;
+    c->rows[c->n] = (counts_row){.ns = name, .queue = name + ns_len + 1};
+    return &c->rows[c->n++];
+}
+
+/* {field, count, ...}: field "<ns>/<state code><queue>". */
+static void add_counts(read_call *c, const redisReply *list)
+{
+    for (size_t i = 0; i + 1 < list->elements; i += 2) {
+        const redisReply *f = list->element[i], *v = list->element[i + 1];
+        const char *slash = f->type == REDIS_REPLY_STRING ? memchr(f->str, '/', f->len) : NULL;
+        if (!slash || (size_t)(slash - f->str) + 2 > f->len || v->type != REDIS_REPLY_STRING)
+            continue;
+        const char *code = memchr(state_codes, slash[1], COUNTS_STATES);
+        if (!code)
+            continue;
+        size_t ns_len = (size_t)(slash - f->str);
+        counts_row *r = row_of(c, f->str, ns_len, slash + 2, f->len - ns_len - 2);
+        long long n = strtoll(v->str, NULL, 10);
+        r->n[code - state_codes] += n > 0 ? (uint64_t)n : 0;
+    }
+}
+
+/* {"<ns>/<queue>", due, oldest due ms, ...}. */
+static void add_due(read_call *c, const redisReply *list)
+{
+    for (size_t i = 0; i + 2 < list->elements; i += 3) {
+        const redisReply *k = list->element[i];
+        const char *slash = k->type == REDIS_REPLY_STRING ? memchr(k->str, '/', k->len) : NULL;
+        if (!slash)
+            continue;
+        size_t ns_len = (size_t)(slash - k->str);
+        counts_row *r = row_of(c, k->str, ns_len, slash + 1, k->len - ns_len - 1);
+        long long due = store_reply_int(list, (int)i + 1, 0), oldest = store_reply_int(list, (int)i + 2, 0);
+        if (due <= 0)
+            continue;
+        if (!r->due || oldest < r->oldest_due_ms)
+            r->oldest_due_ms = oldest;
+        r->due += (uint64_t)due;
+    }
+}
+
+static int row_cmp(const void *a, const void *b)
+{
+    const counts_row *x = a, *y = b;
+    int d = strcmp(x->ns, y->ns);
+    return d ? d : strcmp(x->queue, y->queue);
+}
+
+static void finish_read(read_call *c)
+{
+    if (atomic_load(&c->lost) && c->status == COUNTS_OK)
+        c->status = COUNTS_UNREACHABLE;
+    counts_reply out = {.status = c->status, .exact = c->exact};
+    if (c->status == COUNTS_OK) {
+        qsort(c->rows, c->n, sizeof *c->rows, row_cmp);
+        out.rows = c->rows;
+        out.n = c->n;
+    }
+    c->cb(c->arg, &out);
+    for (size_t i = 0; i < c->n; i++)
+        free(c->names[i]);
+    free(c->names);
+    free(c->rows);
+    free(c);
+}
+
+static void read_cb(void *arg, const redisReply *r)
+{
+    read_call *c = arg;
+    if (!r) {
+        c->status = COUNTS_UNREACHABLE;
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || r->element[2]->type != REDIS_REPLY_ARRAY ||
+               r->element[3]->type != REDIS_REPLY_ARRAY) {
+        if (c->status == COUNTS_OK)
+            c->status = COUNTS_FAILED;
+    } else if (c->status == COUNTS_OK) {
+        if (store_reply_int(r, 0, 0) != 1 || store_reply_int(r, 1, 1) != 0)
+            c->exact = 0;
+        add_counts(c, r->element[2]);
+        add_due(c, r->element[3]);
+    }
+    if (atomic_fetch_sub(&c->waiting, 1) == 1)
+        finish_read(c);
+}
+
+int counts_read(store *st, uint32_t partitions, const char *ns, uint64_t now_ms, counts_cb cb, void *arg)
+{
+    if (partitions == 0)
+        return -EINVAL;
+    read_call *c = xcalloc(1, sizeof *c);
+    c->cb = cb;
+    c->arg = arg;
+    c->status = COUNTS_OK;
+    c->exact = 1;
+    atomic_init(&c->lost, 0);
+    char key[KEYS_MAX], prefix[KEYS_MAX], now[24], budget[24];
+    snprintf(now, sizeof now, "%" PRIu64, now_ms);
+    snprintf(budget, sizeof budget, "%d", COUNTS_DUE_BUDGET);
+    atomic_init(&c->waiting, partitions); /* those not queued are taken off below */
+    uint32_t sent = 0;
+    int rc = 0;
+    for (uint32_t p = 0; p < partitions && rc == 0; p++) {
+        snprintf(key, sizeof key, "hw:{%" PRIu32 "}:cn", p);
+        keys_timer_prefix(prefix, p);
+        const char *argv[] = {key, "read", ns ? ns : "*", now, prefix, budget};
+        rc = store_eval(st, SCRIPT_COUNTS, 1, 6, argv, NULL, read_cb, c);
+        if (rc == 0)
+            sent++;
+    }
+    if (sent == 0) {
+        free(c);
+        return rc;
+    }
+    /* The calls that could not be queued: their partitions are unreachable.
+     * The others' callbacks may be running already (on the writer thread);
+     * whichever takes the count to 0 finishes. */
+    if (sent < partitions) {
+        atomic_store(&c->lost, 1);
+        if (atomic_fetch_sub(&c->waiting, partitions - sent) == partitions - sent)
+            finish_read(c);
+    }
+    return 0;
+}
+
+typedef struct rebuild_call {
+    counts_rebuild_cb cb;
+    void *arg;
+} rebuild_call;
+
+static void rebuild_cb(void *arg, const redisReply *r)
+{
+    rebuild_call *c = arg;
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2;
+    c->cb(c->arg, ok, ok ? store_reply_int(r, 0, 0) : 0, ok && store_reply_int(r, 1, 0) == 1);
+    free(c);
+}
+
+int counts_rebuild(store *st, uint32_t p, uint32_t scan_count, counts_rebuild_cb cb, void *arg)
+{
+    char key[KEYS_MAX], prefix[KEYS_MAX], count[24];
+    snprintf(key, sizeof key, "hw:{%" PRIu32 "}:cn", p);
+    keys_timer_prefix(prefix, p);
+    snprintf(count, sizeof count, "%" PRIu32, scan_count);
+    rebuild_call *c = xmalloc(sizeof *c);
+    *c = (rebuild_call){cb, arg};
+    const char *argv[] = {key, "rebuild", prefix, count};
+    int rc = store_eval(st, SCRIPT_COUNTS, 1, 4, argv, NULL, rebuild_cb, c);
+    if (rc < 0)
+        free(c);
+    return rc;
+}
