@@ -213,7 +213,7 @@ static int submit_slice(batch_ctx *b, uint32_t p, const size_t *idx, size_t n)
         const timer_spec *sp = it->spec;
         tn[k] = (timer_new){it->kid, sp->stored, sp->stored_len, sp->when, sp->fire_at_ms,
                             sp->cron_x ? TIMERS_CALENDAR : sp->every_ms, sp->queue, b->rid, b->now_ms,
-                            it->claim, sp->labels, sp->nlabels, b->tr.trace};
+                            it->claim, sp->labels, sp->nlabels, sp->has_callbacks, b->tr.trace};
     }
     slice *s = xmalloc(sizeof *s);
     *s = (slice){b, n, xmalloc(n * sizeof *s->idx)};

@@ -251,7 +251,7 @@ static int parse_query(http_req *r, int *asc, const char **state, uint32_t *limi
     if (cs) {
         const char *tilde = strchr(cs, '~');
         char score[24];
-        if (!tilde || tilde == cs || (size_t)(tilde - cs) >= sizeof score || !spec_id_valid(tilde + 1) ||
+        if (!tilde || tilde == cs || (size_t)(tilde - cs) >= sizeof score || !spec_lookup_id_valid(tilde + 1) ||
             strspn(cs, "0123456789") != (size_t)(tilde - cs)) {
             http_respond_problem(r, 400, "cursor is not one this API gave", "cursor", NULL, 0);
             return -EINVAL;

@@ -249,7 +249,7 @@ static int read_selector(sel_ctx *c, json_t *root)
         char *end;
         unsigned long p = cs ? strtoul(cs, &end, 10) : 0, ch = d1 ? strtoul(d1 + 1, NULL, 10) : 0;
         if (!d2 || end != d1 || d1 == cs || d2 == d1 + 1 || p >= c->a->cfg->partitions || ch >= TIMERS_SELECT_CHUNKS ||
-            strspn(d1 + 1, "0123456789") != (size_t)(d2 - d1 - 1) || (d2[1] && !spec_id_valid(d2 + 1)))
+            strspn(d1 + 1, "0123456789") != (size_t)(d2 - d1 - 1) || (d2[1] && !spec_lookup_id_valid(d2 + 1)))
             return bad(r, "cursor", "cursor is not one this API gave");
         c->partition = (uint32_t)p;
         c->chunk = (uint32_t)ch;

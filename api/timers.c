@@ -350,7 +350,7 @@ typedef struct id_ctx {
 
 static id_ctx *id_ctx_new(http_req *r, const char *id)
 {
-    if (!spec_id_valid(id)) {
+    if (!spec_lookup_id_valid(id)) {
         http_respond_problem(r, 404, "No timer has this id.", NULL, NULL, 0);
         return NULL;
     }
@@ -512,7 +512,7 @@ static int empty_body(http_req *r)
 
 static void control(http_req *r, const char *id, api *a, const char *op, int64_t fire_ms)
 {
-    if (!spec_id_valid(id)) {
+    if (!spec_lookup_id_valid(id)) {
         http_respond_problem(r, 404, "No timer has this id.", NULL, NULL, 0);
         return;
     }

@@ -163,8 +163,11 @@ static size_t record_new(const timers *t, const timer_new *n, unsigned char **ou
     p[1] = 's';
     put_le(p + 4, (uint64_t)n->fire_ms, 6);
     memcpy(p + 10, n->hold ? t->tag : NO_OWNER, 16);
+    p[34] = 32; /* the run word's counted bit: create.lua counts it (_record.lua) */
     if (n->nlabels)
-        p[34] = 64; /* the run word's labels bit (_record.lua) */
+        p[34] |= 64; /* the run word's labels bit (_record.lua) */
+    if (n->callbacks)
+        p[34] |= 128; /* its callbacks bit */
     p += HEAD;
     put_le(p, n->now_ms, 6);
     p[6] = (unsigned char)rlen;

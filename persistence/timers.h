@@ -112,6 +112,7 @@ typedef struct timer_new {
     char *const *labels;    /* its labels, "key:value" (indexed for selectors), or NULL; at
                              * most TIMERS_LABELS_MAX */
     uint32_t nlabels;
+    int callbacks;          /* 1: its stored spec has on_success / on_failure (finish.lua reads them) */
     timer_trace trace;      /* none, or the request's (a parent without blanks of
                              * at most 55 bytes, a state of at most
                              * TIMERS_TRACESTATE_MAX bytes; else they are dropped) */

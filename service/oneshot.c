@@ -65,7 +65,7 @@ int oneshot_create(const config *cfg, engine *eng, char *id, timer_spec *spec, c
     int traced = trace && trace->parent_len;
     timer_new n = {id,           spec->stored, spec->stored_len, when, spec->fire_at_ms,
                    spec->cron_x ? TIMERS_CALENDAR : spec->every_ms, spec->queue, rid, now_ms, c->claim,
-                   spec->labels, spec->nlabels, traced ? *trace : (timer_trace){0}};
+                   spec->labels, spec->nlabels, spec->has_callbacks, traced ? *trace : (timer_trace){0}};
     if (traced) {
         c->traceparent = xstrndup(trace->parent, trace->parent_len);
         c->tracestate = trace->state_len ? xstrndup(trace->state, trace->state_len) : NULL;

@@ -54,10 +54,12 @@ static const spec_limits no_limits = {
 
 /* The canonical form's members: its keys, sorted. */
 enum member_key {
-    M_BODY, M_HEADERS, M_JSON, M_LABELS, M_METHOD, M_QUEUE, M_REPEAT, M_RETRY, M_TIMEOUT, M_URL, M_COUNT
+    M_BODY, M_HEADERS, M_JSON, M_LABELS, M_METHOD, M_ON_FAILURE, M_ON_SUCCESS, M_QUEUE, M_REPEAT, M_RETRY,
+    M_TIMEOUT, M_URL, M_COUNT
 };
-static const char *const member_name[M_COUNT] = {"body",  "headers", "json",  "labels",     "method", "queue",
-                                                 "repeat", "retry",  "timeout_ms", "url"};
+static const char *const member_name[M_COUNT] = {"body",       "headers",    "json",  "labels",
+                                                 "method",     "on_failure", "on_success", "queue",
+                                                 "repeat",     "retry",      "timeout_ms", "url"};
 
 typedef struct parse_ctx {
     const spec_limits *lim; /* never NULL: no_limits stands in */
@@ -358,6 +360,26 @@ static int name_valid(const char *s, size_t max, const char *punct)
 }
 
 int spec_id_valid(const char *id) { return name_valid(id, SPEC_ID_MAX, "._:-"); }
+
+int spec_lookup_id_valid(const char *id)
+{
+    const char *sep = id ? strchr(id, SPEC_CALLBACK_SEP) : NULL;
+    if (!sep)
+        return spec_id_valid(id);
+    char parent[SPEC_ID_MAX + 1];
+    if ((size_t)(sep - id) > SPEC_ID_MAX)
+        return 0;
+    snprintf(parent, sizeof parent, "%.*s", (int)(sep - id), id);
+    const char *ev = sep + 1, *dot;
+    if (strncmp(ev, "on_success.", 11) == 0)
+        dot = ev + 10;
+    else if (strncmp(ev, "on_failure.", 11) == 0)
+        dot = ev + 10;
+    else
+        return 0;
+    size_t digits = strspn(dot + 1, "0123456789");
+    return spec_id_valid(parent) && digits > 0 && digits <= 10 && dot[1 + digits] == '\0';
+}
 
 /* Rejects members of obj for which known() is 0, naming prefix + key. */
 static int check_keys(spec_error *err, json_t *obj, const char *prefix, int (*known)(const char *))
@@ -1089,6 +1111,26 @@ static int parse_repeat(parse_ctx *c, const char *name, json_t *v)
     return 0;
 }
 
+/* ---- callbacks ---------------------------------------------------------- */
+
+/* on_success, on_failure: a URL called with a report when the timer ends
+ * delivered or failed, under the rules of the timer's url. */
+static int parse_callback(parse_ctx *c, const char *name, json_t *v)
+{
+    if (!v)
+        return 0;
+    if (!json_is_string(v))
+        return fail(c->err, name, "%s must be a URL string", name);
+    if (json_string_length(v) > c->lim->max_url_len)
+        return fail(c->err, name, "%s is longer than %zu bytes", name, c->lim->max_url_len);
+    if (spec_check_url(c->err, name, json_string_value(v), c->lim->policy) < 0)
+        return -EINVAL;
+    c->s->has_callbacks = 1;
+    member_str(c, strcmp(name, "on_success") == 0 ? M_ON_SUCCESS : M_ON_FAILURE, json_string_value(v),
+               json_string_length(v), 0);
+    return 0;
+}
+
 /* ---- labels ------------------------------------------------------------ */
 
 int spec_label_key_valid(const char *k) { return name_valid(k, SPEC_LABEL_KEY_MAX, "._-"); }
@@ -1154,6 +1196,8 @@ static const struct {
     {"queue", parse_queue},
     {"repeat", parse_repeat},
     {"labels", parse_labels},
+    {"on_success", parse_callback},
+    {"on_failure", parse_callback},
 };
 
 static int is_field(const char *key)

@@ -8,7 +8,7 @@
  * The canonical form is the effective spec as compact JSON with sorted keys
  * and defaults applied, without the id and without the due time:
  *   {"body"|"json", "headers", "method", "queue",
- *    "labels" (when given), "repeat":{"every_ms","mode","times"} (recurring timers only),
+ *    "labels", "on_failure", "on_success" (when given), "repeat":{"every_ms","mode","times"} (recurring timers only),
  *    "retry":{"max_attempts","max_backoff_ms","max_duration_ms" (when set),"min_backoff_ms"},
  *    "timeout_ms", "url"}
  * It is exactly the spec part of the Timer resource the API returns, so the
@@ -103,6 +103,7 @@ typedef struct timer_spec {
     int64_t start_at_ms;        /* repeat.start_at: no slot before it (0: none) */
     int64_t end_at_ms;          /* repeat.end_at: no slot after it (0: none) */
     int misfire_fire_once;      /* repeat.misfire: 1 fire_once, 0 skip */
+    int has_callbacks;     /* on_success or on_failure is set (their URLs are in the stored form) */
     char **labels;         /* nlabels "key:value" lines, sorted by key */
     uint32_t nlabels;
     char *canonical;       /* canonical JSON, see above */
@@ -171,5 +172,12 @@ void spec_free(timer_spec *s);
 
 /* 1 if id matches [A-Za-z0-9._:-]{1,SPEC_ID_MAX}, else 0. */
 int spec_id_valid(const char *id);
+
+/* A callback timer's id: "<id>#on_success.<version>" or
+ * "<id>#on_failure.<version>" (finish.lua makes it; '#' is no id character,
+ * so it is never a client's, and the partition is the parent's: keys.h). */
+#define SPEC_CALLBACK_SEP '#'
+/* 1 if id names a timer: spec_id_valid, or a callback timer's id. */
+int spec_lookup_id_valid(const char *id);
 
 #endif

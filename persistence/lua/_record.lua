@@ -75,14 +75,14 @@ local function head_decode(v)
   local _, st, att, fire, owner, ver, runs, rf, plan, nxt, tok = struct.unpack(HEAD_FMT, v)
   return {st = STATE_NAME[st], att = att, fire = fire, owner = owner, ver = ver, runs = runs,
           rsv = rf % 2, flag = math.floor(rf / 2) % 4, hist = math.floor(rf / 8) % 2, sk = math.floor(rf / 16) % 2,
-          cnt = math.floor(rf / 32) % 2, lb = math.floor(rf / 64) % 2,
+          cnt = math.floor(rf / 32) % 2, lb = math.floor(rf / 64) % 2, cb = math.floor(rf / 128) % 2,
           plan = plan, next = nxt,
           tok = tok}
 end
 
 local function head_encode(r)
   return struct.pack(HEAD_FMT, MAGIC, string.byte(STATE_CODE[r.st]), r.att, r.fire, r.owner, r.ver, r.runs,
-                     r.rsv + 2 * r.flag + 8 * r.hist + 16 * (r.sk or 0) + 32 * (r.cnt or 0) + 64 * (r.lb or 0),
+                     r.rsv + 2 * r.flag + 8 * r.hist + 16 * (r.sk or 0) + 32 * (r.cnt or 0) + 64 * (r.lb or 0) + 128 * (r.cb or 0),
                      r.plan, r.next, r.tok)
 end
 
@@ -564,4 +564,42 @@ local function control_one(tkey, id, r, v, op, now, fire, horizon, owner)
   -- past: the engine applies its misfire policy to a slot that was missed
   if every < 0 then return wait_at(r.fire) end
   return wait_at(math.max(r.fire, now))
+end
+
+-- ---- callbacks ----
+-- A timer with on_success / on_failure (bit 7 of its head) that ends
+-- delivered / failed makes, in the same call, a one-shot timer of its own
+-- partition and namespace due now: "<id>#on_success.<version>" (or
+-- on_failure; keys_partition stops at '#'), which POSTs a JSON report of
+-- the outcome to that URL with the parent's retry policy, timeout and
+-- queue (not its headers), under the parent's request id and trace
+-- context. It is as durable as the outcome, and is claimed by the next
+-- sweep of any instance. It has no callbacks of its own.
+local function callback_create(tkey, id, r, final, now, attempt)
+  local v = redis.call('GET', tkey)
+  local t = tail_decode(v)
+  local ok, spec = pcall(cjson.decode, string.sub(v, t.spec_from))
+  if not ok or type(spec) ~= 'table' then return end
+  local event = final == 'delivered' and 'on_success' or 'on_failure'
+  local url = spec[event]
+  if type(url) ~= 'string' then return end
+  local cid = id .. '#' .. event .. '.' .. r.ver
+  local ckey = key_base(tkey) .. 't:' .. cid
+  if redis.call('EXISTS', ckey) == 1 then return end
+  local slash = string.find(id, '/', 1, true)
+  local report = '{"event":"timer.' .. final .. '","id":' .. cjson.encode(slash and string.sub(id, slash + 1) or id) ..
+                 ',"state":"' .. final .. '","runs":' .. r.runs .. ',"attempts":' .. r.att ..
+                 ',"created_at_ms":' .. t.created .. ',"finished_at_ms":' .. now ..
+                 ',"last_attempt":' .. (attempt ~= '' and attempt or 'null') .. '}'
+  local cs = '{"json":' .. report
+  if type(spec.retry) == 'table' then cs = cs .. ',"retry":' .. cjson.encode(spec.retry) end
+  if spec.timeout_ms then cs = cs .. ',"timeout_ms":' .. string.format('%d', spec.timeout_ms) end
+  if type(spec.queue) == 'string' then cs = cs .. ',"queue":' .. cjson.encode(spec.queue) end
+  cs = cs .. ',"url":' .. cjson.encode(url) .. '}'
+  local q = t.queue == 'default' and '' or t.queue
+  local c = head_decode(struct.pack(HEAD_FMT, MAGIC, string.byte('s'), 0, now, NO_OWNER, 0, 0, 0, 0, 0, 0))
+  count_step(ckey, cid, t.queue, c, 'scheduled', 'scheduled') -- (sets c.cnt)
+  redis.call('SET', ckey, head_encode(c) .. struct.pack('<i6B', now, #t.rid) .. t.rid ..
+             struct.pack('<Bi6i6B', string.byte('d'), 0, 0, #q) .. q .. cs)
+  place(ckey, cid, c, now)
 end

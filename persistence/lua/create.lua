@@ -13,9 +13,9 @@ if v then
   end
   return {2, r.st}
 end
-r = head_decode(ARGV[2])
-count_step(KEYS[1], ARGV[1], tail_decode(ARGV[2]).queue, r, r.st, r.st) -- (sets r.cnt)
-redis.call('SET', KEYS[1], head_encode(r) .. string.sub(ARGV[2], HEAD + 1))
+r = head_decode(ARGV[2]) -- (its counted bit is set: the count is added here)
+count_add(KEYS[1], ARGV[1], tail_decode(ARGV[2]).queue, r.st, 1)
+redis.call('SET', KEYS[1], ARGV[2])
 place(KEYS[1], ARGV[1], r, r.fire)
 if #ARGV > 2 then labels_index(KEYS[1], ARGV[1], {unpack(ARGV, 3)}, 'ZADD') end
 return {1}

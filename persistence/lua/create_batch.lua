@@ -46,9 +46,9 @@ for i = 1, n do
     if atomic then
       it.code = 3
     else
-      local r = head_decode(it.rec)
-      count_step(KEYS[i], it.id, tail_decode(it.rec).queue, r, r.st, r.st) -- (sets r.cnt)
-      redis.call('SET', KEYS[i], head_encode(r) .. string.sub(it.rec, HEAD + 1))
+      local r = head_decode(it.rec) -- (its counted bit is set: the count is added here)
+      count_add(KEYS[i], it.id, tail_decode(it.rec).queue, r.st, 1)
+      redis.call('SET', KEYS[i], it.rec)
       place(KEYS[i], it.id, r, r.fire)
       if #it.labels > 0 then labels_index(KEYS[i], it.id, it.labels, 'ZADD') end
     end

@@ -72,6 +72,7 @@ local function one(tk, a)
     count_step(tk, id, queue, r, 'firing', final)
     hist_add(tk, r, attempt, keep_hist, retention)
     to_final(tk, id, r, final, now, retention, true)
+    if r.cb == 1 and final ~= 'cancelled' then callback_create(tk, id, r, final, now, attempt) end
     return answer(r)
   end
   hist_add(tk, r, attempt, keep_hist, nil)

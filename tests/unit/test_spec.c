@@ -125,6 +125,39 @@ static void test_ids_beginning_with_lease_are_reserved(void **state)
     spec_free(s);
 }
 
+static void test_labels_and_callbacks_are_sorted_members_of_the_canonical_and_stored_forms(void **state)
+{
+    (void)state;
+    timer_spec *s = parse_ok("{'url':'http://example.com/h','delay_ms':1,'labels':{'zeta':'1','alpha':'a:b'},"
+                             "'on_success':'https://example.com/ok','on_failure':'https://example.com/ko'}");
+    assert_int_equal(s->nlabels, 2);
+    assert_string_equal(s->labels[0], "alpha:a:b");
+    assert_string_equal(s->labels[1], "zeta:1");
+    assert_int_equal(s->has_callbacks, 1);
+    assert_string_equal(s->stored, "{\"labels\":{\"alpha\":\"a:b\",\"zeta\":\"1\"},"
+                                   "\"on_failure\":\"https://example.com/ko\","
+                                   "\"on_success\":\"https://example.com/ok\",\"url\":\"http://example.com/h\"}");
+    timer_spec *back = NULL;
+    spec_error err;
+    assert_int_equal(spec_parse(s->stored, s->stored_len, NULL, 0, &back, &err), 0);
+    assert_string_equal(back->canonical, s->canonical);
+    assert_int_equal(back->nlabels, 2);
+    spec_free(back);
+    spec_free(s);
+    assert_rejected("{'url':'http://example.com/','delay_ms':1,'labels':{'a':''}}", "labels.a");
+    assert_rejected("{'url':'http://example.com/','delay_ms':1,'labels':{'a':'x y'}}", "labels.a");
+    assert_rejected("{'url':'http://example.com/','delay_ms':1,'labels':{'a/b':'1'}}", "labels.a/b");
+    assert_rejected("{'url':'http://example.com/','delay_ms':1,'labels':['a']}", "labels");
+    assert_rejected("{'url':'http://example.com/','delay_ms':1,'on_failure':'ftp://x/'}", "on_failure");
+    assert_int_equal(spec_lookup_id_valid("abc#on_failure.12"), 1);
+    assert_int_equal(spec_lookup_id_valid("abc#on_success.0"), 1);
+    assert_int_equal(spec_lookup_id_valid("abc#on_other.0"), 0);
+    assert_int_equal(spec_lookup_id_valid("abc#on_failure."), 0);
+    assert_int_equal(spec_lookup_id_valid("abc#on_failure.1x"), 0);
+    assert_int_equal(spec_lookup_id_valid("#on_failure.1"), 0);
+    assert_int_equal(spec_id_valid("abc#on_failure.1"), 0);
+}
+
 static void test_a_minimal_spec_gets_every_default(void **state)
 {
     (void)state;
@@ -1125,6 +1158,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ids_beginning_with_lease_are_reserved),
         cmocka_unit_test(test_a_minimal_spec_gets_every_default),
+        cmocka_unit_test(test_labels_and_callbacks_are_sorted_members_of_the_canonical_and_stored_forms),
         cmocka_unit_test(test_a_repeat_is_kept_in_the_canonical_form_with_its_mode),
         cmocka_unit_test(test_a_bad_repeat_is_rejected_naming_the_member),
         cmocka_unit_test(test_a_due_time_alone_parses_for_reschedule),

@@ -1,0 +1,85 @@
+"""on_success / on_failure callbacks: a timer that ends delivered or failed
+makes a callback timer, in the same Redis call, that POSTs a signed report.
+Real redis-server, the real binary, a real receiver."""
+import json
+import time
+from urllib.parse import quote
+
+from conftest import Reply, scaled, wait_until
+from contract import assert_matches_contract
+from test_signing import OLD, verify
+
+
+def test_on_failure_fires_once_with_a_signed_report_and_is_a_timer_itself(redis, receiver, hookwheel_factory):
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_SIGNING_SECRET": OLD})
+    receiver.default("/target", Reply(500, body=b"broken"))
+    status, _, t = hw.api.create({"id": "cb-fail", "url": receiver.url("/target"), "delay_ms": 50,
+                                  "retry": {"max_attempts": 2, "min_backoff_ms": 50, "max_backoff_ms": 100},
+                                  "on_failure": receiver.url("/failed"), "on_success": receiver.url("/ok"),
+                                  "queue": "cbq"})
+    assert status == 201 and t["on_failure"] == receiver.url("/failed"), t
+    receiver.wait_for(1, timeout=scaled(20), path="/failed")
+    time.sleep(1.0)
+    got = receiver.requests("/failed")
+    assert len(got) == 1 and receiver.requests("/ok") == []
+    assert len(receiver.requests("/target")) == 2
+    r = got[0]
+    assert verify(OLD, r.headers, r.body), "the report is signed like any delivery"
+    report = json.loads(r.body)
+    assert report["event"] == "timer.failed" and report["id"] == "cb-fail" and report["state"] == "failed"
+    assert report["attempts"] == 2 and report["runs"] == 1
+    assert report["last_attempt"]["status"] == 500
+    assert report["finished_at_ms"] >= report["created_at_ms"]
+    # the callback is a timer: visible, delivered, in the parent's queue
+    status, _, parent = hw.api.get("cb-fail")
+    cid = f"cb-fail#on_failure.{parent['version']}"
+    status, hdrs, cb = hw.api.get(quote(cid))
+    assert_matches_contract("GET", "/timers/{id}", status, hdrs, cb)
+    assert status == 200 and cb["state"] == "delivered" and cb["queue"] == "cbq", cb
+    assert cb["url"] == receiver.url("/failed") and cb["json"] == report
+
+
+def test_on_success_fires_for_a_delivered_timer_and_not_for_a_cancelled_one(hookwheel, receiver):
+    api = hookwheel.api
+    status, _, _ = api.create({"id": "cb-ok", "url": receiver.url("/t"), "delay_ms": 50,
+                               "on_success": receiver.url("/ok"), "on_failure": receiver.url("/failed")})
+    assert status == 201
+    status, _, _ = api.create({"id": "cb-cancel", "url": receiver.url("/t"), "delay_ms": 60_000,
+                               "on_success": receiver.url("/ok"), "on_failure": receiver.url("/failed")})
+    assert api.cancel("cb-cancel")[0] == 200
+    receiver.wait_for(1, timeout=scaled(20), path="/ok")
+    time.sleep(1.0)
+    oks = receiver.requests("/ok")
+    assert len(oks) == 1 and json.loads(oks[0].body)["id"] == "cb-ok"
+    assert json.loads(oks[0].body)["last_attempt"]["status"] == 204
+    assert receiver.requests("/failed") == []
+
+
+def test_callback_urls_follow_the_destination_rules(hookwheel, receiver):
+    for field in ("on_success", "on_failure"):
+        for bad in ("ftp://example.com/", 17, "http://user:pw@example.com/"):
+            status, _, body = hookwheel.api.create({"url": receiver.url("/t"), "delay_ms": 1000, field: bad})
+            assert status == 400 and body["field"] == field, (field, bad, body)
+    # (a private address is refused like a url's: the test receiver is allowed by the fixture's allowlist)
+    status, _, body = hookwheel.api.request("GET", "/timers/x%23on_failure.notanumber")
+    assert status == 404
+
+
+def test_on_failure_survives_a_kill_between_the_failure_and_the_callback(redis, receiver, hookwheel_factory):
+    # a long claim window: the callback waits for the next sweep, so the kill comes first
+    a = hookwheel_factory(redis, args=["--window-ms", "30000", "--lease-ttl-ms", "2000"])
+    receiver.default("/target", Reply(500))
+    status, _, _ = a.api.create({"id": "cb-kill", "url": receiver.url("/target"), "delay_ms": 50,
+                                 "retry": {"max_attempts": 1}, "on_failure": receiver.url("/failed")})
+    assert status == 201
+    assert a.api.wait_state("cb-kill", "failed", timeout=scaled(20))["state"] == "failed"
+    a.kill9()
+    arrived_before = len(receiver.requests("/failed"))
+    b = hookwheel_factory(redis)
+    receiver.wait_for(1, timeout=scaled(30), path="/failed")
+    time.sleep(1.5)
+    n = len(receiver.requests("/failed"))
+    assert n == 1 or arrived_before > 0, n  # exactly once unless it had begun before the kill
+    assert json.loads(receiver.requests("/failed")[0].body)["id"] == "cb-kill"
+    wait_until(lambda: b.api.get(quote("cb-kill#on_failure.0"))[2].get("state") == "delivered",
+               timeout=scaled(10))
