@@ -13,12 +13,13 @@
 #include "xalloc.h"
 
 const char *const counts_state_names[COUNTS_STATES] = {
-    [COUNTS_SCHEDULED] = "scheduled", [COUNTS_RETRYING] = "retrying",
-    [COUNTS_FIRING] = "firing",       [COUNTS_PAUSED] = "paused",
+    [COUNTS_SCHEDULED] = "scheduled",
+    [COUNTS_RETRYING] = "retrying",
+    [COUNTS_PAUSED] = "paused",
 };
 
 /* The state codes of _record.lua's STATE_CODE, by enum counts_state. */
-static const char state_codes[COUNTS_STATES] = {'s', 'r', 'f', 'p'};
+static const char state_codes[COUNTS_STATES] = {'s', 'r', 'p'};
 
 /* A read in progress: the partitions' rows, merged when the last answers
  * (every callback runs on the store's writer thread, one at a time). */

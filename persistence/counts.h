@@ -4,7 +4,8 @@
  *
  * Redis layout: per partition P a hash hw:{P}:cn, field
  * "<namespace>/<state code><queue>" -> the partition's timers of that
- * namespace and queue in that state (scheduled, retrying, firing, paused;
+ * namespace and queue in that state (scheduled, retrying, paused: a timer
+ * in its attempt is counted under the state it waited in;
  * finished timers leave by the expiry of their records, which no function
  * sees, so finished states are not counted). Every function that changes a
  * timer's state moves it between fields in the same call, so the sum over
@@ -26,7 +27,10 @@
 #include "store.h"
 
 /* (service/metrics.h's enum metrics_queue_count lists them in this order) */
-enum counts_state { COUNTS_SCHEDULED, COUNTS_RETRYING, COUNTS_FIRING, COUNTS_PAUSED, COUNTS_STATES };
+/* The counted states; a timer in its attempt is counted under the state it
+ * waited in (scheduled for a first attempt, retrying for a later one), as
+ * listings show it (_record.lua: count_bucket). */
+enum counts_state { COUNTS_SCHEDULED, COUNTS_RETRYING, COUNTS_PAUSED, COUNTS_STATES };
 
 /* The name of each counted state, as the API spells it. */
 extern const char *const counts_state_names[COUNTS_STATES];

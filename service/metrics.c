@@ -395,7 +395,7 @@ static void render_queue_gauges(buf *b, metrics *m, const qlist *ql)
     }
 }
 
-static const char *const count_states[MQ_DUE] = {"scheduled", "retrying", "firing", "paused"};
+static const char *const count_states[MQ_DUE] = {"scheduled", "retrying", "paused"};
 
 /* The counts of metrics_set_queue_counts, once it was called. */
 static void render_queue_counts(buf *b, metrics *m, const qlist *ql)

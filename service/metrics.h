@@ -68,7 +68,7 @@ enum metrics_queue_gauge {
 /* The deployment's counts per queue (every namespace's summed under the
  * queue's name), as persistence/counts.h reads them from Redis. */
 enum metrics_queue_count {
-    MQ_SCHEDULED, MQ_RETRYING, MQ_FIRING, MQ_PAUSED, /* timers in each state */
+    MQ_SCHEDULED, MQ_RETRYING, MQ_PAUSED, /* timers in each counted state (persistence/counts.h) */
     MQ_DUE,                                          /* waiting timers due, not begun */
     MQ_COUNT
 };

@@ -385,7 +385,9 @@ end
 -- hw:{P}:cn, a hash: field "<namespace>/<state code><queue>" -> how many of
 -- the partition's timers of that namespace and queue are in that state
 -- (GET /queues, persistence/queues.h). Only the states a timer leaves
--- through a function are counted: scheduled, retrying, firing, paused. A
+-- through a function are counted: scheduled, retrying, paused; a timer in
+-- its attempt (firing) is counted where a listing shows it, under the state
+-- it waited in (count_bucket), so a begin changes no count. A
 -- finished timer leaves by the expiry of its record, which no function
 -- sees, so finished states are not counted. A field that falls to 0 is
 -- deleted, so the hash holds only the queues that have timers.
@@ -393,7 +395,12 @@ end
 -- before counts existed is not: it is added at its first change of state,
 -- or by the rebuild (counts.lua), whichever comes first, and never twice.
 -- Every change of state goes through count_step, before the head is put.
-local COUNTED = {scheduled = true, retrying = true, firing = true, paused = true}
+local COUNTED = {scheduled = true, retrying = true, paused = true}
+-- Where a timer in state st with att attempts in its run is counted.
+local function count_bucket(st, att)
+  if st == 'firing' then return att <= 1 and 'scheduled' or 'retrying' end
+  return st
+end
 local function counts_key(tkey) return key_base(tkey) .. 'cn' end
 local function count_add(tkey, id, queue, st, d)
   if not COUNTED[st] then return end
@@ -401,7 +408,7 @@ local function count_add(tkey, id, queue, st, d)
   if redis.call('HINCRBY', ck, f, d) == 0 then redis.call('HDEL', ck, f) end
 end
 
--- The timer r (its queue: tail_decode's) goes from state `from` to `to`.
+-- The timer r (its queue: tail_decode's) goes from count_bucket `from` to `to`.
 local function count_step(tkey, id, queue, r, from, to)
   if r.cnt == 1 then
     if from == to then return end

@@ -28,7 +28,7 @@ end
 for i = 1, batch_keys(KEYS) do
   local tk = KEYS[i]
   local a = 2 + 3 * (i - 1)
-  local r, v = rec_peek(tk) -- (the head, and the queue for the counts)
+  local r = head_get(tk)
   local tok = tonumber(ARGV[a + 1])
   if not r then
     answer(0)
@@ -46,7 +46,6 @@ for i = 1, batch_keys(KEYS) do
       r.runs = r.runs + 1
       r.plan = r.fire
     end
-    count_step(tk, key_id(tk), tail_decode(v).queue, r, r.st, 'firing')
     r.tok, r.st = tok, 'firing' -- stays in this instance's claimed zset, where it was
     head_put(tk, r)
     answer(r.att, r)

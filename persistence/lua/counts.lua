@@ -32,8 +32,9 @@ if op == 'rebuild' then
   local counted = 0
   for _, tk in ipairs(res[2]) do
     local r, v = rec_peek(tk)
-    if r and r.cnt == 0 and COUNTED[r.st] then
-      count_step(tk, key_id(tk), tail_decode(v).queue, r, r.st, r.st)
+    local b = r and count_bucket(r.st, r.att)
+    if r and r.cnt == 0 and COUNTED[b] then
+      count_step(tk, key_id(tk), tail_decode(v).queue, r, b, b)
       head_put(tk, r)
       counted = counted + 1
     end

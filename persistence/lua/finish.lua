@@ -67,9 +67,9 @@ local function one(tk, a)
     return
   end
   local final = final_state(r, outcome, tonumber(ARGV[a + 7]))
-  local queue = tail_decode(v).queue
+  local queue, from = tail_decode(v).queue, count_bucket('firing', r.att)
   if final then
-    count_step(tk, id, queue, r, 'firing', final)
+    count_step(tk, id, queue, r, from, final)
     hist_add(tk, r, attempt, keep_hist, retention)
     to_final(tk, id, r, final, now, retention, true)
     if r.cb == 1 and final ~= 'cancelled' then callback_create(tk, id, r, final, now, attempt) end
@@ -95,7 +95,7 @@ local function one(tk, a)
     end
     hold_or_index(tk, id, r, ARGV[a + 4] == '1' and horizon or '-1', me)
   end
-  count_step(tk, id, queue, r, 'firing', r.st)
+  count_step(tk, id, queue, r, from, r.st)
   head_put(tk, r)
   return answer(r)
 end

@@ -23,6 +23,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     head_put(tk, r)
     n = n + 1
   elseif r and r.owner == ARGV[6] and r.st == 'firing' then
+    local from = count_bucket('firing', r.att)
     r.owner = NO_OWNER
     hist_add(tk, r, ARGV[3], ARGV[5], nil)
     if r.flag == 0 then
@@ -31,7 +32,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
       r.st, r.att = r.flag == 1 and 'paused' or 'cancelled', 0
       run_clear(r)
     end
-    count_step(tk, id, tail_decode(v).queue, r, 'firing', r.st)
+    count_step(tk, id, tail_decode(v).queue, r, from, r.st)
     place(tk, id, r, now)
     head_put(tk, r)
     if r.st == 'cancelled' then expire_after(tk, r, ARGV[4], false) end

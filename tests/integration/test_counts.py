@@ -14,6 +14,13 @@ HEAD = 51
 STATES = {"s": "scheduled", "r": "retrying", "f": "firing", "p": "paused"}
 
 
+def counted_as(state, attempts):
+    """A timer in its attempt counts under the state it waited in."""
+    if state == "firing":
+        return "scheduled" if attempts <= 1 else "retrying"
+    return state
+
+
 def scan_records(redis):
     """{(namespace, queue): {state: n}} of every timer record in Redis in a
     counted state, read from the records themselves (the head's state byte
@@ -30,6 +37,7 @@ def scan_records(redis):
                 state = STATES.get(chr(v[1]))
                 if not state:
                     continue
+                state = counted_as(state, v[2] | v[3] << 8)
                 rlen = v[HEAD + 6]
                 p = HEAD + 7 + rlen
                 qlen = v[p + 13]
@@ -99,7 +107,7 @@ def test_counts_equal_a_full_scan_after_a_mixed_run_with_a_takeover(redis, recei
     receiver.wait_for(3, path="/slow", timeout=scaled(5))
     assert_counts_equal_scan(redis, b.api, q)
     got, _ = api_counts(b.api, q)
-    assert got == {"scheduled": 15, "retrying": 4, "firing": 3, "paused": 3}, got
+    assert got == {"scheduled": 18, "retrying": 4, "paused": 3}, got  # the 3 slow ones firing: scheduled
     # a dead letter's retry, and a resume
     assert a.request("POST", "/timers/fail-0/retry")[0] == 200
     assert a.request("POST", "/timers/every-0/resume")[0] == 200
@@ -150,7 +158,7 @@ def test_due_timers_of_a_paused_queue_are_counted_with_the_age_of_the_oldest(red
     assert wait_until(lambda: 'hookwheel_queue_due_backlog{queue="held"} 6' in scrape(), scaled(5))
     text = scrape()
     assert 'hookwheel_queue_timers{queue="held",state="scheduled"} 7' in text
-    assert 'hookwheel_queue_timers{queue="held",state="firing"} 0' in text
+    assert 'state="firing"' not in text
     age = [ln for ln in text.splitlines() if ln.startswith('hookwheel_queue_oldest_due_age_seconds{queue="held"}')]
     assert len(age) == 1 and float(age[0].split()[-1]) >= 1.0, age
 
