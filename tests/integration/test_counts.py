@@ -14,6 +14,12 @@ HEAD = 51
 STATES = {"s": "scheduled", "r": "retrying", "f": "firing", "p": "paused"}
 
 
+def nodes(redis):
+    """The servers holding timers: the masters of a Redis Cluster, or the one Redis."""
+    cluster = vars(redis).get("cluster")  # (ClusterRedis; a missing attribute would skip the test)
+    return cluster.masters() if cluster else [redis]
+
+
 def counted_as(state, attempts):
     """A timer in its attempt counts under the state it waited in."""
     if state == "firing":
@@ -26,28 +32,30 @@ def scan_records(redis):
     counted state, read from the records themselves (the head's state byte
     and the tail's queue)."""
     out = {}
-    with RespClient(redis.port) as c:
-        cursor = b"0"
-        while True:
-            cursor, keys = c.call("SCAN", cursor, "MATCH", "hw:{*}:t:*", "COUNT", 1000)
-            for k in keys:
-                v = c.call("GETRANGE", k, 0, 1000)
-                if not v or v[0] != 178:
-                    continue
-                state = STATES.get(chr(v[1]))
-                if not state:
-                    continue
-                state = counted_as(state, v[2] | v[3] << 8)
-                rlen = v[HEAD + 6]
-                p = HEAD + 7 + rlen
-                qlen = v[p + 13]
-                queue = v[p + 14:p + 14 + qlen].decode() if qlen else "default"
-                key_id = k.decode().split(":t:", 1)[1]
-                ns = key_id.split("/", 1)[0] if "/" in key_id else ""
-                per = out.setdefault((ns, queue), {})
-                per[state] = per.get(state, 0) + 1
-            if cursor == b"0":
-                return out
+    for node in nodes(redis):
+        with RespClient(node.port) as c:
+            cursor = b"0"
+            while True:
+                cursor, keys = c.call("SCAN", cursor, "MATCH", "hw:{*}:t:*", "COUNT", 1000)
+                for k in keys:
+                    v = c.call("GETRANGE", k, 0, 1000)
+                    if not v or v[0] != 178:
+                        continue
+                    state = STATES.get(chr(v[1]))
+                    if not state:
+                        continue
+                    state = counted_as(state, v[2] | v[3] << 8)
+                    rlen = v[HEAD + 6]
+                    p = HEAD + 7 + rlen
+                    qlen = v[p + 13]
+                    queue = v[p + 14:p + 14 + qlen].decode() if qlen else "default"
+                    key_id = k.decode().split(":t:", 1)[1]
+                    ns = key_id.split("/", 1)[0] if "/" in key_id else ""
+                    per = out.setdefault((ns, queue), {})
+                    per[state] = per.get(state, 0) + 1
+                if cursor == b"0":
+                    break
+    return out
 
 
 def api_counts(api, queue, headers=None):
@@ -193,12 +201,13 @@ def test_timers_stored_without_counts_are_counted_by_the_rebuild_at_start(redis,
         assert hw.request("POST", f"/timers/old-{i}/pause")[0] == 200
     hw.stop()
     # what an earlier release left: no counts, no mark in the heads
-    with RespClient(redis.port) as c:
-        for k in redis.keys("hw:{*}:t:*"):
-            rf = c.call("GETRANGE", k, 34, 34)[0]
-            c.call("SETRANGE", k, 34, bytes([rf & ~32]))
-        for k in redis.keys("hw:{*}:cn*"):
-            c.call("DEL", k)
+    for node in nodes(redis):
+        with RespClient(node.port) as c:
+            for k in node.keys("hw:{*}:t:*"):
+                rf = c.call("GETRANGE", k, 34, 34)[0]
+                c.call("SETRANGE", k, 34, bytes([rf & ~32]))
+            for k in node.keys("hw:{*}:cn*"):
+                c.call("DEL", k)
     hw2 = hookwheel_factory(redis)
     assert wait_until(lambda: api_counts(hw2.api, "old")[1]["counts_exact"], scaled(10))
     body = assert_counts_equal_scan(redis, hw2.api, "old")
