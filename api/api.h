@@ -95,6 +95,9 @@ typedef struct api_trace {
 } api_trace;
 void api_request_trace(const http_req *r, api_trace *t);
 
+/* A new timer id: 32 hex digits of getrandom (malloc'd). */
+char *api_new_id(void);
+
 /* 1 when s is "key:value", a label a timer may have (spec.h), else 0. */
 int api_label_valid(const char *s);
 

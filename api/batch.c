@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "clock.h"
 #include "log.h"
@@ -170,17 +169,6 @@ static void slice_cb(void *arg, int status, size_t n, const timer_created *res)
     batch_unref(b);
 }
 
-static char *new_id(void)
-{
-    unsigned char r[16];
-    if (getrandom(r, sizeof r, 0) != sizeof r)
-        abort(); /* cannot happen on Linux >= 3.17 for 16 bytes */
-    char *id = xmalloc(33);
-    for (int i = 0; i < 16; i++)
-        snprintf(id + 2 * i, 3, "%02x", r[i]);
-    return id;
-}
-
 /* Validates item i into b->items[i]. */
 static void item_parse(batch_ctx *b, size_t i, json_t *v)
 {
@@ -196,7 +184,7 @@ static void item_parse(batch_ctx *b, size_t i, json_t *v)
                      http_req_namespace(b->r)[0] ? "/" : "", json_string_value(json_object_get(v, "id")));
         return;
     }
-    char *given = it->spec->id ? xstrdup(it->spec->id) : new_id();
+    char *given = it->spec->id ? xstrdup(it->spec->id) : api_new_id();
     const char *ns = http_req_namespace(b->r);
     snprintf(it->kid, sizeof it->kid, "%s%s%s", ns, ns[0] ? "/" : "", given);
     free(given);

@@ -207,12 +207,7 @@ static int read_selector(sel_ctx *c, json_t *root)
         snprintf(path, sizeof path, "labels.%.80s", key);
         if (!spec_label_key_valid(key) || !json_is_string(v) || !spec_label_value_valid(json_string_value(v)))
             return bad(r, path, "not a label a timer may have (see Timer.labels)");
-        size_t kl = strlen(key), vl = json_string_length(v);
-        char *line = xmalloc(kl + vl + 2);
-        memcpy(line, key, kl);
-        line[kl] = ':';
-        memcpy(line + kl + 1, json_string_value(v), vl + 1);
-        c->labels[c->sel.nlabels++] = line;
+        c->labels[c->sel.nlabels++] = spec_label_line(key, json_string_value(v));
     }
     json_t *q = json_object_get(root, "queue"), *st = json_object_get(root, "state");
     if (q) {

@@ -268,7 +268,7 @@ static void create_cb(void *arg, int status, const timer_view *v, const char *st
     free(c);
 }
 
-static char *new_id(void)
+char *api_new_id(void)
 {
     unsigned char b[16];
     if (getrandom(b, sizeof b, 0) != sizeof b)
@@ -330,7 +330,7 @@ void api_timer_create(http_req *r, const char *const *params, void *app)
     c->now_ms = now_ms;
     snprintf(c->rid, sizeof c->rid, "%s", http_req_id(r));
     api_request_trace(r, &c->tr);
-    char *given = spec->id ? xstrdup(spec->id) : new_id(), kid[KEY_ID_MAX];
+    char *given = spec->id ? xstrdup(spec->id) : api_new_id(), kid[KEY_ID_MAX];
     key_id(kid, sizeof kid, http_req_namespace(r), given);
     free(given);
     int rc = oneshot_create(a->cfg, a->eng, xstrdup(kid), spec, spec->when, c->rid, &c->tr.trace, now_ms, create_cb, c);

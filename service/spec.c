@@ -1134,6 +1134,16 @@ static int parse_callback(parse_ctx *c, const char *name, json_t *v)
 /* ---- labels ------------------------------------------------------------ */
 
 int spec_label_key_valid(const char *k) { return name_valid(k, SPEC_LABEL_KEY_MAX, "._-"); }
+
+char *spec_label_line(const char *key, const char *value)
+{
+    size_t kl = strlen(key), vl = strlen(value);
+    char *line = xmalloc(kl + 1 + vl + 1);
+    memcpy(line, key, kl);
+    line[kl] = ':';
+    memcpy(line + kl + 1, value, vl + 1);
+    return line;
+}
 int spec_label_value_valid(const char *v) { return name_valid(v, SPEC_LABEL_VALUE_MAX, "._:@+=-"); }
 
 /* labels: {"key": "value", ...}, kept as "key:value" lines sorted by key
@@ -1160,12 +1170,7 @@ static int parse_labels(parse_ctx *c, const char *name, json_t *v)
             return fail(c->err, path,
                         "label values must be strings of 1 to %d characters of A-Z, a-z, 0-9 and . _ : @ + = -",
                         SPEC_LABEL_VALUE_MAX);
-        size_t kl = strlen(key), vl = json_string_length(value);
-        char *line = xmalloc(kl + 1 + vl + 1);
-        memcpy(line, key, kl);
-        line[kl] = ':';
-        memcpy(line + kl + 1, json_string_value(value), vl + 1);
-        c->s->labels[c->s->nlabels++] = line;
+        c->s->labels[c->s->nlabels++] = spec_label_line(key, json_string_value(value));
     }
     qsort(c->s->labels, c->s->nlabels, sizeof *c->s->labels, key_cmp);
     jbuf b = {0};

@@ -137,6 +137,8 @@ int spec_parse_value(struct json_t *v, const spec_limits *lim, uint64_t now_ms, 
 #define SPEC_LABEL_VALUE_MAX 64
 int spec_label_key_valid(const char *k);
 int spec_label_value_valid(const char *v);
+/* "key:value" (malloc'd), the form labels are indexed and selected by. */
+char *spec_label_line(const char *key, const char *value);
 
 /* Validates a body that holds only a due time (one of delay_ms, fire_at,
  * fire_at_ms; POST /timers/{id}/reschedule) against lim (not NULL) and

@@ -35,7 +35,10 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     count_step(tk, id, tail_decode(v).queue, r, from, r.st)
     place(tk, id, r, now)
     head_put(tk, r)
-    if r.st == 'cancelled' then expire_after(tk, r, ARGV[4], false) end
+    if r.st == 'cancelled' then
+      expire_after(tk, r, ARGV[4], false)
+      if r.lb == 1 then labels_final(tk, id, now, ARGV[4]) end
+    end
     n = n + 1
   end
 end

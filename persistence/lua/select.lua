@@ -56,9 +56,8 @@ local function apply(tkey, id, r, v)
 end
 
 while chunk < LB_CHUNKS and found < limit and examined < budget do
-  local key = lb_key(base, ns, chunk, labels[1])
-  local ids = redis.call('ZRANGEBYLEX', key, after == '' and '-' or '(' .. after, '+', 'LIMIT', 0,
-                         math.min(200, budget - examined))
+  local key, want = lb_key(base, ns, chunk, labels[1]), math.min(200, budget - examined)
+  local ids = redis.call('ZRANGEBYLEX', key, after == '' and '-' or '(' .. after, '+', 'LIMIT', 0, want)
   for _, id in ipairs(ids) do
     examined = examined + 1
     after = id
@@ -78,7 +77,7 @@ while chunk < LB_CHUNKS and found < limit and examined < budget do
     out[2], out[3], out[4] = chunk, after, 1
     break
   end
-  chunk, after = chunk + 1, ''
+  if #ids < want then chunk, after = chunk + 1, '' end -- else the chunk goes on after `after`
 end
 if out[4] == 1 and after ~= '' then
   -- a stop at a chunk's last entry: the walk goes on at the next chunk

@@ -163,3 +163,18 @@ def test_a_selector_sees_only_its_namespace(tmp_path, redis, receiver, hookwheel
     assert len(page["items"]) == 20
     status, _, page = hw.api.request("GET", "/timers?state=scheduled&label=c:1&limit=100", headers=a)
     assert page["items"] == []
+
+
+def test_a_walk_meets_every_match_once_when_chunks_are_large(redis, receiver, hookwheel_factory):
+    # one partition: 15,000 timers of one label put ~234 in each of its 64 index chunks, more than
+    # one call reads from a chunk at a time (200); a sparse filter (one in ten) makes a call read on
+    hw = hookwheel_factory(redis, args=["--partitions", "1"])
+    specs = [{"id": f"big-{i}", "url": receiver.url("/big"), "delay_ms": 600_000, "labels": {"wave": "big"},
+              "queue": "tenth" if i % 10 == 0 else "rest"} for i in range(15_000)]
+    batch(hw.api, specs)
+    pages = walk(hw.api, "cancel", {"labels": {"wave": "big"}, "queue": "tenth", "dry_run": True, "limit": 10_000})
+    ids = [m["id"] for p in pages for m in p["matches"]]
+    assert len(set(ids)) == len(ids) == 1_500 == sum(p["matched"] for p in pages)
+    pages = walk(hw.api, "cancel", {"labels": {"wave": "big"}, "dry_run": True, "limit": 10_000})
+    ids = [m["id"] for p in pages for m in p["matches"]]
+    assert len(ids) == 15_000 and len(set(ids)) == 15_000
