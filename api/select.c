@@ -140,7 +140,7 @@ static void select_cb(void *arg, int status, int replayed, uint32_t next_chunk, 
             json_array_append_new(c->matches, json_pack("{s:s,s:s}", "id", id, "state", items[i].state));
         } else if (items[i].code == 1 || (items[i].code == 2 && strcmp(c->op, "cancel") != 0)) {
             json_array_append_new(c->done, json_string(id));
-            if (items[i].cancelled_queue[0])
+            if (items[i].cancelled_queue[0] && !replayed) /* a replayed receipt cancelled nothing now */
                 metrics_count(c->a->m, items[i].cancelled_queue, MT_CANCELLED);
         } else {
             json_t *o = json_pack("{s:s,s:s}", "id", id, "state", items[i].state);
@@ -296,8 +296,12 @@ static void selector(http_req *r, api *a, const char *op)
     snprintf(c->op, sizeof c->op, "%s", op);
     int rc = read_selector(c, root);
     if (rc == 0) {
-        /* What a repeat under the same key must equal: the whole request (the
-         * due time as given, not as resolved) and the cursor. */
+        /* What a repeat under the same key must equal: the selector and the
+         * instruction (the due time as given, not as resolved). Not the cursor
+         * or the limit: the receipt key holds where a call started, and a page
+         * repeated from a next_cursor must replay the call that got no reply. */
+        json_object_del(root, "cursor");
+        json_object_del(root, "limit");
         char *text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
         size_t n = strlen(text) + strlen(op) + 2;
         c->fingerprint = xmalloc(n);

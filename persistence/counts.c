@@ -111,7 +111,8 @@ static void finish_read(read_call *c)
         c->status = COUNTS_UNREACHABLE;
     counts_reply out = {.status = c->status, .exact = c->exact};
     if (c->status == COUNTS_OK) {
-        qsort(c->rows, c->n, sizeof *c->rows, row_cmp);
+        if (c->n) /* (rows is NULL when there are none, which qsort may not be given) */
+            qsort(c->rows, c->n, sizeof *c->rows, row_cmp);
         out.rows = c->rows;
         out.n = c->n;
     }

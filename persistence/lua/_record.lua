@@ -188,11 +188,13 @@ local function lx_member(id, labels) return id .. '\t' .. table.concat(labels, '
 
 -- A labelled timer has finished: its labels leave the index when its
 -- record expires (px ms from now).
+local labels_trim -- below
 local function labels_final(tkey, id, now, px)
   local v = redis.call('GET', tkey)
   if v then
     redis.call('ZADD', key_base(tkey) .. 'lx', tonumber(now) + tonumber(px), lx_member(id, labels_of(v)))
   end
+  labels_trim(key_base(tkey), tonumber(now), 2) -- two expired for each one added: trimming keeps pace
 end
 
 -- A labelled timer runs again (a dead letter retried or replayed): its
@@ -208,22 +210,33 @@ local function labels_drop(tkey, id, v)
   redis.call('ZREM', key_base(tkey) .. 'lx', lx_member(id, labels))
 end
 
--- Drops from the index up to 64 labelled timers of the partition whose
--- records have expired (a record that lives on, as a clock step can make
--- it, is looked at again when it will have expired).
-local function labels_trim(base, now)
+-- Drops from the index up to `max` labelled timers of the partition whose
+-- records have expired. A record that is there again is looked at: an id
+-- created anew after the expiry keeps only the entries of its own labels,
+-- and a record that still expires (as a clock step can make it) is looked
+-- at again when it will have expired.
+labels_trim = function(base, now, max)
   local lx = base .. 'lx'
-  local due = redis.call('ZRANGEBYSCORE', lx, '-inf', now, 'LIMIT', 0, 64)
+  local due = redis.call('ZRANGEBYSCORE', lx, '-inf', now, 'LIMIT', 0, max)
   for _, m in ipairs(due) do
     local parts = {}
     for f in string.gmatch(m, '[^\t]+') do parts[#parts + 1] = f end
     local id = table.remove(parts, 1)
-    local ttl = redis.call('PTTL', base .. 't:' .. id)
-    if ttl > 0 then
-      redis.call('ZADD', lx, now + ttl, m)
-    else
-      if ttl == -2 then labels_index(base .. 't:' .. id, id, parts, 'ZREM') end
-      redis.call('ZREM', lx, m) -- (-1: it no longer expires; its entries stay)
+    local tk = base .. 't:' .. id
+    redis.call('ZREM', lx, m)
+    local r, v = rec_get(tk)
+    local own = {}
+    if r and r.lb == 1 then
+      for _, l in ipairs(labels_of(v)) do own[l] = true end
+    end
+    local gone = {}
+    for _, l in ipairs(parts) do
+      if not own[l] then gone[#gone + 1] = l end
+    end
+    if #gone > 0 then labels_index(tk, id, gone, 'ZREM') end
+    if r and #gone == 0 then
+      local ttl = redis.call('PTTL', tk)
+      if ttl > 0 then redis.call('ZADD', lx, now + ttl, m) end -- the same labels, still expiring
     end
   end
 end

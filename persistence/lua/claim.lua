@@ -32,7 +32,7 @@ if ARGV[5] == '1' then
 end
 local limit, base = tonumber(ARGV[2]), key_base(ARGV[4])
 local now = redis.call('TIME')
-labels_trim(base, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+labels_trim(base, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), 64)
 if limit <= 0 then return out end
 -- The due entries of every waiting index, soonest first (ties by id, as a
 -- zset orders them), at most limit in all.

@@ -27,6 +27,7 @@ for i = 1, n do
   if prev then
     if same(prev.rec, it.rec) then it.code, it.state = 0, prev.state or 'scheduled'
     else it.code, it.state = 2, prev.state or 'scheduled' end
+    it.of_new = prev.state == nil -- a repeat of an item of this call, not of a stored timer
   else
     local r, v = rec_get(KEYS[i])
     if v then
@@ -74,6 +75,8 @@ for i = 1, n do
       counts[f] = (counts[f] or 0) + 1
       if #it.labels > 0 then labels_index(KEYS[i], it.id, it.labels, 'ZADD') end
     end
+  elseif it.code == 0 and it.of_new and atomic then
+    it.code = 3 -- the item it repeats was not written
   end
   out[#out + 1] = it.code
   out[#out + 1] = it.state

@@ -38,6 +38,7 @@ local out, found, examined = {0, LB_CHUNKS, '', 0}, 0, 0
 local chunk, after = tonumber(ARGV[6]), ARGV[7]
 
 local function matches(id, r, v)
+  if r.lb ~= 1 then return false end -- (an entry of an expired timer whose id has no labels now)
   if state ~= '' and r.st ~= state then return false end
   if queue ~= '' and tail_decode(v).queue ~= queue then return false end
   for i = 2, #labels do

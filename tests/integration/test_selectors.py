@@ -178,3 +178,23 @@ def test_a_walk_meets_every_match_once_when_chunks_are_large(redis, receiver, ho
     pages = walk(hw.api, "cancel", {"labels": {"wave": "big"}, "dry_run": True, "limit": 10_000})
     ids = [m["id"] for p in pages for m in p["matches"]]
     assert len(ids) == 15_000 and len(set(ids)) == 15_000
+
+
+def test_a_page_repeated_from_its_cursor_under_the_key_replays_whatever_its_limit(hookwheel, receiver):
+    api = hookwheel.api
+    batch(api, [{"id": f"r-{i}", "url": receiver.url("/r"), "delay_ms": 600_000, "labels": {"g": "r"}}
+                for i in range(300)])
+    status, _, first = select(api, "cancel", {"labels": {"g": "r"}, "limit": 100}, key="k-r")
+    assert status == 200 and len(first["cancelled"]) == 100 and first["next_cursor"]
+    body = {"labels": {"g": "r"}, "limit": 100, "cursor": first["next_cursor"]}
+    status, _, second = select(api, "cancel", body, key="k-r")
+    assert status == 200 and len(second["cancelled"]) == 100
+    # the same page again, from the same cursor, with another limit: the calls it made are replayed
+    status, _, again = select(api, "cancel", {**body, "limit": 100}, key="k-r")
+    assert again.pop("replayed") is True and again == second
+    status, _, again = select(api, "cancel", {**body, "limit": 150}, key="k-r")
+    assert status == 200, again
+    assert again["cancelled"][:100] == second["cancelled"] and len(again["cancelled"]) == 150
+    # another selector under the key is refused
+    status, _, _ = select(api, "cancel", {**body, "queue": "x"}, key="k-r")
+    assert status == 422
