@@ -71,8 +71,11 @@ static void released_cb(void *arg, int status, long long n)
         atomic_fetch_add(&d->handed, n);
     if (atomic_fetch_sub(&d->left, 1) == 1) {
         long long total = atomic_load(&d->handed);
-        LOG(LOG_INFO, "took over the claims of a lapsed instance", "\"instance\":\"%s\",\"timers\":%lld", d->id,
-            total);
+        if (total > 0)
+            LOG(LOG_INFO, "took over the claims of a lapsed instance", "\"instance\":\"%s\",\"timers\":%lld",
+                d->id, total);
+        else /* it held nothing: most often an instance that stopped cleanly, having handed its claims back */
+            LOG(LOG_DEBUG, "forgot a lapsed instance that held no claims", "\"instance\":\"%s\"", d->id);
         atomic_fetch_add(&r->steps, 1);
         (void)step(r, instances_forget(r->st, d->id, forgotten_cb, r));
         free(d);

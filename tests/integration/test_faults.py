@@ -7,7 +7,7 @@ import threading
 import time
 from collections import Counter
 
-from conftest import Reply, create_many, now_ms, scaled
+from conftest import Reply, create_many, now_ms, scaled, wait_until
 
 LEASE = ["--lease-ttl-ms", "1500"]
 
@@ -79,6 +79,19 @@ def test_a_killed_instances_timers_are_taken_over_by_the_survivor_and_arrive_at_
     assert "took over the claims of a lapsed instance" in survivor_log
     assert a.instance_id in survivor_log
     print(f"delivered {len(counts)}; duplicates {len(dups)}; attempts in flight at the kill {len(in_flight)}")
+
+
+def test_an_instance_that_stopped_cleanly_is_forgotten_without_a_takeover_line(redis, receiver, hookwheel_factory):
+    a = hookwheel_factory(redis, args=LEASE)
+    b = hookwheel_factory(redis, args=LEASE)
+    for i in range(20):
+        status, _, _ = a.api.create({"id": f"clean-{i}", "url": receiver.url("/clean"), "delay_ms": 300 + 20 * i})
+        assert status == 201
+    assert a.stop() == 0  # SIGTERM: its claims go back to Redis
+    assert wait_until(lambda: "forgot a lapsed instance that held no claims" in b.log.read_text(errors="replace"),
+                      scaled(15))
+    assert "took over the claims of a lapsed instance" not in b.log.read_text(errors="replace")
+    receiver.wait_for(20, timeout=scaled(15), path="/clean")
 
 
 def test_after_kill_9_of_the_only_instance_a_new_one_fires_every_pending_and_claimed_timer(
