@@ -1,4 +1,4 @@
-# hookwheel - build, run and test. Targets: all (default), run, test, deps,
+# hookwheel - build, run and test. Targets: all (default), run, test, deps (what testing needs), deps-run,
 # unit, integration, integration-cluster, test-sanitize, test-fuzz, fuzz, bench, bench-quick, clean. SANITIZER=address,undefined
 # (test-sanitize adds float-cast-overflow,float-divide-by-zero) builds into build/sanitize.
 
@@ -12,18 +12,21 @@ endif
 PYTHON    ?= /usr/bin/python3
 
 PKGS      := libmicrohttpd libcurl jansson hiredis openssl
-DEB_PKGS  := build-essential pkg-config libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev \
-             libhiredis-dev libssl-dev libcmocka-dev redis-server redis-tools nginx-light \
-             python3 python3-pytest curl clang libclang-rt-14-dev tzdata
+# What building and running hookwheel needs (make run installs only these),
+# and what testing needs on top (make deps and make test install all).
+RUN_PKGS  := build-essential pkg-config libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev \
+             libhiredis-dev libssl-dev redis-server redis-tools tzdata
+TEST_PKGS := libcmocka-dev nginx-light python3 python3-pytest curl clang libclang-rt-14-dev
 # The deploy files and the API contract: docker-compose (config check only),
 # jsonschema (contract tests), Node.js for the OpenAPI linter. npm comes with
 # NodeSource's nodejs; with Debian's nodejs it is a package of its own.
-DEB_PKGS  += docker-compose python3-jsonschema python3-yaml nodejs \
+TEST_PKGS += docker-compose python3-jsonschema python3-yaml nodejs \
              $(if $(shell command -v npm 2>/dev/null),,npm)
 # GET /metrics is checked with a maintained Prometheus text parser.
-DEB_PKGS  += python3-prometheus-client
+TEST_PKGS += python3-prometheus-client
 # The TLS tests make their certificates with the openssl command.
-DEB_PKGS  += openssl
+TEST_PKGS += openssl
+DEB_PKGS  := $(RUN_PKGS) $(TEST_PKGS)
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -50,7 +53,7 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 .PHONY: all run test unit integration integration-cluster test-sanitize test-fuzz deps check-deps clean
 # ./hookwheel points at the default build only: `make BUILD=elsewhere` (a
 # second build directory) leaves it alone.
-all: check-deps $(BIN) $(if $(filter build,$(BUILD)),hookwheel)
+all: check-run-deps $(BIN) $(if $(filter build,$(BUILD)),hookwheel)
 
 hookwheel: $(BIN)
 	@ln -sf $(BIN) hookwheel
@@ -78,7 +81,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_OBJS) $(LDLIBS) -lcmocka
 
-run: deps all
+run: deps-run all
 	./hookwheel
 
 unit: check-deps $(UNIT_BINS)
@@ -109,7 +112,15 @@ test-sanitize:
 # The fuzz target: every kept input once (regressions), then 60 s of fuzzing.
 test-fuzz: fuzz-regress fuzz-ci
 
-test: lint-openapi unit test-fuzz integration test-sanitize
+test: deps lint-openapi unit test-fuzz integration test-sanitize
+
+# check-run-deps and deps-run: the same for RUN_PKGS alone.
+.PHONY: check-run-deps deps-run
+check-run-deps:
+	@$(MAKE) -s --no-print-directory check-deps DEB_PKGS="$(RUN_PKGS)"
+
+deps-run:
+	@$(MAKE) -s --no-print-directory deps DEB_PKGS="$(RUN_PKGS)"
 
 check-deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -48,3 +48,21 @@ def test_an_invalid_setting_stops_start_up_with_exit_2_naming_it():
                        env={"HOOKWHEEL_WHEEL_SLOTS": "1000", "PATH": "/usr/bin:/bin"})
     assert r.returncode == 2
     assert "HOOKWHEEL_WHEEL_SLOTS" in r.stderr
+
+
+def packages_installed_by(target):
+    """The Debian packages `make <target>` checks and installs, from a dry run."""
+    out = subprocess.run(["make", "-C", str(ROOT), "-n", "--no-print-directory", target],
+                         capture_output=True, text=True, check=True).stdout
+    lists = re.findall(r'for p in ([^;]+); do dpkg -s', out)
+    assert lists, out[:2000]
+    return set(lists[0].split())
+
+
+def test_make_run_installs_only_what_running_needs_and_make_test_what_testing_needs():
+    run = packages_installed_by("run")
+    assert {"redis-server", "libmicrohttpd-dev", "libhiredis-dev", "tzdata"} <= run, run
+    assert not run & {"docker-compose", "docker.io", "clang", "nodejs", "nginx-light", "libcmocka-dev",
+                      "python3-pytest"}, run
+    test = packages_installed_by("test")
+    assert run <= test and {"clang", "nginx-light", "libcmocka-dev", "python3-pytest", "nodejs"} <= test, test
