@@ -84,6 +84,14 @@ void api_respond_submit_error(http_req *r, int rc);
 /* The id a client knows from a key id ("namespace/id" or "id"). */
 const char *api_public_id(const char *key_id);
 
+/* Timers are stored under "<namespace>/<id>" when the API runs with tokens
+ * (auth.h), and under "<id>" without: neither a namespace nor an id holds a
+ * '/', so the key id is unambiguous, ids are unique per namespace, and a
+ * caller can only ever name its own namespace's timers. A key id is at most
+ * 64 + 1 + 128 bytes (a callback timer's adds its suffix). */
+#define KEY_ID_MAX 200
+void api_key_id(char *out, size_t size, const char *ns, const char *id);
+
 /* The W3C trace context a create request brings (api/timers.c): one valid
  * traceparent header and its tracestate, as much as a timer keeps; none
  * (trace.parent_len 0) when the header is absent or invalid, which W3C says

@@ -28,7 +28,6 @@
 /* Timers per call of a plain batch: about 5 us of Redis each, so a call
  * holds Redis for well under a millisecond. */
 #define BATCH_SLICE 128
-#define KEY_ID_MAX 200
 
 typedef struct bitem {
     timer_spec *spec;      /* NULL: invalid (field, detail) */
@@ -180,13 +179,11 @@ static void item_parse(batch_ctx *b, size_t i, json_t *v)
         item_fail(it, (int)err.status, field, err.detail);
         if (json_is_object(v) && json_is_string(json_object_get(v, "id")) &&
             spec_id_valid(json_string_value(json_object_get(v, "id"))))
-            snprintf(it->kid, sizeof it->kid, "%s%s%s", http_req_namespace(b->r),
-                     http_req_namespace(b->r)[0] ? "/" : "", json_string_value(json_object_get(v, "id")));
+            api_key_id(it->kid, sizeof it->kid, http_req_namespace(b->r), json_string_value(json_object_get(v, "id")));
         return;
     }
     char *given = it->spec->id ? xstrdup(it->spec->id) : api_new_id();
-    const char *ns = http_req_namespace(b->r);
-    snprintf(it->kid, sizeof it->kid, "%s%s%s", ns, ns[0] ? "/" : "", given);
+    api_key_id(it->kid, sizeof it->kid, http_req_namespace(b->r), given);
     free(given);
     it->claim = engine_accepting(b->a->eng) && (uint64_t)it->spec->fire_at_ms <= b->now_ms + b->a->cfg->window_ms;
 }

@@ -93,8 +93,7 @@ static int parse_body(http_req *r, char *queue, size_t size)
             rc = -1;
             break;
         }
-        if (!q || !*q || strlen(q) >= size ||
-            strspn(q, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(q)) {
+        if (!q || strlen(q) >= size || !spec_queue_valid(q)) {
             http_respond_problem(r, 400, "queue must match [A-Za-z0-9._-]{1,64}", "queue", NULL, 0);
             rc = -1;
             break;

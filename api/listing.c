@@ -45,7 +45,6 @@
 /* Entries one partition's call examines at most, whatever the limit and
  * filter: about 5 us each, so a call holds Redis for about a millisecond. */
 #define LIST_SCAN_BUDGET 256
-#define KEY_ID_MAX 200
 
 static const struct {
     const char *state;
@@ -238,7 +237,7 @@ static int parse_query(http_req *r, int *asc, const char **state, uint32_t *limi
         return -EINVAL;
     }
     *limit = (uint32_t)v;
-    if (q && (!*q || strlen(q) > 64 || strspn(q, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(q))) {
+    if (q && !spec_queue_valid(q)) {
         http_respond_problem(r, 400, "queue must match [A-Za-z0-9._-]{1,64}", "queue", NULL, 0);
         return -EINVAL;
     }
@@ -259,7 +258,7 @@ static int parse_query(http_req *r, int *asc, const char **state, uint32_t *limi
         snprintf(score, sizeof score, "%.*s", (int)(tilde - cs), cs);
         const char *ns = http_req_namespace(r);
         char kid[KEY_ID_MAX];
-        snprintf(kid, sizeof kid, "%s%s%s", ns, ns[0] ? "/" : "", tilde + 1);
+        api_key_id(kid, sizeof kid, ns, tilde + 1);
         pos_set(cur, score, kid);
         *has_cur = 1;
     }

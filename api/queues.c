@@ -40,13 +40,6 @@ typedef struct queue_ctx {
     uint64_t now_ms;                 /* when the counts were asked for */
 } queue_ctx;
 
-static int queue_name_valid(const char *q)
-{
-    size_t n = strlen(q);
-    return n >= 1 && n <= 64 &&
-           strspn(q, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
-}
-
 static json_t *queue_json(const char *name, const queue_controls *c, int configured)
 {
     return json_pack("{s:s,s:I,s:b,s:f,s:s,s:b}", "name", name, "parallelism", (json_int_t)c->parallelism, "paused",
@@ -83,7 +76,7 @@ static int ask_counts(queue_ctx *c, counts_cb cb)
 
 static queue_ctx *ctx_new(http_req *r, api *a, const char *name)
 {
-    if (!queue_name_valid(name)) {
+    if (!spec_queue_valid(name)) {
         http_respond_problem(r, 404, "No queue has this name: names match [A-Za-z0-9._-]{1,64}.", NULL, NULL, 0);
         return NULL;
     }

@@ -34,7 +34,6 @@
 #define SELECT_CALL_BUDGET 1024 /* index entries a call examines */
 #define SELECT_MAX_CALLS 256    /* calls a page makes at most */
 #define IDEM_MAX 128
-#define KEY_ID_MAX 200
 
 typedef struct sel_ctx {
     http_req *r;
@@ -212,8 +211,7 @@ static int read_selector(sel_ctx *c, json_t *root)
     json_t *q = json_object_get(root, "queue"), *st = json_object_get(root, "state");
     if (q) {
         const char *qs = json_string_value(q);
-        if (!qs || !*qs || strlen(qs) > 64 ||
-            strspn(qs, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(qs))
+        if (!spec_queue_valid(qs))
             return bad(r, "queue", "queue must match [A-Za-z0-9._-]{1,64}");
         snprintf(c->queue, sizeof c->queue, "%s", qs);
         c->sel.queue = c->queue;
@@ -249,7 +247,7 @@ static int read_selector(sel_ctx *c, json_t *root)
         c->partition = (uint32_t)p;
         c->chunk = (uint32_t)ch;
         if (d2[1])
-            snprintf(c->after, sizeof c->after, "%s%s%s", c->ns, c->ns[0] ? "/" : "", d2 + 1);
+            api_key_id(c->after, sizeof c->after, c->ns, d2 + 1);
     }
     if (!strcmp(c->op, "reschedule")) {
         json_t *when = json_object();

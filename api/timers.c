@@ -47,14 +47,7 @@ void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy
 
 /* ---- namespaces ---- */
 
-/* Timers are stored under "<namespace>/<id>" when the API runs with tokens
- * (auth.h), and under "<id>" without: neither a namespace nor an id holds a
- * '/', so the key id is unambiguous, ids are unique per namespace, and a
- * caller can only ever name its own namespace's timers. A key id is at most
- * 64 + 1 + 128 bytes. */
-#define KEY_ID_MAX 200
-
-static void key_id(char *out, size_t size, const char *ns, const char *id)
+void api_key_id(char *out, size_t size, const char *ns, const char *id)
 {
     snprintf(out, size, "%s%s%s", ns, ns[0] ? "/" : "", id);
 }
@@ -331,7 +324,7 @@ void api_timer_create(http_req *r, const char *const *params, void *app)
     snprintf(c->rid, sizeof c->rid, "%s", http_req_id(r));
     api_request_trace(r, &c->tr);
     char *given = spec->id ? xstrdup(spec->id) : api_new_id(), kid[KEY_ID_MAX];
-    key_id(kid, sizeof kid, http_req_namespace(r), given);
+    api_key_id(kid, sizeof kid, http_req_namespace(r), given);
     free(given);
     int rc = oneshot_create(a->cfg, a->eng, xstrdup(kid), spec, spec->when, c->rid, &c->tr.trace, now_ms, create_cb, c);
     if (rc < 0) {
@@ -356,7 +349,7 @@ static id_ctx *id_ctx_new(http_req *r, const char *id)
     }
     id_ctx *c = xmalloc(sizeof *c);
     c->r = r;
-    key_id(c->id, sizeof c->id, http_req_namespace(r), id);
+    api_key_id(c->id, sizeof c->id, http_req_namespace(r), id);
     return c;
 }
 
@@ -520,7 +513,7 @@ static void control(http_req *r, const char *id, api *a, const char *op, int64_t
     c->r = r;
     c->a = a;
     c->op = op;
-    key_id(c->id, sizeof c->id, http_req_namespace(r), id);
+    api_key_id(c->id, sizeof c->id, http_req_namespace(r), id);
     uint64_t now_ms = clock_now_ms();
     int rc = timers_control(a->tm, c->id, op, now_ms, fire_ms, engine_accepting(a->eng) ? now_ms + a->cfg->window_ms : 0,
                             control_cb, c);

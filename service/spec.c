@@ -361,6 +361,8 @@ static int name_valid(const char *s, size_t max, const char *punct)
 
 int spec_id_valid(const char *id) { return name_valid(id, SPEC_ID_MAX, "._:-"); }
 
+int spec_queue_valid(const char *q) { return name_valid(q, 64, "._-"); }
+
 int spec_lookup_id_valid(const char *id)
 {
     const char *sep = id ? strchr(id, SPEC_CALLBACK_SEP) : NULL;
@@ -564,7 +566,7 @@ static int parse_queue(parse_ctx *c, const char *name, json_t *v)
 {
     const char *q = v ? json_string_value(v) : "default";
 
-    if (!name_valid(q, 64, "._-"))
+    if (!spec_queue_valid(q))
         return fail(c->err, name,
                     "queue must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' or '-'");
     c->s->queue = xstrdup(q);

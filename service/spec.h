@@ -175,6 +175,9 @@ void spec_free(timer_spec *s);
 /* 1 if id matches [A-Za-z0-9._:-]{1,SPEC_ID_MAX}, else 0. */
 int spec_id_valid(const char *id);
 
+/* 1 if q is a queue name, [A-Za-z0-9._-]{1,64}, else 0. */
+int spec_queue_valid(const char *q);
+
 /* A callback timer's id: "<id>#on_success.<version>" or
  * "<id>#on_failure.<version>" (finish.lua makes it; '#' is no id character,
  * so it is never a client's, and the partition is the parent's: keys.h). */
