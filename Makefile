@@ -26,6 +26,8 @@ TEST_PKGS += docker-compose python3-jsonschema python3-yaml nodejs \
 TEST_PKGS += python3-prometheus-client
 # The TLS tests make their certificates with the openssl command.
 TEST_PKGS += openssl
+# The README's fencing example runs against a real PostgreSQL.
+TEST_PKGS += postgresql
 DEB_PKGS  := $(RUN_PKGS) $(TEST_PKGS)
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
