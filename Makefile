@@ -47,6 +47,9 @@ LUA_PRE   := persistence/lua/_record.lua
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 MAIN_OBJ  := $(BUILD)/service/main.o
 BIN       := $(BUILD)/hookwheel
+# hookwheelctl, the command-line client: cli/ (kept out of LIB_SRCS) and the base floor's allocator.
+CLI_OBJS  := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard cli/*.c))) $(BUILD)/service/xalloc.o
+CLI_BIN   := $(BUILD)/hookwheelctl
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -61,10 +64,7 @@ hookwheel: $(BIN)
 $(BIN): $(LIB_OBJS) $(MAIN_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# hookwheelctl, the command-line client: cli/ (kept out of LIB_SRCS) and the
-# allocator of the base floor; it links libcurl and jansson only.
-CLI_OBJS  := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard cli/*.c))) $(BUILD)/service/xalloc.o
-CLI_BIN   := $(BUILD)/hookwheelctl
+# hookwheelctl links libcurl and jansson only.
 $(CLI_BIN): $(CLI_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libcurl jansson)
 hookwheelctl: $(CLI_BIN)
