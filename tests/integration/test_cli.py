@@ -2,10 +2,14 @@
 command's output and exit code, and the exit codes scripts rely on
 (README "Command-line client"). The CLI is the one built beside
 $HOOKWHEEL_BIN, so a sanitizer build tests its own CLI."""
+import contextlib
+import http.server
 import json
 import os
 import subprocess
+import threading
 import time
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -19,7 +23,7 @@ def ctl(hw, *args, token=None, url=None, stdin=None):
     """Runs hookwheelctl with HOOKWHEEL_URL set to hw's API; returns the
     CompletedProcess (text). Fails on a sanitizer report."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKWHEEL_")}
-    env["HOOKWHEEL_URL"] = url or f"http://127.0.0.1:{hw.port}"
+    env["HOOKWHEEL_URL"] = url or f"http://127.0.0.1:{hw.port}"  # hw None: url is given
     if token:
         env["HOOKWHEEL_TOKEN"] = token
     p = subprocess.run([CLI, *args], capture_output=True, text=True, env=env, input=stdin,
@@ -32,6 +36,33 @@ def ok(hw, *args, **kw):
     p = ctl(hw, *args, **kw)
     assert p.returncode == 0, (args, p.returncode, p.stdout, p.stderr)
     return p.stdout
+
+
+@contextlib.contextmanager
+def stub(answer):
+    """A stand-in HTTP API on 127.0.0.1: answer(path, query dict) ->
+    (status, content type, JSON value or text) for every GET. Yields its URL."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            u = urlsplit(self.path)
+            status, ctype, value = answer(u.path, parse_qs(u.query))
+            body = (value if isinstance(value, str) else json.dumps(value)).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def table(text):
@@ -202,6 +233,8 @@ def test_leases_show_one_and_list(hookwheel):
     assert fields["owner"] == "worker-7" and fields["token"] == str(lease["token"]), fields
     assert json.loads(ok(hookwheel, "leases", "cli-lock", "--json"))["owner"] == "worker-7"
     assert ctl(hookwheel, "leases", "no-such-lock").returncode == 3
+    # GET /leases is being added in parallel; until it lands the path has
+    # only POST and answers 405 (an unknown path would be 404).
     status, _, _ = hookwheel.request("GET", "/leases")
     if status in (404, 405):
         pytest.skip(f"GET /leases (the lease list) is not in this build yet: {status}")
@@ -210,6 +243,52 @@ def test_leases_show_one_and_list(hookwheel):
     assert ["cli-lock", "worker-7"] == rows[1][:2], rows
     listed = json.loads(ok(hookwheel, "leases", "--all", "--limit", "1", "--json"))
     assert [l["key"] for l in listed["leases"]] == ["cli-lock"] and listed["next_cursor"] is None
+
+
+def test_leases_list_pages_as_the_contract_says(tmp_path):
+    """The list form against a stand-in that answers GET /leases as its
+    contract says ({"leases": [...], "next_cursor": null|string}), so the
+    paging is tested while the real endpoint is on its way."""
+    def lease(key, token):
+        return {"key": key, "owner": f"w-{key}", "token": token, "ttl_ms": 30000, "expires_in_ms": 29000,
+                "renewing": True, "acquired_at": "2026-11-26T03:00:00.000Z", "last_heartbeat_at": None,
+                "last_renewed_at": None}
+    pages = {None: ([lease("a", 1), lease("b", 7)], "c1"), "c1": ([lease("c", 3)], None)}
+    seen = []
+
+    def answer(path, q):
+        seen.append((path, q))
+        items, nxt = pages[q.get("cursor", [None])[0]]
+        return 200, "application/json", {"leases": items, "next_cursor": nxt}
+
+    with stub(answer) as url:
+        p = ctl(None, "leases", "--limit", "2", url=url)
+        assert p.returncode == 0 and "--cursor c1" in p.stderr, p
+        rows = table(p.stdout)
+        assert rows == [["KEY", "OWNER", "TOKEN", "TTL_MS", "EXPIRES_IN_MS", "RENEWING"],
+                        ["a", "w-a", "1", "30000", "29000", "true"], ["b", "w-b", "7", "30000", "29000", "true"]]
+        assert seen == [("/leases", {"limit": ["2"]})]
+        rows = table(ok(None, "leases", "--all", "--limit", "2", url=url))
+        assert [r[0] for r in rows[1:]] == ["a", "b", "c"]
+        assert seen[-1] == ("/leases", {"limit": ["2"], "cursor": ["c1"]})
+        listed = json.loads(ok(None, "leases", "--all", "--json", url=url))
+        assert [l["key"] for l in listed["leases"]] == ["a", "b", "c"] and listed["next_cursor"] is None
+        assert table(ok(None, "leases", "--cursor", "c1", url=url))[1][0] == "c"
+        assert ctl(None, "leases", "--limit", "x", url=url).returncode == 2
+
+
+def test_a_server_error_exits_6_naming_the_url():
+    def answer(path, q):
+        if path == "/timers/plain":
+            return 502, "text/html", "<html>bad\ngateway</html>"
+        return 503, "application/problem+json", {"type": "about:blank", "title": "Service Unavailable",
+                                                 "status": 503, "detail": "Redis is unreachable"}
+    with stub(answer) as url:
+        p = ctl(None, "get", "x", url=url)
+        assert p.returncode == 6, p
+        assert p.stderr == f"hookwheelctl: GET {url}/timers/x: Service Unavailable (503): Redis is unreachable\n"
+        p = ctl(None, "get", "plain", url=url)
+        assert p.returncode == 6 and p.stderr == f"hookwheelctl: GET {url}/timers/plain: HTTP 502: <html>bad gateway</html>\n", p
 
 
 def test_exit_codes_for_not_found_conflict_bad_flags_and_an_unreachable_server(hookwheel, receiver):
