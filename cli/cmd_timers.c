@@ -241,10 +241,11 @@ int cmd_create(cli_ctx *ctx, const cli_args *a)
     json_decref(spec);
     if (rc != CLI_OK)
         return rc;
+    char id[160];
     if (ctx->json)
         cli_print_json(timer);
     else
-        puts(json_string_value(json_object_get(timer, "id")) ? json_string_value(json_object_get(timer, "id")) : "");
+        puts(cli_str(timer, "id", id, sizeof id) ? id : "");
     json_decref(timer);
     return CLI_OK;
 }
@@ -301,8 +302,9 @@ static void print_timer(const json_t *t)
     static const char *const plain[] = {"id", "state", "queue", "fire_at", "attempts", "runs", "created_at"};
     for (size_t i = 0; i < 2; i++)
         print_field(plain[i], cli_str(t, plain[i], buf, sizeof buf));
-    snprintf(url, sizeof url, "%s %s", json_string_value(json_object_get(t, "method")),
-             json_string_value(json_object_get(t, "url")));
+    char method[16], target[2100];
+    snprintf(url, sizeof url, "%s %s", cli_str(t, "method", method, sizeof method) ? method : "?",
+             cli_str(t, "url", target, sizeof target) ? target : "?");
     print_field("request", url);
     for (size_t i = 2; i < sizeof plain / sizeof plain[0]; i++)
         print_field(plain[i], cli_str(t, plain[i], buf, sizeof buf));
@@ -351,7 +353,8 @@ static void print_whole(cli_ctx *ctx, const json_t *t)
  * that means. */
 static void print_state(cli_ctx *ctx, const json_t *t)
 {
-    printf("%s %s%s\n", json_string_value(json_object_get(t, "id")), json_string_value(json_object_get(t, "state")),
+    char id[160], state[16];
+    printf("%s %s%s\n", cli_str(t, "id", id, sizeof id) ? id : "?", cli_str(t, "state", state, sizeof state) ? state : "?",
            ctx->status == 202 ? " (the run in progress completes; then it is cancelled)" : "");
 }
 
