@@ -6,6 +6,7 @@ import contextlib
 import http.server
 import json
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -106,6 +107,16 @@ def test_create_with_at_in_epoch_ms_and_rfc3339_and_a_json_body(hookwheel, recei
     t = json.loads(ok(hookwheel, "create", "--json", "--url", receiver.url("/every"), "--in", "1h",
                       "--every", "1m30s", "--times", "3"))
     assert t["repeat"]["every_ms"] == 90000 and t["repeat"]["times"] == 3, t
+
+
+def test_durations_as_the_cli_reads_them(hookwheel, receiver):
+    for text, ms in (("1h30m", 5400000), ("1500ms", 1500), ("2m15s500ms", 135500), ("1d", 86400000),
+                     ("90s", 90000), ("10ms", 10)):
+        t = json.loads(ok(hookwheel, "create", "--json", "--url", receiver.url("/d"), "--in", "1h", "--every", text))
+        assert t["repeat"]["every_ms"] == ms, (text, t["repeat"])
+    for bad in ("5", "1x", "m", "", "1h 30m", "-1s", "1.5s", "99999999999999999999s"):
+        p = ctl(hookwheel, "create", "--url", receiver.url("/d"), "--in", bad)
+        assert p.returncode == 2 and "--in" in p.stderr, (bad, p)
 
 
 def test_get_prints_the_timer_and_json_prints_the_apis_answer(hookwheel, receiver):
@@ -312,6 +323,14 @@ def test_exit_codes_for_not_found_conflict_bad_flags_and_an_unreachable_server(h
         assert p.returncode == 2 and p.stderr.startswith("hookwheelctl: ") and p.stdout == "", (bad, p)
     time.sleep(0.2)
     assert receiver.requests(path="/x") == []
+    with socket.socket() as silent:  # accepts connections (the kernel does) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        p = ctl(hookwheel, "--max-time", "0.5", "get", "x", url=url)
+        assert p.returncode == 6 and f"{url}/timers/x" in p.stderr and "timed out" in p.stderr, p
+        assert time.monotonic() - started < scaled(5)
     port = free_port()  # nothing listens there
     p = ctl(hookwheel, "get", "x", url=f"http://127.0.0.1:{port}")
     assert p.returncode == 6 and f"http://127.0.0.1:{port}/timers/x" in p.stderr, p
