@@ -14,6 +14,11 @@
 
 #define CLI_DEFAULT_URL "http://127.0.0.1:8080" /* hookwheel's default HOOKWHEEL_LISTEN */
 #define CLI_DEFAULT_MAX_TIME_S 30
+/* --all stops after this many empty pages in a row that still have a
+ * next_cursor, or at a next_cursor equal to the one asked with. The API may
+ * answer a page with no timers and a cursor (a page reads a bounded number
+ * of entries per partition), but not without end. */
+#define CLI_MAX_EMPTY_PAGES 1000
 
 static const cli_opt global_opts[] = {
     {"url", "URL", "the API's root URL (default: $HOOKWHEEL_URL, else " CLI_DEFAULT_URL ")"},
@@ -203,34 +208,61 @@ int cli_call(cli_ctx *ctx, const char *method, const char *path, const json_t *j
         r.status = 0; /* no answer: client_report names the URL */
     ctx->status = r.status;
     int code = client_report(&r);
-    if (code == CLI_OK)
+    if (code == CLI_OK && !r.body && r.raw[0]) {
+        /* a 2xx that is not JSON: not hookwheel's API at that URL */
+        fprintf(stderr, "hookwheelctl: %s %s: the answer (HTTP %ld) is not JSON: is this hookwheel's API?\n",
+                r.method, r.url, r.status);
+        code = CLI_UNAVAILABLE;
+    } else if (code == CLI_OK) {
         *body = r.body ? json_incref(r.body) : json_object();
+    }
     client_reply_clear(&r);
     return code;
+}
+
+/* One page: GET path from cursor at (NULL: the first), its items appended
+ * to items; *next set to its next_cursor (malloc'd, or NULL). */
+static int fetch_page(cli_ctx *ctx, const char *path, const char *member, const char *at, json_t *items,
+                      char **next, size_t *got)
+{
+    char *p = xstrdup(path);
+    if (at)
+        client_query_add(&p, "cursor", at);
+    json_t *page;
+    int rc = cli_call(ctx, "GET", p, NULL, &page);
+    free(p);
+    *next = NULL;
+    if (rc != CLI_OK)
+        return rc;
+    *got = json_array_size(json_object_get(page, member));
+    json_array_extend(items, json_object_get(page, member));
+    const char *nc = json_string_value(json_object_get(page, "next_cursor"));
+    *next = nc ? xstrdup(nc) : NULL;
+    json_decref(page);
+    return CLI_OK;
 }
 
 int cli_fetch_pages(cli_ctx *ctx, const char *path, const char *member, const char *cursor, int all,
                     json_t *items, char **next)
 {
-    char *at = cursor ? xstrdup(cursor) : NULL;
-    int rc;
-    do {
-        char *p = xstrdup(path);
-        if (at)
-            client_query_add(&p, "cursor", at);
-        json_t *page;
-        rc = cli_call(ctx, "GET", p, NULL, &page);
-        free(p);
+    char *at = cursor ? xstrdup(cursor) : NULL, *nc = NULL;
+    int rc, empty = 0;
+    for (;;) {
+        size_t got = 0;
+        rc = fetch_page(ctx, path, member, at, items, &nc, &got);
+        empty = got ? 0 : empty + 1;
+        if (rc == CLI_OK && nc && ((at && strcmp(at, nc) == 0) || empty > CLI_MAX_EMPTY_PAGES)) {
+            fprintf(stderr, "hookwheelctl: GET %s: the next_cursor does not move on; stopping\n", path);
+            rc = CLI_UNAVAILABLE;
+        }
         free(at);
-        at = NULL;
-        if (rc != CLI_OK)
+        at = nc;
+        if (rc != CLI_OK || !all || !at)
             break;
-        json_array_extend(items, json_object_get(page, member));
-        const char *nc = json_string_value(json_object_get(page, "next_cursor"));
-        at = nc ? xstrdup(nc) : NULL;
-        json_decref(page);
-    } while (all && at);
-    *next = at;
+    }
+    *next = rc == CLI_OK ? at : NULL;
+    if (rc != CLI_OK)
+        free(at);
     return rc;
 }
 

@@ -288,10 +288,14 @@ def test_leases_list_pages_as_the_contract_says(tmp_path):
         assert ctl(None, "leases", "--limit", "x", url=url).returncode == 2
 
 
-def test_a_server_error_exits_6_naming_the_url():
+def test_a_server_error_a_foreign_answer_or_a_stuck_cursor_exits_6_naming_the_url():
     def answer(path, q):
         if path == "/timers/plain":
             return 502, "text/html", "<html>bad\ngateway</html>"
+        if path == "/timers/page":
+            return 200, "text/html", "<html>a login page</html>"
+        if path == "/leases":  # a cursor that never moves on
+            return 200, "application/json", {"leases": [], "next_cursor": "same"}
         return 503, "application/problem+json", {"type": "about:blank", "title": "Service Unavailable",
                                                  "status": 503, "detail": "Redis is unreachable"}
     with stub(answer) as url:
@@ -300,6 +304,10 @@ def test_a_server_error_exits_6_naming_the_url():
         assert p.stderr == f"hookwheelctl: GET {url}/timers/x: Service Unavailable (503): Redis is unreachable\n"
         p = ctl(None, "get", "plain", url=url)
         assert p.returncode == 6 and p.stderr == f"hookwheelctl: GET {url}/timers/plain: HTTP 502: <html>bad gateway</html>\n", p
+        p = ctl(None, "get", "page", url=url)
+        assert p.returncode == 6 and "is not JSON" in p.stderr and f"{url}/timers/page" in p.stderr, p
+        p = ctl(None, "leases", "--all", url=url)
+        assert p.returncode == 6 and "does not move on" in p.stderr, p
 
 
 def test_exit_codes_for_not_found_conflict_bad_flags_and_an_unreachable_server(hookwheel, receiver):
