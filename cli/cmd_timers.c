@@ -34,6 +34,15 @@ static int parse_int(const char *s, long long min, long long max, long long *out
     return 0;
 }
 
+/* obj[key] = the string v, the value of option opt. Returns 0, or a usage
+ * error when key or v is not UTF-8 (JSON carries only UTF-8 text). */
+static int put_string(json_t *obj, const char *key, const char *v, const char *opt)
+{
+    if (json_object_set_new(obj, key, json_string(v)) < 0)
+        return cli_usage_error("create", "--%s %s: not UTF-8 text", opt, v);
+    return 0;
+}
+
 /* Reads path ("-": standard input) into a malloc'd buffer. Returns NULL
  * and prints why when it cannot. */
 static char *read_file(const char *path, size_t *len)
@@ -103,27 +112,38 @@ static int set_body(const cli_args *a, json_t *spec)
     return 0;
 }
 
-/* Adds every value of the repeatable option name, split at its first sep,
- * to spec[member] (an object), the value's leading spaces trimmed. */
-static int set_pairs(const cli_args *a, json_t *spec, const char *name, char sep, const char *member)
+/* A repeatable option whose values are pairs: --header 'NAME: VALUE'
+ * (the value's leading blanks dropped, as HTTP does) into "headers",
+ * --label KEY:VALUE into "labels". */
+static const struct pair_opt {
+    const char *opt, *member, *form;
+    int trim;
+} pair_opts[] = {
+    {"header", "headers", "'NAME: VALUE'", 1},
+    {"label", "labels", "KEY:VALUE", 0},
+};
+
+/* Adds every value of p's option, split at its first ':', to spec. */
+static int set_pairs(const cli_args *a, json_t *spec, const struct pair_opt *p)
 {
     const char *v;
-    for (int i = 0; (v = cli_arg_nth(a, name, i)) != NULL; i++) {
-        const char *at = strchr(v, sep);
-        if (!at || at == v)
-            return cli_usage_error("create", "--%s %s: give %s", name, v,
-                                   sep == ':' && name[0] == 'h' ? "'NAME: VALUE'" : "KEY:VALUE");
-        json_t *obj = json_object_get(spec, member);
+    for (int i = 0; (v = cli_arg_nth(a, p->opt, i)) != NULL; i++) {
+        const char *colon = strchr(v, ':');
+        if (!colon || colon == v)
+            return cli_usage_error("create", "--%s %s: give %s", p->opt, v, p->form);
+        json_t *obj = json_object_get(spec, p->member);
         if (!obj) {
             obj = json_object();
-            json_object_set_new(spec, member, obj);
+            json_object_set_new(spec, p->member, obj);
         }
-        char *key = xstrndup(v, (size_t)(at - v));
-        const char *val = at + 1;
-        while (name[0] == 'h' && (*val == ' ' || *val == '\t'))
+        const char *val = colon + 1;
+        while (p->trim && (*val == ' ' || *val == '\t'))
             val++;
-        json_object_set_new(obj, key, json_string(val));
+        char *key = xstrndup(v, (size_t)(colon - v));
+        int bad = json_object_set_new(obj, key, json_string(val)) < 0;
         free(key);
+        if (bad)
+            return cli_usage_error("create", "--%s %s: not UTF-8 text", p->opt, v);
     }
     return 0;
 }
@@ -145,7 +165,7 @@ static int set_due(const cli_args *a, json_t *spec)
     else if (at && parse_int(at, 0, INT64_MAX, &epoch) == 0)
         json_object_set_new(spec, "fire_at_ms", json_integer(epoch));
     else if (at)
-        json_object_set_new(spec, "fire_at", json_string(at)); /* RFC 3339: the API checks it */
+        return put_string(spec, "fire_at", at, "at"); /* RFC 3339: the API checks it */
     return 0;
 }
 
@@ -166,10 +186,8 @@ static int set_repeat(const cli_args *a, json_t *spec)
         return cli_usage_error("create", "--every %s: give a duration such as 90s, 5m, 1h30m", every);
     if (every)
         json_object_set_new(r, "every_ms", json_integer(ms));
-    if (cron)
-        json_object_set_new(r, "cron", json_string(cron));
-    if (tz)
-        json_object_set_new(r, "tz", json_string(tz));
+    if ((cron && put_string(r, "cron", cron, "cron")) || (tz && put_string(r, "tz", tz, "tz")))
+        return CLI_USAGE;
     if (times && parse_int(times, 1, 4294967295LL, &n) < 0)
         return cli_usage_error("create", "--times %s: give a whole number from 1", times);
     if (times)
@@ -207,28 +225,28 @@ static int build_spec(const cli_args *a, json_t *spec)
         return cli_usage_error("create", "give the target: --url URL");
     for (size_t i = 0; i < sizeof string_members / sizeof string_members[0]; i++) {
         const char *v = cli_arg(a, string_members[i].opt);
-        if (v)
-            json_object_set_new(spec, string_members[i].member, json_string(v));
+        if (v && put_string(spec, string_members[i].member, v, string_members[i].opt))
+            return CLI_USAGE;
     }
     const char *method = cli_arg(a, "method");
+    int rc = 0;
     if (method) {
         char *m = xstrdup(method);
         for (char *p = m; *p; p++)
             *p = (char)toupper((unsigned char)*p);
-        json_object_set_new(spec, "method", json_string(m));
+        rc = put_string(spec, "method", m, "method");
         free(m);
     }
-    int rc = set_due(a, spec);
+    if (!rc)
+        rc = set_due(a, spec);
     if (!rc)
         rc = set_repeat(a, spec);
     if (!rc)
         rc = set_policy(a, spec);
     if (!rc)
         rc = set_body(a, spec);
-    if (!rc)
-        rc = set_pairs(a, spec, "header", ':', "headers");
-    if (!rc)
-        rc = set_pairs(a, spec, "label", ':', "labels");
+    for (size_t i = 0; i < sizeof pair_opts / sizeof pair_opts[0] && !rc; i++)
+        rc = set_pairs(a, spec, &pair_opts[i]);
     return rc;
 }
 

@@ -27,7 +27,7 @@ def ctl(hw, *args, token=None, url=None, stdin=None):
     env["HOOKWHEEL_URL"] = url or f"http://127.0.0.1:{hw.port}"  # hw None: url is given
     if token:
         env["HOOKWHEEL_TOKEN"] = token
-    p = subprocess.run([CLI, *args], capture_output=True, text=True, env=env, input=stdin,
+    p = subprocess.run([CLI, *args], capture_output=True, text=True, errors="replace", env=env, input=stdin,
                        timeout=scaled(30))
     assert not any(m in p.stderr for m in SANITIZER_MARKERS), p.stderr
     return p
@@ -326,7 +326,8 @@ def test_exit_codes_for_not_found_conflict_bad_flags_and_an_unreachable_server(h
                 ["create", "--url", receiver.url("/x"), "--in", "1s", "--json-body", "{nope"],
                 ["create", "--url", receiver.url("/x"), "--in", "1s", "--body", "@/no/such/file"],
                 ["ls", "--limit", "many"], ["get"], ["get", "a", "b"], ["frobnicate"], ["ls", "--bogus"],
-                ["--max-time", "soon", "get", "x"]):
+                ["--max-time", "soon", "get", "x"],
+                ["create", "--url", receiver.url("/x"), "--in", "1s", "--label", "k:\udcff"]):  # not UTF-8
         p = ctl(hookwheel, *bad)
         assert p.returncode == 2 and p.stderr.startswith("hookwheelctl: ") and p.stdout == "", (bad, p)
     time.sleep(0.2)
