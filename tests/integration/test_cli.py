@@ -83,6 +83,15 @@ def test_create_with_in_labels_headers_and_a_body_file_reaches_the_receiver(hook
     assert req.headers["X-Order"] == "42" and req.headers["X-Kind"] == "plain"
     status, _, t = hookwheel.get("cli-in")
     assert status == 200 and t["labels"] == {"team": "ops", "kind": "reminder"} and t["queue"] == "cliq", t
+    # standard input as the body, a file as the JSON body
+    ok(hookwheel, "create", "--url", receiver.url("/cli/stdin"), "--in", "0", "--body", "@-", stdin="from stdin")
+    (req,) = receiver.wait_for(1, path="/cli/stdin", timeout=scaled(5))
+    assert req.body == b"from stdin"
+    doc = tmp_path / "doc.json"
+    doc.write_text('{"b": [1, 2], "a": null}')
+    ok(hookwheel, "create", "--url", receiver.url("/cli/jfile"), "--in", "0", "--json-body", f"@{doc}")
+    (req,) = receiver.wait_for(1, path="/cli/jfile", timeout=scaled(5))
+    assert req.body == b'{"a":null,"b":[1,2]}' and req.headers["Content-Type"] == "application/json"
 
 
 def test_create_with_at_in_epoch_ms_and_rfc3339_and_a_json_body(hookwheel, receiver):
