@@ -64,6 +64,8 @@ void api_healthz(http_req *r, const char *const *params, void *app);
 void api_readyz(http_req *r, const char *const *params, void *app);
 void api_metrics(http_req *r, const char *const *params, void *app); /* metrics_api.c */
 void api_schedule_preview(http_req *r, const char *const *params, void *app); /* schedules.c */
+void api_stats(http_req *r, const char *const *params, void *app);            /* stats.c */
+void api_lease_list(http_req *r, const char *const *params, void *app);       /* leases.c */
 
 /* Fills a for the handlers (http_start's app pointer); cfg, st, eng and
  * policy (the destination policy checked on every new timer's URL; NULL:
