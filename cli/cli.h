@@ -97,6 +97,16 @@ int cli_call(cli_ctx *ctx, const char *method, const char *path, const json_t *j
 int cli_fetch_pages(cli_ctx *ctx, const char *path, const char *member, const char *cursor, int all,
                     json_t *items, char **next);
 
+/* `ls` and `leases`: fetches the pages of path (cli_fetch_pages, the
+ * --cursor and --all of a) and prints them: with --json one page
+ * {member: [...], next_cursor}, else a table of ncols columns named by
+ * head, one row a item (row adds it), and the command that reads on
+ * (`hookwheelctl <cmd> --cursor ...`) on stderr. Takes path. Returns the
+ * exit code. */
+struct table;
+int cli_list(cli_ctx *ctx, const cli_args *a, const char *cmd, char *path, const char *member,
+             const char *const *head, int ncols, void (*row)(struct table *t, const json_t *item));
+
 /* obj's member key as text in buf (a string as it is, a number in
  * decimal, true/false; NULL when absent or null). Returns buf or NULL. */
 const char *cli_str(const json_t *obj, const char *key, char *buf, size_t size);

@@ -199,29 +199,8 @@ static int list_leases(cli_ctx *ctx, const cli_args *a)
     char *path = xstrdup("/leases");
     if (limit)
         client_query_add(&path, "limit", limit);
-    json_t *items = json_array();
-    char *next = NULL;
-    int rc = cli_fetch_pages(ctx, path, "leases", cli_arg(a, "cursor"), cli_arg(a, "all") != NULL, items, &next);
-    free(path);
-    if (rc == CLI_OK && ctx->json) {
-        json_t *page = json_pack("{s:O,s:s?}", "leases", items, "next_cursor", next);
-        cli_print_json(page);
-        json_decref(page);
-    } else if (rc == CLI_OK) {
-        static const char *const head[] = {"KEY", "OWNER", "TOKEN", "TTL_MS", "EXPIRES_IN_MS", "RENEWING"};
-        table *t = table_create(6, head);
-        size_t i;
-        json_t *l;
-        json_array_foreach(items, i, l)
-            add_lease_row(t, l);
-        table_print(t, stdout);
-        table_free(t);
-        if (next)
-            fprintf(stderr, "more: hookwheelctl leases --cursor %s (or --all)\n", next);
-    }
-    free(next);
-    json_decref(items);
-    return rc;
+    static const char *const head[] = {"KEY", "OWNER", "TOKEN", "TTL_MS", "EXPIRES_IN_MS", "RENEWING"};
+    return cli_list(ctx, a, "leases", path, "leases", head, 6, add_lease_row);
 }
 
 int cmd_leases(cli_ctx *ctx, const cli_args *a)

@@ -451,28 +451,6 @@ int cmd_ls(cli_ctx *ctx, const cli_args *a)
     long long n;
     if (cli_arg(a, "limit") && parse_int(cli_arg(a, "limit"), 1, 1000, &n) < 0)
         return cli_usage_error("ls", "--limit %s: give a whole number from 1 to 1000", cli_arg(a, "limit"));
-    json_t *items = json_array();
-    char *next = NULL;
-    char *path = list_path(a);
-    int rc = cli_fetch_pages(ctx, path, "items", cli_arg(a, "cursor"), cli_arg(a, "all") != NULL, items, &next);
-    free(path);
-    if (rc == CLI_OK && ctx->json) {
-        json_t *page = json_pack("{s:O,s:s?}", "items", items, "next_cursor", next);
-        cli_print_json(page);
-        json_decref(page);
-    } else if (rc == CLI_OK) {
-        static const char *const head[] = {"ID", "STATE", "QUEUE", "FIRE_AT", "ATTEMPTS", "URL"};
-        table *t = table_create(6, head);
-        size_t i;
-        json_t *timer;
-        json_array_foreach(items, i, timer)
-            add_timer_row(t, timer);
-        table_print(t, stdout);
-        table_free(t);
-        if (next)
-            fprintf(stderr, "more: hookwheelctl ls --cursor %s (or --all)\n", next);
-    }
-    free(next);
-    json_decref(items);
-    return rc;
+    static const char *const head[] = {"ID", "STATE", "QUEUE", "FIRE_AT", "ATTEMPTS", "URL"};
+    return cli_list(ctx, a, "ls", list_path(a), "items", head, 6, add_timer_row);
 }

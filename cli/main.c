@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/table.h"
 #include "service/xalloc.h"
 
 #define CLI_DEFAULT_URL "http://127.0.0.1:8080" /* hookwheel's default HOOKWHEEL_LISTEN */
@@ -263,6 +264,33 @@ int cli_fetch_pages(cli_ctx *ctx, const char *path, const char *member, const ch
     *next = rc == CLI_OK ? at : NULL;
     if (rc != CLI_OK)
         free(at);
+    return rc;
+}
+
+int cli_list(cli_ctx *ctx, const cli_args *a, const char *cmd, char *path, const char *member,
+             const char *const *head, int ncols, void (*row)(table *t, const json_t *item))
+{
+    json_t *items = json_array();
+    char *next = NULL;
+    int rc = cli_fetch_pages(ctx, path, member, cli_arg(a, "cursor"), cli_arg(a, "all") != NULL, items, &next);
+    free(path);
+    if (rc == CLI_OK && ctx->json) {
+        json_t *page = json_pack("{s:O,s:s?}", member, items, "next_cursor", next);
+        cli_print_json(page);
+        json_decref(page);
+    } else if (rc == CLI_OK) {
+        table *t = table_create(ncols, head);
+        size_t i;
+        json_t *item;
+        json_array_foreach(items, i, item)
+            row(t, item);
+        table_print(t, stdout);
+        table_free(t);
+        if (next)
+            fprintf(stderr, "more: hookwheelctl %s --cursor %s (or --all)\n", cmd, next);
+    }
+    free(next);
+    json_decref(items);
     return rc;
 }
 
