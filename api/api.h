@@ -55,6 +55,7 @@ void api_dead_letters_purge(http_req *r, const char *const *params, void *app);
 void api_queue_list(http_req *r, const char *const *params, void *app); /* queues.c */
 void api_queue_get(http_req *r, const char *const *params, void *app);
 void api_queue_put(http_req *r, const char *const *params, void *app);
+void api_queue_patch(http_req *r, const char *const *params, void *app);
 void api_queue_delete(http_req *r, const char *const *params, void *app);
 void api_lease_acquire(http_req *r, const char *const *params, void *app); /* leases.c */
 void api_lease_heartbeat(http_req *r, const char *const *params, void *app);

@@ -1,15 +1,18 @@
-/* queues.c - GET /queues, GET, PUT and DELETE /queues/{name}: a
+/* queues.c - GET /queues, GET, PUT, PATCH and DELETE /queues/{name}: a
  * namespace's queue controls (parallelism, pause, dispatch rate).
  *
  * The settings live in Redis under the queue's name "<namespace>/<queue>"
  * (or "<queue>" when the API is open); persistence/queues.h owns how. Every
  * engine asks the settings' change feed every QUEUES_POLL_MS and applies
- * what changed to its limiter, so a PUT or DELETE holds on every instance
- * within a second. A queue without a field has the defaults:
- * HOOKWHEEL_QUEUE_PARALLELISM, not paused, no rate limit. At most
- * HOOKWHEEL_MAX_QUEUES fields exist, all namespaces together: a PUT of a
- * new queue beyond them answers 409 and stores nothing (the check and the
- * write are one Redis function).
+ * what changed to its limiter, so a PUT, PATCH or DELETE holds on every
+ * instance within a second. A queue without a field has the defaults:
+ * HOOKWHEEL_QUEUE_PARALLELISM, not paused, no rate limit, per instance. PUT
+ * replaces all the controls; PATCH only the members its body names, merged
+ * into the stored ones (or the defaults) inside the Redis function, so
+ * concurrent PATCHes of different members all hold. At most
+ * HOOKWHEEL_MAX_QUEUES fields exist, all namespaces together: a PUT or PATCH
+ * of a new queue beyond them answers 409 and stores nothing (the check and
+ * the write are one Redis function).
  *
  * GET answers also say how many of the namespace's timers each queue has in
  * each state and how many are due but not begun (persistence/counts.h: one
@@ -34,8 +37,9 @@ typedef struct queue_ctx {
     http_req *r;
     api *a;
     char field[QUEUECFG_FIELD_MAX]; /* "<namespace>/<queue>" or "<queue>" */
-    queue_controls cfg;              /* PUT: what was written; GET: the queue's controls */
-    int configured;                  /* GET: cfg was stored */
+    queue_controls cfg;              /* PUT, PATCH: what was written; GET: the queue's controls */
+    int configured;                  /* GET, PATCH: cfg was stored */
+    int written;                     /* PATCH: the write is done, so a failed count read still answers 200 */
     json_t *list;                    /* GET /queues: {name: controls} of the namespace's configured queues */
     uint64_t now_ms;                 /* when the counts were asked for */
 } queue_ctx;
@@ -74,6 +78,13 @@ static int ask_counts(queue_ctx *c, counts_cb cb)
     return rc < 0 ? -1 : 0;
 }
 
+/* The controls of a queue without stored ones, as GET reports them: the
+ * defaults hold per instance. */
+static queue_controls defaults(const api *a)
+{
+    return (queue_controls){.parallelism = (uint32_t)a->cfg->queue_parallelism, .per_instance = 1};
+}
+
 static queue_ctx *ctx_new(http_req *r, api *a, const char *name)
 {
     if (!spec_queue_valid(name)) {
@@ -98,8 +109,7 @@ static void list_counts_cb(void *arg, const counts_reply *reply)
         free(c);
         return;
     }
-    /* the defaults hold per instance */
-    queue_controls def = {.parallelism = (uint32_t)c->a->cfg->queue_parallelism, .per_instance = 1};
+    queue_controls def = defaults(c->a);
     for (size_t i = 0; i < reply->n; i++)
         if (!json_object_get(c->list, reply->rows[i].queue))
             json_object_set_new(c->list, reply->rows[i].queue, queue_json(reply->rows[i].queue, &def, 0));
@@ -161,23 +171,37 @@ void api_queue_list(http_req *r, const char *const *params, void *app)
 
 /* ---- GET /queues/{name} ---- */
 
+/* The name part of a field, "<namespace>/<queue>" or "<queue>". */
+static const char *field_queue(const char *field)
+{
+    const char *slash = strrchr(field, '/');
+    return slash ? slash + 1 : field;
+}
+
+/* Answers GET's 200 (and PATCH's) with reply's counts; without them (reply
+ * NULL, or a failed read) only after a write, which must not answer 503. */
+static void respond_queue(queue_ctx *c, const counts_reply *reply)
+{
+    if ((!reply || reply->status != COUNTS_OK) && !c->written) {
+        api_respond_unavailable(c->r);
+        return;
+    }
+    const char *name = field_queue(c->field);
+    json_t *q = queue_json(name, &c->cfg, c->configured);
+    if (reply && reply->status == COUNTS_OK) {
+        const counts_row *row = NULL;
+        for (size_t i = 0; i < reply->n && !row; i++)
+            if (strcmp(reply->rows[i].queue, name) == 0)
+                row = &reply->rows[i];
+        add_counts(q, row, reply->exact, c->now_ms);
+    }
+    http_respond_json(c->r, 200, q, NULL);
+}
+
 static void get_counts_cb(void *arg, const counts_reply *reply)
 {
     queue_ctx *c = arg;
-    if (reply->status != COUNTS_OK) {
-        api_respond_unavailable(c->r);
-        free(c);
-        return;
-    }
-    const char *slash = strrchr(c->field, '/');
-    const char *name = slash ? slash + 1 : c->field;
-    const counts_row *row = NULL;
-    for (size_t i = 0; i < reply->n && !row; i++)
-        if (strcmp(reply->rows[i].queue, name) == 0)
-            row = &reply->rows[i];
-    json_t *q = queue_json(name, &c->cfg, c->configured);
-    add_counts(q, row, reply->exact, c->now_ms);
-    http_respond_json(c->r, 200, q, NULL);
+    respond_queue(c, reply);
     free(c);
 }
 
@@ -189,8 +213,7 @@ static void get_cb(void *arg, const queues_reply *reply)
         free(c);
         return;
     }
-    /* the defaults hold per instance */
-    c->cfg = (queue_controls){.parallelism = (uint32_t)c->a->cfg->queue_parallelism, .per_instance = 1};
+    c->cfg = defaults(c->a);
     if (reply->found)
         c->cfg = reply->controls;
     c->configured = reply->found;
@@ -211,7 +234,7 @@ void api_queue_get(http_req *r, const char *const *params, void *app)
     }
 }
 
-/* ---- PUT /queues/{name} ---- */
+/* ---- PUT and PATCH /queues/{name} ---- */
 
 static int bad(http_req *r, const char *field, const char *detail)
 {
@@ -220,9 +243,10 @@ static int bad(http_req *r, const char *field, const char *detail)
 }
 
 /* Reads {parallelism?, paused?, max_dispatches_per_second?, scope?} into
- * *q; absent members take the defaults (PUT replaces the settings; the
- * scope's default is "deployment"). */
-static int parse_put(http_req *r, const config *cfg, queue_controls *q)
+ * *q and sets in *set the queues_member bit of each member present; absent
+ * members keep what *q held. Answers the 400 itself (naming the member)
+ * and returns -EINVAL when the body is not such an object. */
+static int parse_controls(http_req *r, const config *cfg, queue_controls *q, unsigned *set)
 {
     size_t len;
     const char *body = http_req_body(r, &len);
@@ -230,7 +254,7 @@ static int parse_put(http_req *r, const config *cfg, queue_controls *q)
     json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &err), *v;
     const char *key;
     int rc = 0;
-    *q = (queue_controls){.parallelism = (uint32_t)cfg->queue_parallelism};
+    *set = 0;
     if (!json_is_object(j)) {
         json_decref(j);
         return bad(r, "", "the body must be a JSON object");
@@ -242,18 +266,21 @@ static int parse_put(http_req *r, const config *cfg, queue_controls *q)
                 break;
             }
             q->parallelism = (uint32_t)json_integer_value(v);
+            *set |= QUEUES_SET_PARALLELISM;
         } else if (strcmp(key, "paused") == 0) {
             if (!json_is_boolean(v)) {
                 rc = bad(r, key, "paused must be true or false");
                 break;
             }
             q->paused = json_is_true(v);
+            *set |= QUEUES_SET_PAUSED;
         } else if (strcmp(key, "max_dispatches_per_second") == 0) {
             if (!json_is_number(v) || !queuecfg_rate_valid(json_number_value(v))) {
                 rc = bad(r, key, "max_dispatches_per_second must be 0 (no limit) or a number from 0.001 to 100000");
                 break;
             }
             q->rate = json_number_value(v);
+            *set |= QUEUES_SET_RATE;
         } else if (strcmp(key, "scope") == 0) {
             const char *scope = json_string_value(v);
             if (!scope || (strcmp(scope, "deployment") != 0 && strcmp(scope, "instance") != 0)) {
@@ -262,6 +289,7 @@ static int parse_put(http_req *r, const config *cfg, queue_controls *q)
                 break;
             }
             q->per_instance = strcmp(scope, "instance") == 0;
+            *set |= QUEUES_SET_SCOPE;
         } else {
             rc = bad(r, key, "unknown field");
             break;
@@ -271,26 +299,35 @@ static int parse_put(http_req *r, const config *cfg, queue_controls *q)
     return rc;
 }
 
-static void put_cb(void *arg, const queues_reply *reply)
+/* Answers a PUT's or PATCH's failure: 503, or 409 past HOOKWHEEL_MAX_QUEUES.
+ * Returns 0 when the write is done (nothing answered yet) and logs it. */
+static int written(queue_ctx *c, const queues_reply *reply)
 {
-    queue_ctx *c = arg;
     if (reply->status != QUEUES_OK) {
         api_respond_unavailable(c->r);
-    } else if (reply->put == QUEUES_PUT_FULL) {
+        return -1;
+    }
+    if (reply->put == QUEUES_PUT_FULL) {
         char detail[200];
         snprintf(detail, sizeof detail,
                  "Too many queues have controls: at most %" PRIu64 " (HOOKWHEEL_MAX_QUEUES). Nothing was stored; "
                  "DELETE /queues/{name} the controls of a queue that no longer needs them.",
                  c->a->cfg->max_queues);
         http_respond_problem(c->r, 409, detail, NULL, NULL, 0);
-    } else {
-        const char *slash = strrchr(c->field, '/');
-        LOG(LOG_INFO, "queue settings changed",
-            "\"queue\":\"%s\",\"parallelism\":%u,\"paused\":%s,\"rate\":%g,\"scope\":\"%s\"", c->field,
-            c->cfg.parallelism, c->cfg.paused ? "true" : "false", c->cfg.rate,
-            c->cfg.per_instance ? "instance" : "deployment");
-        http_respond_json(c->r, 200, queue_json(slash ? slash + 1 : c->field, &c->cfg, 1), NULL);
+        return -1;
     }
+    const queue_controls *q = reply->found ? &reply->controls : &c->cfg;
+    LOG(LOG_INFO, "queue settings changed",
+        "\"queue\":\"%s\",\"parallelism\":%u,\"paused\":%s,\"rate\":%g,\"scope\":\"%s\"", c->field,
+        q->parallelism, q->paused ? "true" : "false", q->rate, q->per_instance ? "instance" : "deployment");
+    return 0;
+}
+
+static void put_cb(void *arg, const queues_reply *reply)
+{
+    queue_ctx *c = arg;
+    if (written(c, reply) == 0)
+        http_respond_json(c->r, 200, queue_json(field_queue(c->field), &c->cfg, 1), NULL);
     free(c);
 }
 
@@ -300,11 +337,59 @@ void api_queue_put(http_req *r, const char *const *params, void *app)
     queue_ctx *c = ctx_new(r, a, params[0]);
     if (!c)
         return;
-    if (parse_put(r, a->cfg, &c->cfg) < 0) {
+    /* PUT replaces the settings: absent members take the defaults, the
+     * scope's being "deployment" */
+    c->cfg = (queue_controls){.parallelism = (uint32_t)a->cfg->queue_parallelism};
+    unsigned set;
+    if (parse_controls(r, a->cfg, &c->cfg, &set) < 0) {
         free(c);
         return;
     }
     int rc = queues_put(a->st, c->field, &c->cfg, a->cfg->max_queues, put_cb, c);
+    if (rc < 0) {
+        api_respond_submit_error(r, rc);
+        free(c);
+    }
+}
+
+/* Answers a PATCH as GET /queues/{name} does, once the merged controls
+ * are stored: with the queue's counts, or without them when they cannot be
+ * read (the write is done: a 503 would say it was not). */
+static void patch_cb(void *arg, const queues_reply *reply)
+{
+    queue_ctx *c = arg;
+    if (written(c, reply) < 0) {
+        free(c);
+        return;
+    }
+    c->cfg = reply->controls;
+    c->configured = 1;
+    c->written = 1;
+    c->now_ms = clock_now_ms();
+    if (counts_read(c->a->st, c->a->cfg->partitions, http_req_namespace(c->r), c->now_ms, get_counts_cb, c) < 0) {
+        respond_queue(c, NULL);
+        free(c);
+    }
+}
+
+void api_queue_patch(http_req *r, const char *const *params, void *app)
+{
+    api *a = app;
+    queue_ctx *c = ctx_new(r, a, params[0]);
+    if (!c)
+        return;
+    unsigned set;
+    if (parse_controls(r, a->cfg, &c->cfg, &set) < 0) {
+        free(c);
+        return;
+    }
+    if (!set) {
+        bad(r, "", "the body must name at least one of parallelism, paused, max_dispatches_per_second and scope");
+        free(c);
+        return;
+    }
+    queue_controls def = defaults(a);
+    int rc = queues_patch(a->st, c->field, &c->cfg, set, &def, a->cfg->max_queues, patch_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
         free(c);

@@ -24,6 +24,7 @@ const http_route api_routes[] = {
     {"GET", "/queues", api_queue_list, 0, 0, 0},
     {"GET", "/queues/{name}", api_queue_get, 0, 0, 0},
     {"PUT", "/queues/{name}", api_queue_put, 1, 0, 0},
+    {"PATCH", "/queues/{name}", api_queue_patch, 1, 0, 0},
     {"DELETE", "/queues/{name}", api_queue_delete, 0, 0, 0},
     {"POST", "/leases", api_lease_acquire, 1, 0, 0},
     {"POST", "/leases/{key}/heartbeat", api_lease_heartbeat, 1, 0, 0},

@@ -121,47 +121,26 @@ int cmd_queues(cli_ctx *ctx, const cli_args *a)
     return CLI_OK;
 }
 
-/* The PUT body that keeps q's controls and sets paused. A queue without
- * stored controls keeps following the defaults for what it does not set:
- * only its scope (the defaults hold per instance) is written. */
-static json_t *controls_with_pause(const json_t *q, int pause)
-{
-    json_t *c = json_pack("{s:b}", "paused", pause);
-    if (json_is_true(json_object_get(q, "configured"))) {
-        static const char *const keep[] = {"parallelism", "max_dispatches_per_second", "scope"};
-        for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
-            if (json_object_get(q, keep[i]))
-                json_object_set(c, keep[i], json_object_get(q, keep[i]));
-    } else {
-        json_object_set_new(c, "scope", json_string("instance"));
-    }
-    return c;
-}
-
-/* The queues API pauses a queue by its controls (PUT replaces them all), so
- * this reads them and writes them back with paused changed; a queue that
- * already is as asked is not written. */
+/* Sets only the queue's paused member (PATCH /queues/{name}): the API
+ * merges it into the stored controls in one Redis call, so a change another
+ * client makes to the others at the same time holds, and a queue without
+ * stored controls keeps the defaults for the rest. Prints the queue as
+ * stored. */
 int cli_queue_pause(cli_ctx *ctx, const char *name, int pause)
 {
     char *path = queue_path(name);
-    json_t *q, *stored = NULL;
-    int rc = cli_call(ctx, "GET", path, NULL, &q);
-    if (rc == CLI_OK && json_is_true(json_object_get(q, "paused")) != pause) {
-        json_t *body = controls_with_pause(q, pause);
-        rc = cli_call(ctx, "PUT", path, body, &stored);
-        json_decref(body);
-    }
+    json_t *body = json_pack("{s:b}", "paused", pause), *q;
+    int rc = cli_call(ctx, "PATCH", path, body, &q);
+    json_decref(body);
     free(path);
-    if (rc == CLI_OK) {
-        const json_t *now = stored ? stored : q;
-        if (ctx->json)
-            cli_print_json(now);
-        else
-            printf("%s %s\n", name, json_is_true(json_object_get(now, "paused")) ? "paused" : "active");
-    }
-    json_decref(stored);
+    if (rc != CLI_OK)
+        return rc;
+    if (ctx->json)
+        cli_print_json(q);
+    else
+        printf("%s %s\n", name, json_is_true(json_object_get(q, "paused")) ? "paused" : "active");
     json_decref(q);
-    return rc;
+    return CLI_OK;
 }
 
 /* ---- leases ------------------------------------------------------------ */

@@ -100,8 +100,8 @@ const cli_cmd cli_commands[] = {
      no_opts, 1, 1, cmd_fire},
     {"pause", "ID | --queue NAME", "pause a timer or a queue",
      "Pauses a timer (POST /timers/{id}/pause), or a queue (--queue: its timers wait). A queue is\n"
-     "paused by reading its controls and writing them back with paused true (GET, then PUT\n"
-     "/queues/{name}): a change another client makes between the two is overwritten.",
+     "paused by PATCH /queues/{name} {\"paused\": true}, which changes only that member of its\n"
+     "controls: the others stay as stored (or the defaults), whoever changes them meanwhile.",
      queue_opts, 0, 1, cmd_pause},
     {"resume", "ID | --queue NAME", "resume a timer or a queue",
      "Resumes a paused timer (POST /timers/{id}/resume), or a paused queue (--queue; as pause).",

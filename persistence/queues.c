@@ -12,6 +12,7 @@
 
 #define QUEUES_KEY "hw:{queues}"
 #define VALUE_MAX 64
+#define RATE_FMT "%.6g" /* the rate's token in a stored value */
 
 /* queues.lua's keys, in its KEYS order */
 static const char *const fn_keys[] = {QUEUES_KEY, QUEUES_KEY ":version", QUEUES_KEY ":changes", QUEUES_KEY ":floor"};
@@ -19,7 +20,7 @@ static const char *const fn_keys[] = {QUEUES_KEY, QUEUES_KEY ":version", QUEUES_
 /* Their names before they shared a hash tag, in the same order. */
 static const char *const old_keys[] = {"hw:queues", "hw:queues:version", "hw:queues:changes", "hw:queues:floor"};
 
-enum op { OP_LIST, OP_GET, OP_PUT, OP_DELETE, OP_FEED };
+enum op { OP_LIST, OP_GET, OP_PUT, OP_PATCH, OP_DELETE, OP_FEED };
 
 typedef struct call {
     enum op op;
@@ -29,7 +30,7 @@ typedef struct call {
 
 static void format_value(const queue_controls *c, char *buf, size_t size)
 {
-    snprintf(buf, size, "%u %d %.6g%s", c->parallelism, c->paused ? 1 : 0, c->rate, c->per_instance ? " i" : "");
+    snprintf(buf, size, "%u %d " RATE_FMT "%s", c->parallelism, c->paused ? 1 : 0, c->rate, c->per_instance ? " i" : "");
 }
 
 /* Returns 0, or -1 when text is not a well-formed value. */
@@ -71,6 +72,24 @@ static queues_entry *decode_list(const redisReply *r, size_t from, int keep_abse
     return e;
 }
 
+static enum queues_put_result put_result(long long n)
+{
+    return n < 0 ? QUEUES_PUT_FULL : n > 0 ? QUEUES_PUT_CREATED : QUEUES_PUT_REPLACED;
+}
+
+/* patch's {1|0, value} or {-1} (expected() checked the shape). A stored
+ * value this build cannot read is a failure: queues.lua writes only
+ * well-formed ones. */
+static void decode_patch(const redisReply *r, queues_reply *out)
+{
+    out->put = put_result(r->element[0]->integer);
+    if (out->put == QUEUES_PUT_FULL)
+        return;
+    out->found = parse_value(r->element[1]->str, &out->controls) == 0;
+    if (!out->found)
+        out->status = QUEUES_FAILED;
+}
+
 /* The reply types each command answers with when it worked. */
 static int expected(enum op op, const redisReply *r)
 {
@@ -78,6 +97,10 @@ static int expected(enum op op, const redisReply *r)
         return r->type == REDIS_REPLY_ARRAY;
     if (op == OP_GET)
         return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL;
+    if (op == OP_PATCH)
+        return r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+               (r->element[0]->integer < 0 ? r->elements == 1
+                                           : r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING);
     if (op == OP_FEED)
         return r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_INTEGER &&
                (r->elements == 1 || (r->element[1]->type == REDIS_REPLY_INTEGER && r->elements % 2 == 0));
@@ -100,7 +123,9 @@ static void reply_cb(void *arg, const redisReply *r)
     if (out.status == QUEUES_OK && c->op == OP_GET && r->type == REDIS_REPLY_STRING)
         out.found = parse_value(r->str, &out.controls) == 0;
     if (out.status == QUEUES_OK && c->op == OP_PUT)
-        out.put = r->integer < 0 ? QUEUES_PUT_FULL : r->integer > 0 ? QUEUES_PUT_CREATED : QUEUES_PUT_REPLACED;
+        out.put = put_result(r->integer);
+    if (out.status == QUEUES_OK && c->op == OP_PATCH)
+        decode_patch(r, &out);
     if (out.status == QUEUES_OK && c->op == OP_DELETE)
         out.found = r->integer > 0;
     if (out.status == QUEUES_OK && c->op == OP_FEED) {
@@ -122,7 +147,7 @@ static int submit(store *st, enum op op, int fn, int argc, const char **argv, qu
     *c = (call){op, cb, arg};
     int rc;
     if (fn) {
-        const char *v[NKEYS + 4];
+        const char *v[NKEYS + 8];
         for (int i = 0; i < NKEYS; i++)
             v[i] = fn_keys[i];
         for (int i = 0; i < argc; i++)
@@ -155,6 +180,28 @@ int queues_put(store *st, const char *field, const queue_controls *c, uint64_t c
     snprintf(capbuf, sizeof capbuf, "%llu", (unsigned long long)cap);
     const char *argv[] = {"put", field, value, capbuf};
     return submit(st, OP_PUT, 1, 4, argv, cb, arg);
+}
+
+int queues_patch(store *st, const char *field, const queue_controls *c, unsigned set, const queue_controls *defaults,
+                 uint64_t cap, queues_reply_cb cb, void *arg)
+{
+    if (!(set & (QUEUES_SET_PARALLELISM | QUEUES_SET_PAUSED | QUEUES_SET_RATE | QUEUES_SET_SCOPE)))
+        return -EINVAL;
+    /* The members are the stored value's tokens, formatted as format_value
+     * writes them; queues.lua only puts them together. */
+    char def[VALUE_MAX], capbuf[24], par[12], rate[32];
+    format_value(defaults, def, sizeof def);
+    snprintf(capbuf, sizeof capbuf, "%llu", (unsigned long long)cap);
+    snprintf(par, sizeof par, "%u", c->parallelism);
+    snprintf(rate, sizeof rate, RATE_FMT, c->rate);
+    const char *argv[] = {
+        "patch", field, def, capbuf,
+        set & QUEUES_SET_PARALLELISM ? par : "",
+        set & QUEUES_SET_PAUSED ? (c->paused ? "1" : "0") : "",
+        set & QUEUES_SET_RATE ? rate : "",
+        set & QUEUES_SET_SCOPE ? (c->per_instance ? "i" : "d") : "",
+    };
+    return submit(st, OP_PATCH, 1, 8, argv, cb, arg);
 }
 
 int queues_delete(store *st, const char *field, queues_reply_cb cb, void *arg)

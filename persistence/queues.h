@@ -9,7 +9,7 @@
  * ends in " i" (per instance); values stored before the scope existed have
  * no suffix.
  *
- * Change feed: every put and delete (one Redis function, queues.lua) also
+ * Change feed: every put, patch and delete (one Redis function, queues.lua) also
  * bumps a version counter (QUEUES_KEY ":version") and records the field in
  * a change log (zset QUEUES_KEY ":changes", the last 1024 writes; the
  * highest version trimmed from it in QUEUES_KEY ":floor"), so an engine
@@ -51,7 +51,15 @@ enum queues_status {
     QUEUES_OK
 };
 
-/* put's outcome */
+/* Which members of a queue_controls a patch sets (or-ed together). */
+enum queues_member {
+    QUEUES_SET_PARALLELISM = 1 << 0,
+    QUEUES_SET_PAUSED = 1 << 1,
+    QUEUES_SET_RATE = 1 << 2,
+    QUEUES_SET_SCOPE = 1 << 3
+};
+
+/* put's and patch's outcome */
 enum queues_put_result {
     QUEUES_PUT_REPLACED = 0, /* the field held controls already */
     QUEUES_PUT_CREATED,      /* a new field */
@@ -68,10 +76,10 @@ typedef struct queues_entry {
 typedef struct queues_reply {
     enum queues_status status;
     int found;               /* get: the field holds well-formed controls; delete: a field was deleted */
-    enum queues_put_result put; /* put */
+    enum queues_put_result put; /* put, patch */
     int64_t version;         /* feed: the version the entries bring the reader to */
     int full;                /* feed: entries are the whole hash (fields not in it have the defaults) */
-    queue_controls controls; /* get, when found */
+    queue_controls controls; /* get, when found; patch: what is stored now (found is 1), unless refused */
     size_t n;                /* list: entries */
     const queues_entry *entries; /* list: every field whose value is well formed, in the hash's order;
                                   * feed: see queues_feed */
@@ -90,6 +98,17 @@ int queues_get(store *st, const char *field, queues_reply_cb cb, void *arg) __at
  * which). Bumps the version. */
 int queues_put(store *st, const char *field, const queue_controls *c, uint64_t cap, queues_reply_cb cb, void *arg)
     __attribute__((warn_unused_result));
+
+/* Sets the members of one queue's controls that `set` (enum queues_member)
+ * names to those of *c, keeping the stored others, in one Redis function
+ * call, so concurrent patches of different members all hold. A queue
+ * without stored controls (or with a malformed value) starts from *defaults.
+ * Refused as put is when the field is new and the hash holds cap fields;
+ * else r->controls is the value now stored. Bumps the version when it
+ * wrote. c and defaults are copied before it returns; set must not be 0
+ * (-EINVAL). */
+int queues_patch(store *st, const char *field, const queue_controls *c, unsigned set, const queue_controls *defaults,
+                 uint64_t cap, queues_reply_cb cb, void *arg) __attribute__((warn_unused_result));
 
 /* Deletes one queue's controls (the queue goes back to the defaults); found
  * is 1 when there were any. Bumps the version when it deleted. */

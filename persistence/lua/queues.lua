@@ -9,6 +9,12 @@
 --   put  2 field, 3 value, 4 cap (most fields the hash may hold)
 --        -> 1 stored a new field, 0 replaced one, -1 refused: the hash
 --           already holds cap fields and this one is new (nothing written)
+--   patch 2 field, 3 the defaults' value (what a field not stored, or
+--        holding a malformed value, starts from), 4 cap, 5 parallelism,
+--        6 paused (0|1), 7 rate, 8 scope ('i' per instance, 'd' deployment):
+--        each of 5..8 replaces that member of the stored value, '' keeps it
+--        -> {1, value} stored a new field, {0, value} changed one (value: what
+--           is stored now); {-1} refused as put is (nothing written)
 --   del  2 field -> 1 deleted, 0 there was nothing to delete
 --   feed 2 since (a version read before; -1: none)
 --        -> {version} nothing changed since;
@@ -31,15 +37,47 @@ local function bump(field)
   end
   return v
 end
-local op = ARGV[1]
-if op == 'put' then
-  local new = redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0
-  if new and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then
+-- A stored value's members {parallelism, paused, rate, scope}, each the
+-- text it was written as; nil when the value is malformed (queues.c's
+-- parse_value reads such a value as the defaults, so a patch starts there).
+local function members(v)
+  if not v then
+    return nil
+  end
+  local par, paused, rate, i = string.match(v, '^(%d+) ([01]) (%S+)(.*)$')
+  local r = tonumber(rate)
+  if not par or tonumber(par) < 1 or not r or r ~= r or r < 0 or r > 100000 or (i ~= '' and i ~= ' i') then
+    return nil
+  end
+  return {par, paused, rate, i == ' i' and 'i' or 'd'}
+end
+-- Stores value unless the field is new and the hash holds cap fields.
+-- -> 1 new, 0 replaced, -1 refused
+local function write_capped(field, value, cap)
+  local new = redis.call('HEXISTS', KEYS[1], field) == 0
+  if new and redis.call('HLEN', KEYS[1]) >= tonumber(cap) then
     return -1
   end
-  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
-  bump(ARGV[2])
+  redis.call('HSET', KEYS[1], field, value)
+  bump(field)
   return new and 1 or 0
+end
+local op = ARGV[1]
+if op == 'put' then
+  return write_capped(ARGV[2], ARGV[3], ARGV[4])
+elseif op == 'patch' then
+  local m = members(redis.call('HGET', KEYS[1], ARGV[2])) or members(ARGV[3])
+  for k = 1, 4 do
+    if ARGV[4 + k] ~= '' then
+      m[k] = ARGV[4 + k]
+    end
+  end
+  local value = m[1] .. ' ' .. m[2] .. ' ' .. m[3] .. (m[4] == 'i' and ' i' or '')
+  local rc = write_capped(ARGV[2], value, ARGV[4])
+  if rc < 0 then
+    return {rc}
+  end
+  return {rc, value}
 elseif op == 'del' then
   if redis.call('HDEL', KEYS[1], ARGV[2]) == 0 then
     return 0

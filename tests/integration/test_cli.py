@@ -209,7 +209,7 @@ def test_queues_table_and_pausing_a_queue(hookwheel, receiver):
     receiver.wait_for(1, path="/q", timeout=scaled(5))
     status, _, api = hookwheel.request("GET", "/queues/held")
     assert api["paused"] is False and api["scope"] == "instance", api
-    assert ok(hookwheel, "resume", "--queue", "held") == "held active\n"  # already: nothing written
+    assert ok(hookwheel, "resume", "--queue", "held") == "held active\n"  # again: the same PATCH
     p = ctl(hookwheel, "pause", "--queue", "held", "some-id")
     assert p.returncode == 2, p
 

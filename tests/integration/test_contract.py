@@ -147,6 +147,30 @@ def test_get_and_cancel_answer_200_400_404_405_and_409_as_documented(hookwheel, 
         assert set(re.split(r"\s*,\s*", headers["Allow"])) >= {"GET", "DELETE"}, headers
 
 
+def test_queue_patch_answers_200_400_404_405_409_and_415_as_documented(redis, hookwheel_factory):
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_MAX_QUEUES": "1"})
+    api, template = hw.api, "/queues/{name}"
+
+    def patch(path, raw, content_type="application/json"):
+        return check(api, "PATCH", path, template, raw_body=raw, headers={"Content-Type": content_type})
+
+    status, _, body = patch("/queues/c-q", json.dumps({"paused": True}).encode())
+    assert status == 200 and body["paused"] is True and "timers" in body, body  # stored its first controls
+    status, _, body = patch("/queues/c-q", json.dumps({"parallelism": 2, "scope": "deployment"}).encode())
+    assert status == 200 and (body["paused"], body["parallelism"]) == (True, 2), body
+    for raw in (b"{}", b"[]", b"{", json.dumps({"paused": 1}).encode(), json.dumps({"speed": 1}).encode()):
+        status, _, body = patch("/queues/c-q", raw)
+        assert status == 400, (raw, body)
+    status, _, body = patch("/queues/c-q", b'{"paused": true}', "text/plain")
+    assert status == 415, body
+    status, _, body = patch("/queues/bad%20name", b'{"paused": true}')
+    assert status == 404, body
+    status, _, body = patch("/queues/c-other", b'{"paused": true}')  # HOOKWHEEL_MAX_QUEUES=1
+    assert status == 409, body
+    status, headers, body = check(api, "POST", "/queues/c-q", template)
+    assert status == 405 and "PATCH" in re.split(r"\s*,\s*", headers["Allow"]), headers
+
+
 def test_health_and_readiness_answer_as_documented(hookwheel):
     api = hookwheel.api
     for path, want in (("/healthz", {"status": "ok"}), ("/readyz", {"status": "ready"})):

@@ -1,14 +1,30 @@
 """Queue controls: pause and resume, parallelism and a dispatch rate, stored
-in Redis and applied by every instance within a second."""
+in Redis and applied by every instance within a second; PUT replaces them,
+PATCH changes the members it names."""
+import threading
 import time
 
 from conftest import Reply, create_many, scaled
+
+QUEUES_KEY = "hw:{queues}"
 
 APPLY_S = 1.2  # settings are read every 0.5 s; a second is the promise
 
 
 def put(hookwheel, name, settings):
     status, _, body = hookwheel.request("PUT", f"/queues/{name}", json_body=settings)
+    assert status == 200, body
+    return body
+
+
+def patch(hookwheel, name, members, want=200):
+    status, _, body = hookwheel.request("PATCH", f"/queues/{name}", json_body=members)
+    assert status == want, (members, body)
+    return body
+
+
+def get_queue(hookwheel, name):
+    status, _, body = hookwheel.request("GET", f"/queues/{name}")
     assert status == 200, body
     return body
 
@@ -88,3 +104,116 @@ def test_queue_settings_are_listed_read_and_validated(hookwheel):
         assert status == 400 and body["field"] == field, (bad, body)
     status, _, body = hookwheel.request("PUT", "/queues/bad%20name", json_body={})
     assert status == 404, body
+
+
+# --------------------------------------------------------------------------
+# PATCH /queues/{name}
+
+
+def test_a_patch_of_paused_keeps_parallelism_rate_and_scope_and_answers_as_get(hookwheel):
+    put(hookwheel, "keep", {"parallelism": 4, "max_dispatches_per_second": 2.5, "scope": "instance"})
+    got = patch(hookwheel, "keep", {"paused": True})
+    assert got == get_queue(hookwheel, "keep"), got  # the queue as GET shows it, counts too
+    assert {k: got[k] for k in ("parallelism", "paused", "max_dispatches_per_second", "scope", "configured")} == {
+        "parallelism": 4, "paused": True, "max_dispatches_per_second": 2.5, "scope": "instance",
+        "configured": True}, got
+    assert "timers" in got and "due" in got, got
+    got = patch(hookwheel, "keep", {"paused": False, "max_dispatches_per_second": 0})
+    assert (got["parallelism"], got["paused"], got["max_dispatches_per_second"], got["scope"]) == (
+        4, False, 0, "instance"), got
+    got = patch(hookwheel, "keep", {"scope": "deployment"})
+    assert (got["parallelism"], got["scope"]) == (4, "deployment"), got
+
+
+def test_a_patch_of_a_never_stored_queue_starts_from_the_defaults_get_shows(hookwheel):
+    defaults = get_queue(hookwheel, "fresh")
+    assert defaults["configured"] is False, defaults
+    got = patch(hookwheel, "fresh", {"max_dispatches_per_second": 5})
+    assert got == {**defaults, "max_dispatches_per_second": 5, "configured": True}, (defaults, got)
+    assert got["scope"] == "instance" and got["paused"] is False, got
+    assert get_queue(hookwheel, "fresh") == got
+
+
+def test_a_bad_patch_names_the_field_and_stores_nothing(hookwheel, redis):
+    put(hookwheel, "strict", {"parallelism": 2, "max_dispatches_per_second": 1})
+    before = get_queue(hookwheel, "strict")
+    stored = redis.cmd("HGET", QUEUES_KEY, "strict")
+    version = redis.cmd("GET", QUEUES_KEY + ":version")
+    for bad, field in [({"parallelism": 0}, "parallelism"), ({"parallelism": 1.5}, "parallelism"),
+                       ({"paused": "yes"}, "paused"), ({"paused": None}, "paused"),
+                       ({"max_dispatches_per_second": -1}, "max_dispatches_per_second"),
+                       ({"max_dispatches_per_second": 0.0001}, "max_dispatches_per_second"),
+                       ({"scope": "cluster"}, "scope"), ({"speed": 1}, "speed"),
+                       ({"paused": True, "parallelism": 0}, "parallelism"),  # one bad member: nothing changes
+                       ({}, ""), ([], ""), ("paused", "")]:
+        for name in ("strict", "untouched"):
+            status, headers, body = hookwheel.request("PATCH", f"/queues/{name}", json_body=bad)
+            assert status == 400 and body.get("field", "") == field, (bad, body)
+            assert headers["Content-Type"].startswith("application/problem+json"), headers
+    status, _, body = hookwheel.request("PATCH", "/queues/strict", raw_body=b'{"paused": tru',
+                                        headers={"Content-Type": "application/json"})
+    assert status == 400, body
+    status, _, body = hookwheel.request("PATCH", "/queues/strict", raw_body=b'{"paused": true}',
+                                        headers={"Content-Type": "text/plain"})
+    assert status == 415, body
+    status, _, body = hookwheel.request("PATCH", "/queues/bad%20name", json_body={"paused": True})
+    assert status == 404, body
+    assert get_queue(hookwheel, "strict") == before
+    assert redis.cmd("HGET", QUEUES_KEY, "strict") == stored
+    assert redis.cmd("HEXISTS", QUEUES_KEY, "untouched") == 0
+    assert redis.cmd("GET", QUEUES_KEY + ":version") == version, "a refused PATCH bumped the change feed"
+
+
+def test_concurrent_patches_of_different_members_both_hold(hookwheel):
+    rounds, errors = 60, []
+
+    def loop(member, values):
+        with hookwheel.api.session() as s:
+            for v in values:
+                status, _, body = s.request("PATCH", "/queues/contended", json_body={member: v})
+                if status != 200 or body[member] != v:
+                    errors.append((member, v, status, body))
+
+    pauses = [i % 2 == 0 for i in range(rounds)] + [True]
+    sizes = list(range(1, rounds + 1)) + [77]
+    workers = [threading.Thread(target=loop, args=("paused", pauses)),
+               threading.Thread(target=loop, args=("parallelism", sizes))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors[:3]
+    got = get_queue(hookwheel, "contended")
+    assert (got["paused"], got["parallelism"], got["configured"]) == (True, 77, True), got
+    assert (got["max_dispatches_per_second"], got["scope"]) == (0, "instance"), got  # the defaults, untouched
+
+
+def test_the_engine_holds_a_queue_paused_by_patch_and_delivers_once_patched_back(hookwheel, receiver):
+    put(hookwheel, "patched", {"parallelism": 2})
+    patch(hookwheel, "patched", {"paused": True})
+    time.sleep(APPLY_S)
+    status, _, body = hookwheel.create({"id": "patched-1", "url": receiver.url("/patched"), "delay_ms": 0,
+                                        "queue": "patched"})
+    assert status == 201, body
+    time.sleep(1.0)
+    assert receiver.requests("/patched") == [], "a queue paused by PATCH delivered"
+    assert hookwheel.get("patched-1")[2]["state"] == "scheduled"
+    got = patch(hookwheel, "patched", {"paused": False})
+    assert got["parallelism"] == 2, got
+    assert len(receiver.wait_for(1, path="/patched", timeout=APPLY_S + scaled(2))) == 1
+
+
+def test_a_patch_of_a_new_queue_beyond_max_queues_answers_409_and_stores_nothing(hookwheel_factory, redis):
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_MAX_QUEUES": "2"})
+    patch(hw, "a", {"paused": True})
+    put(hw, "b", {"parallelism": 2})
+    status, headers, body = hw.request("PATCH", "/queues/c", json_body={"paused": True})
+    assert status == 409, body
+    assert headers["Content-Type"].startswith("application/problem+json"), headers
+    assert "HOOKWHEEL_MAX_QUEUES" in body["detail"] and "2" in body["detail"], body
+    assert redis.cmd("HLEN", QUEUES_KEY) == 2 and redis.cmd("HEXISTS", QUEUES_KEY, "c") == 0
+    assert get_queue(hw, "c")["configured"] is False
+    # a queue with stored controls is no new queue
+    assert patch(hw, "b", {"paused": True})["parallelism"] == 2
+    assert hw.request("DELETE", "/queues/a")[0] == 204
+    assert patch(hw, "c", {"paused": True})["configured"] is True
