@@ -765,6 +765,8 @@
       el('td', {class: 'num'}, l.expires_in_ms < 0 ? 'no expiry' : fmtDuration(l.expires_in_ms)),
       el('td', {}, l.renewing === undefined ? '—' : l.renewing ? 'yes' : 'no'),
       el('td', {}, fmtTime(l.last_heartbeat_at))));
+    if (res.data.next_cursor)
+      rows.push(el('tr', {}, el('td', {colspan: 6, class: 'muted'}, 'More leases are held than one page shows.')));
     fill($('leases-table').tBodies[0], rows);
     show($('leases-empty'), rows.length === 0);
   }
