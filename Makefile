@@ -26,6 +26,8 @@ TEST_PKGS += docker-compose python3-jsonschema python3-yaml nodejs \
 TEST_PKGS += python3-prometheus-client
 # The TLS tests make their certificates with the openssl command.
 TEST_PKGS += openssl
+# The dashboard's browser tests drive Debian's Chromium (tests/integration/test_ui.py).
+TEST_PKGS += chromium chromium-driver python3-selenium
 DEB_PKGS  := $(RUN_PKGS) $(TEST_PKGS)
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
