@@ -81,7 +81,7 @@
     else if (s < 60)
       out = s + ' s';
     else if (s < 3600)
-      out = Math.floor(s / 60) + ' min ' + (s % 60) + ' s';
+      out = Math.floor(s / 60) + ' min' + (s % 60 ? ' ' + (s % 60) + ' s' : '');
     else
       out = Math.floor(s / 3600) + ' h' + (s % 3600 >= 60 ? ' ' + Math.floor((s % 3600) / 60) + ' min' : '');
     return neg ? '-' + out : out;
