@@ -57,6 +57,8 @@ static int etag_matches(const char *inm, const char *etag)
     return 0;
 }
 
+/* Answers f, or 304 when the request's If-None-Match names its ETag. The
+ * headers are the same either way, as a 304 must carry what the 200 would. */
 static void respond_asset(http_req *r, const struct ui_asset *f)
 {
     const http_header h[] = {
@@ -73,6 +75,7 @@ static void respond_asset(http_req *r, const struct ui_asset *f)
         http_respond_static(r, 200, f->ctype, f->data, f->len, h, sizeof h / sizeof h[0]);
 }
 
+/* GET /ui: 308 to /ui/. */
 void api_ui_redirect(http_req *r, const char *const *params, void *app)
 {
     (void)params;
@@ -83,20 +86,29 @@ void api_ui_redirect(http_req *r, const char *const *params, void *app)
     http_respond_static(r, 308, NULL, "", 0, h, sizeof h / sizeof h[0]);
 }
 
-void api_ui_index(http_req *r, const char *const *params, void *app)
+/* Answers the embedded file name, or 404. Names are compared whole, so no
+ * path can reach anything but the embedded files. */
+static void serve(http_req *r, const char *name)
 {
-    (void)params;
-    (void)app;
-    respond_asset(r, asset_find("index.html"));
-}
-
-void api_ui_file(http_req *r, const char *const *params, void *app)
-{
-    (void)app;
-    const struct ui_asset *f = asset_find(params[0]);
+    const struct ui_asset *f = asset_find(name);
     if (!f) {
         http_respond_problem(r, 404, "no such file of the dashboard", NULL, NULL, 0);
         return;
     }
     respond_asset(r, f);
+}
+
+/* GET /ui/: the page, index.html. */
+void api_ui_index(http_req *r, const char *const *params, void *app)
+{
+    (void)params;
+    (void)app;
+    serve(r, "index.html");
+}
+
+/* GET /ui/{file}: a file of the dashboard by name. */
+void api_ui_file(http_req *r, const char *const *params, void *app)
+{
+    (void)app;
+    serve(r, params[0]);
 }
