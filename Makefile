@@ -26,6 +26,8 @@ TEST_PKGS += docker-compose python3-jsonschema python3-yaml nodejs \
 TEST_PKGS += python3-prometheus-client
 # The TLS tests make their certificates with the openssl command.
 TEST_PKGS += openssl
+# The README's fencing example runs against a real PostgreSQL.
+TEST_PKGS += postgresql
 # The dashboard's browser tests drive Debian's Chromium (tests/integration/test_ui.py).
 TEST_PKGS += chromium chromium-driver python3-selenium
 DEB_PKGS  := $(RUN_PKGS) $(TEST_PKGS)
@@ -49,19 +51,28 @@ LUA_PRE   := persistence/lua/_record.lua
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 MAIN_OBJ  := $(BUILD)/service/main.o
 BIN       := $(BUILD)/hookwheel
+# hookwheelctl, the command-line client: cli/ (kept out of LIB_SRCS) and the base floor's allocator.
+CLI_OBJS  := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard cli/*.c))) $(BUILD)/service/xalloc.o
+CLI_BIN   := $(BUILD)/hookwheelctl
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all run test unit integration integration-cluster test-sanitize test-fuzz deps check-deps clean
 # ./hookwheel points at the default build only: `make BUILD=elsewhere` (a
 # second build directory) leaves it alone.
-all: check-run-deps $(BIN) $(if $(filter build,$(BUILD)),hookwheel)
+all: check-run-deps $(BIN) $(CLI_BIN) $(if $(filter build,$(BUILD)),hookwheel hookwheelctl)
 
 hookwheel: $(BIN)
 	@ln -sf $(BIN) hookwheel
 
 $(BIN): $(LIB_OBJS) $(MAIN_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# hookwheelctl links libcurl and jansson only.
+$(CLI_BIN): $(CLI_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libcurl jansson)
+hookwheelctl: $(CLI_BIN)
+	@ln -sf $(CLI_BIN) hookwheelctl
 
 $(BUILD)/%.o: %.c | $(BUILD)/lua_scripts.h
 	@mkdir -p $(dir $@)
@@ -168,9 +179,9 @@ lint-openapi: $(REDOCLY_STAMP)
 	$(REDOCLY_ENV) build/npm/node_modules/.bin/redocly lint --config redocly.yaml openapi.yaml
 
 clean:
-	rm -rf build hookwheel
+	rm -rf build hookwheel hookwheelctl
 
 include bench/bench.mk
 include tests/fuzz/fuzz.mk
 
--include $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d)
+-include $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(CLI_OBJS:.o=.d)

@@ -64,6 +64,8 @@ void api_healthz(http_req *r, const char *const *params, void *app);
 void api_readyz(http_req *r, const char *const *params, void *app);
 void api_metrics(http_req *r, const char *const *params, void *app); /* metrics_api.c */
 void api_schedule_preview(http_req *r, const char *const *params, void *app); /* schedules.c */
+void api_stats(http_req *r, const char *const *params, void *app);            /* stats.c */
+void api_lease_list(http_req *r, const char *const *params, void *app);       /* leases.c */
 void api_ui_redirect(http_req *r, const char *const *params, void *app); /* ui.c: the dashboard */
 void api_ui_index(http_req *r, const char *const *params, void *app);
 void api_ui_file(http_req *r, const char *const *params, void *app);

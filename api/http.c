@@ -755,11 +755,34 @@ static unsigned watch_sweep(http_server *s, uint64_t now)
     return n;
 }
 
+/* Creates refused because the write queue is full (429): the request log
+ * leaves them out (one line each would add work exactly when there is too
+ * much), so they are counted here and the deadline watcher writes one warn
+ * line a second at most with the refusals since its previous line. A burst
+ * is so counted whole, and its line comes within a second of its first
+ * refusal even if no request follows. */
+static atomic_uint_fast64_t shed_count;
+
+void http_count_shed(void)
+{
+    atomic_fetch_add(&shed_count, 1);
+}
+
+static void shed_flush(uint64_t now, uint64_t *last_line_us, bool force)
+{
+    if (atomic_load(&shed_count) == 0 || (!force && now - *last_line_us < 1000000u))
+        return;
+    *last_line_us = now;
+    LOG(LOG_WARN, "write queue full; requests answered 429", "\"shed\":%" PRIu64,
+        (uint64_t)atomic_exchange(&shed_count, 0));
+}
+
 static void *watch_main(void *arg)
 {
     http_server *s = arg;
     uint64_t period = (s->head_us < s->body_us ? s->head_us : s->body_us) / 4;
     period = period < WATCH_MIN_US ? WATCH_MIN_US : period > WATCH_MAX_US ? WATCH_MAX_US : period;
+    uint64_t last_shed_us = 0;
     pthread_mutex_lock(&s->conn_lock);
     while (!s->watch_stop) {
         struct timespec ts;
@@ -776,8 +799,10 @@ static void *watch_main(void *arg)
                 (unsigned long long)(s->head_us / 1000u), (unsigned long long)(s->body_us / 1000u));
             pthread_mutex_lock(&s->conn_lock);
         }
+        shed_flush(mono_us(), &last_shed_us, false);
     }
     pthread_mutex_unlock(&s->conn_lock);
+    shed_flush(mono_us(), &last_shed_us, true);
     return NULL;
 }
 

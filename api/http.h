@@ -128,6 +128,10 @@ void http_respond_static(http_req *r, unsigned status, const char *ctype, const 
  *  "detail":detail[,"field":field]} plus the members of extra (stolen, may be
  * NULL). field NULL or "" omits it. retry_after_s > 0 adds Retry-After. Any
  * thread; once. */
+/* Counts a create refused because the write queue is full (429); the count
+ * is logged at most once a second, within a second of the refusal. */
+void http_count_shed(void);
+
 void http_respond_problem(http_req *r, unsigned status, const char *detail, const char *field,
                           json_t *extra, unsigned retry_after_s);
 

@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "lease_spec.h"
 #include "log.h"
+#include "nsgate.h"
 #include "persistence/leases.h"
 #include "xalloc.h"
 
@@ -343,4 +344,118 @@ void api_lease_release(http_req *r, const char *const *params, void *app)
         return;
     snprintf(c->owner, sizeof c->owner, "%s", owner);
     submitted(c, leases_release(a->st, a->cfg->lease_prefix, c->lid, owner, tok, release_cb, c));
+}
+
+/* ---- GET /leases?limit=&cursor= ----
+ *
+ * The caller's namespace's live leases by key, each as GET /leases/{key}
+ * answers it. A page is read in slices (persistence/leases.h: leases_list
+ * examines at most LEASE_LIST_BUDGET index entries a call, so no call holds
+ * Redis long), one after the other until the page has `limit` leases or
+ * the namespace's end is reached; a page that needed more than
+ * LEASE_LIST_CALLS slices ends early, with a next_cursor. The cursor is the
+ * last key the page examined: the next page starts after it, so a lease
+ * acquired meanwhile with an earlier key is not seen by the pages to come,
+ * one with a later key is. Listings share the namespace's cap on expensive
+ * calls in flight (nsgate.h). */
+
+#define LEASE_LIST_DEFAULT 100
+#define LEASE_LIST_MAX 1000
+#define LEASE_LIST_BUDGET 256
+#define LEASE_LIST_CALLS 8
+
+typedef struct lease_list_ctx {
+    http_req *r;
+    const api *a;
+    char *ns;      /* the caller's namespace, entered in the gate */
+    uint32_t limit;
+    int calls;
+    json_t *leases;
+} lease_list_ctx;
+
+static void list_end(lease_list_ctx *c, int ok, const char *cursor)
+{
+    nsgate_leave(c->ns); /* before the answer: a client that asks again at once finds room */
+    if (!ok) {
+        api_respond_unavailable(c->r);
+        json_decref(c->leases);
+    } else {
+        json_t *next = cursor ? json_string(cursor) : json_null();
+        http_respond_json(c->r, 200, json_pack("{s:o,s:o}", "leases", c->leases, "next_cursor", next), NULL);
+    }
+    free(c->ns);
+    free(c);
+}
+
+/* Asks for the next slice, after lease id `after` (NULL: from the start).
+ * Returns 0, or a negative errno when it could not be queued. */
+static int list_next(lease_list_ctx *c, const char *after);
+
+static void list_cb(void *arg, const lease_list_reply *reply)
+{
+    lease_list_ctx *c = arg;
+    if (reply->outcome != LEASE_LISTED) {
+        if (reply->outcome == LEASE_FAILED)
+            LOG(LOG_ERROR, "lease listing failed", "\"error\":\"%.200s\"", reply->error);
+        list_end(c, 0, NULL);
+        return;
+    }
+    for (size_t i = 0; i < reply->n; i++) {
+        const lease_listed *l = &reply->leases[i];
+        json_array_append_new(c->leases, lease_json(lease_id_key(l->lid), &l->info));
+    }
+    size_t have = json_array_size(c->leases);
+    const char *cursor = reply->more && reply->last[0] ? lease_id_key(reply->last) : NULL;
+    if (!cursor || have >= c->limit || c->calls >= LEASE_LIST_CALLS) {
+        list_end(c, 1, cursor);
+        return;
+    }
+    int rc = list_next(c, reply->last);
+    if (rc < 0)
+        list_end(c, 0, NULL);
+}
+
+static int list_next(lease_list_ctx *c, const char *after)
+{
+    c->calls++;
+    uint32_t left = c->limit - (uint32_t)json_array_size(c->leases);
+    return leases_list(c->a->st, c->a->cfg->lease_prefix, c->ns, after, left, LEASE_LIST_BUDGET, list_cb, c);
+}
+
+void api_lease_list(http_req *r, const char *const *params, void *app)
+{
+    (void)params;
+    const api *a = app;
+    if (refused_on_cluster(r, a))
+        return;
+    const char *l = http_req_query(r, "limit"), *cursor = http_req_query(r, "cursor");
+    size_t len = l ? strlen(l) : 0;
+    unsigned long limit = l ? strtoul(l, NULL, 10) : LEASE_LIST_DEFAULT;
+    if (l && (len < 1 || len > 4 || strspn(l, "0123456789") != len || limit < 1 || limit > LEASE_LIST_MAX)) {
+        http_respond_problem(r, 400, "limit must be an integer from 1 to 1000", "limit", NULL, 0);
+        return;
+    }
+    if (cursor && !lease_key_valid(cursor)) {
+        http_respond_problem(r, 400, "cursor is not one this API gave", "cursor", NULL, 0);
+        return;
+    }
+    if (nsgate_admit(r, (unsigned)a->cfg->max_expensive_per_namespace) < 0)
+        return;
+    lease_list_ctx *c = xcalloc(1, sizeof *c);
+    c->r = r;
+    c->a = a;
+    c->ns = xstrdup(http_req_namespace(r));
+    c->limit = (uint32_t)limit;
+    c->leases = json_array();
+    char after[LEASE_ID_MAX];
+    if (cursor)
+        lease_id(after, c->ns, cursor);
+    int rc = list_next(c, cursor ? after : NULL);
+    if (rc < 0) {
+        nsgate_leave(c->ns);
+        json_decref(c->leases);
+        free(c->ns);
+        free(c);
+        api_respond_submit_error(r, rc);
+    }
 }

@@ -27,8 +27,10 @@ const http_route api_routes[] = {
     {"DELETE", "/queues/{name}", api_queue_delete, 0, 0, 0},
     {"POST", "/leases", api_lease_acquire, 1, 0, 0},
     {"POST", "/leases/{key}/heartbeat", api_lease_heartbeat, 1, 0, 0},
+    {"GET", "/leases", api_lease_list, 0, 0, 0},
     {"GET", "/leases/{key}", api_lease_get, 0, 0, 0},
     {"DELETE", "/leases/{key}", api_lease_release, 0, 0, 0},
+    {"GET", "/stats", api_stats, 0, 0, 0},
     {"GET", "/healthz", api_healthz, 0, 1, 0}, /* open: probes carry no token, and */
     {"GET", "/readyz", api_readyz, 0, 1, 0},   /* neither tells more than up or down */
     {"GET", "/metrics", api_metrics, 0, 0, 0}, /* not open: it tells a lot (nginx hides it too) */

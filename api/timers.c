@@ -8,7 +8,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,24 +200,10 @@ static void respond_conflict(http_req *r, const char *detail, const char *state)
     http_respond_problem(r, 409, detail, NULL, extra, 0);
 }
 
-/* A full write queue sheds load with 429s, which the request log leaves out
- * (http.c): one warn line a second at most says so here instead, with how
- * many requests were turned away since the previous line. */
-static void log_shed(void)
-{
-    static atomic_uint_fast64_t last_ms, shed;
-    atomic_fetch_add(&shed, 1);
-    uint64_t now = clock_now_ms(), last = atomic_load(&last_ms);
-    if (now - last < 1000 || !atomic_compare_exchange_strong(&last_ms, &last, now))
-        return;
-    LOG(LOG_WARN, "write queue full; requests answered 429", "\"shed\":%" PRIu64,
-        (uint64_t)atomic_exchange(&shed, 0));
-}
-
 void api_respond_submit_error(http_req *r, int rc)
 {
     if (rc == -EAGAIN) {
-        log_shed();
+        http_count_shed();
         http_respond_problem(r, 429, "Too many writes are waiting for Redis. Retry later.", NULL, NULL,
                              RETRY_AFTER_S);
     } else {

@@ -22,8 +22,9 @@
 #define LEASES_SCHEDULE "hw:lease:schedule"
 #define LEASES_META_PREFIX "hw:lease:meta:"
 #define LEASES_TOKEN_PREFIX "hw:lease:token:"
+#define LEASES_HELD "hw:lease:held"
 
-enum op { OP_ACQUIRE, OP_HEARTBEAT, OP_GET, OP_RELEASE, OP_CONFIRM, OP_EXTEND, OP_UNLOCK, OP_LOOK };
+enum op { OP_ACQUIRE, OP_HEARTBEAT, OP_GET, OP_RELEASE, OP_CONFIRM, OP_EXTEND, OP_UNLOCK, OP_LOOK, OP_LIST };
 
 /* A script's reply code and what it means for the verb. */
 typedef struct code_map {
@@ -56,6 +57,7 @@ typedef struct call {
     enum op op;
     lease_reply_cb cb;
     lease_look_cb look_cb;
+    lease_list_cb list_cb;
     void *arg;
 } call;
 
@@ -83,7 +85,7 @@ void leases_token_key(char *buf, const char *lid)
  * X: one call stays in one slot, and the renewal sweep may touch any lease.
  * -EXDEV: a cluster and a prefix without a hash tag (no leases there). */
 typedef struct names {
-    char meta[LEASES_KEY_MAX], token[LEASES_KEY_MAX], schedule[LEASES_KEY_MAX];
+    char meta[LEASES_KEY_MAX], token[LEASES_KEY_MAX], schedule[LEASES_KEY_MAX], held[LEASES_KEY_MAX];
 } names;
 
 static int names_of(store *st, const char *prefix, names *n)
@@ -92,6 +94,7 @@ static int names_of(store *st, const char *prefix, names *n)
         snprintf(n->meta, sizeof n->meta, "%s", LEASES_META_PREFIX);
         snprintf(n->token, sizeof n->token, "%s", LEASES_TOKEN_PREFIX);
         snprintf(n->schedule, sizeof n->schedule, "%s", LEASES_SCHEDULE);
+        snprintf(n->held, sizeof n->held, "%s", LEASES_HELD);
         return 0;
     }
     size_t len;
@@ -101,6 +104,7 @@ static int names_of(store *st, const char *prefix, names *n)
     snprintf(n->meta, sizeof n->meta, "hw:%.*s:lease:meta:", (int)len, tag);
     snprintf(n->token, sizeof n->token, "hw:%.*s:lease:token:", (int)len, tag);
     snprintf(n->schedule, sizeof n->schedule, "hw:%.*s:lease:schedule", (int)len, tag);
+    snprintf(n->held, sizeof n->held, "hw:%.*s:lease:held", (int)len, tag);
     return 0;
 }
 
@@ -231,10 +235,46 @@ static void decode_look(const redisReply *r, lease_look_reply *out, lease_action
     out->actions = *actions;
 }
 
+/* {more, last, {id, describe...}...} (lease.lua "list"); the array is the
+ * caller's to free. */
+static void decode_list(const redisReply *r, lease_list_reply *out, lease_listed **items)
+{
+    *out = (lease_list_reply){.last = ""};
+    *items = NULL;
+    if (!r) {
+        out->outcome = LEASE_UNREACHABLE;
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+        out->outcome = LEASE_FAILED;
+        out->error = r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply";
+        return;
+    }
+    out->outcome = LEASE_LISTED;
+    out->more = store_reply_int(r, 0, 0) == 1;
+    out->last = str_at(r, 1, NULL);
+    *items = xcalloc(r->elements - 2 + 1, sizeof **items);
+    for (size_t i = 2; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < D_WHEN + 1)
+            continue;
+        lease_listed *it = &(*items)[out->n++];
+        it->lid = str_at(e, 0, NULL);
+        describe(e, &it->info); /* describe's indexes count from 1: element 0 is the id */
+    }
+    out->leases = *items;
+}
+
 static void reply_cb(void *arg, const redisReply *r)
 {
     call *c = arg;
-    if (c->op == OP_LOOK) {
+    if (c->op == OP_LIST) {
+        lease_list_reply out;
+        lease_listed *items;
+        decode_list(r, &out, &items);
+        c->list_cb(c->arg, &out);
+        free(items);
+    } else if (c->op == OP_LOOK) {
         lease_look_reply out;
         lease_action *actions;
         decode_look(r, &out, &actions);
@@ -261,7 +301,7 @@ static int submit(store *st, enum store_script script, enum op op, int nkeys, in
     if (!cb && !look_cb)
         return store_eval(st, script, nkeys, argc, argv, lens, ignore_cb, NULL);
     call *c = xmalloc(sizeof *c);
-    *c = (call){op, cb, look_cb, arg};
+    *c = (call){op, cb, look_cb, NULL, arg};
     int rc = store_eval(st, script, nkeys, argc, argv, lens, reply_cb, c);
     if (rc < 0)
         free(c);
@@ -281,13 +321,13 @@ int leases_acquire(store *st, const lease_acquire_req *q, lease_reply_cb cb, voi
     snprintf(mk, sizeof mk, "%s%s", n.meta, q->lid);
     snprintf(ttl, sizeof ttl, "%" PRIu64, q->ttl_ms);
     snprintf(now, sizeof now, "%" PRIu64, q->now_ms);
-    const char *argv[] = {lk, tk, mk, n.schedule, "acquire", q->lid, q->owner, ttl, now, q->probe_url,
+    const char *argv[] = {lk, tk, mk, n.schedule, n.held, "acquire", q->lid, q->owner, ttl, now, q->probe_url,
                           q->on_expire, q->when, n.meta};
-    enum { ARGC = sizeof argv / sizeof *argv, SPEC = 10 };
+    enum { ARGC = sizeof argv / sizeof *argv, SPEC = 11 };
     size_t lens[ARGC];
     for (int i = 0; i < ARGC; i++)
         lens[i] = i == SPEC ? q->on_expire_len : strlen(argv[i]);
-    return submit(st, SCRIPT_LEASE, OP_ACQUIRE, 4, ARGC, argv, lens, cb, NULL, arg);
+    return submit(st, SCRIPT_LEASE, OP_ACQUIRE, 5, ARGC, argv, lens, cb, NULL, arg);
 }
 
 int leases_heartbeat(store *st, const char *prefix, const char *lid, const char *owner, uint64_t token,
@@ -330,8 +370,8 @@ int leases_release(store *st, const char *prefix, const char *lid, const char *o
     snprintf(mk, sizeof mk, "%s%s", n.meta, lid);
     if (token)
         snprintf(tok, sizeof tok, "%" PRIu64, token);
-    const char *argv[] = {lk, mk, n.schedule, "release", lid, owner, tok};
-    return submit(st, SCRIPT_LEASE, OP_RELEASE, 3, 7, argv, NULL, cb, NULL, arg);
+    const char *argv[] = {lk, mk, n.schedule, n.held, "release", lid, owner, tok};
+    return submit(st, SCRIPT_LEASE, OP_RELEASE, 4, 8, argv, NULL, cb, NULL, arg);
 }
 
 int leases_look(store *st, const lease_look_req *q, lease_look_cb cb, void *arg)
@@ -343,8 +383,39 @@ int leases_look(store *st, const lease_look_req *q, lease_look_cb cb, void *arg)
     snprintf(now, sizeof now, "%" PRIu64, q->now_ms);
     snprintf(limit, sizeof limit, "%" PRIu32, q->limit);
     snprintf(retry, sizeof retry, "%" PRIu64, q->retry_ms);
-    const char *argv[] = {n.schedule, "renew", now, limit, q->prefix, n.meta, retry};
-    return submit(st, SCRIPT_LEASE, OP_LOOK, 1, 7, argv, NULL, NULL, cb, arg);
+    const char *argv[] = {n.schedule, n.held, "renew", now, limit, q->prefix, n.meta, retry};
+    return submit(st, SCRIPT_LEASE, OP_LOOK, 2, 8, argv, NULL, NULL, cb, arg);
+}
+
+int leases_list(store *st, const char *prefix, const char *ns, const char *after, uint32_t limit, uint32_t budget,
+                lease_list_cb cb, void *arg)
+{
+    char min[LEASES_KEY_MAX + 2], max[LEASES_KEY_MAX + 2], nbudget[16], nlimit[16];
+    names n;
+    if (names_of(st, prefix, &n) < 0)
+        return -EXDEV;
+    /* The index's members are lease ids, "<ns>/<key>" (or "<key>" when the
+     * API runs open): a namespace's are those from "<ns>/" up to, not
+     * including, "<ns>0" ('0' follows '/'). */
+    if (after && after[0])
+        snprintf(min, sizeof min, "(%s", after);
+    else if (ns[0])
+        snprintf(min, sizeof min, "[%s/", ns);
+    else
+        snprintf(min, sizeof min, "-");
+    if (ns[0])
+        snprintf(max, sizeof max, "(%s0", ns);
+    else
+        snprintf(max, sizeof max, "+");
+    snprintf(nbudget, sizeof nbudget, "%" PRIu32, budget);
+    snprintf(nlimit, sizeof nlimit, "%" PRIu32, limit);
+    const char *argv[] = {n.held, "list", min, max, nbudget, nlimit, prefix, n.meta, ns[0] ? "0" : "1"};
+    call *c = xmalloc(sizeof *c);
+    *c = (call){.op = OP_LIST, .list_cb = cb, .arg = arg};
+    int rc = store_eval(st, SCRIPT_LEASE, 1, 9, argv, NULL, reply_cb, c);
+    if (rc < 0)
+        free(c);
+    return rc;
 }
 
 int leases_confirm_expiry(store *st, const char *prefix, const char *member, lease_reply_cb cb, void *arg)

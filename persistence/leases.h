@@ -25,11 +25,13 @@
  *                                 is not yet confirmed created
  *   hw:lease:schedule             zset: <lid> or <lid>#<token> -> when a
  *                                 worker should next look at it (epoch ms)
+ *   hw:lease:held                 zset: <lid> -> 0 for every live lease, so a
+ *                                 namespace's leases are a lex range (list)
  * The scripts build key names from the schedule's members, so every lease
  * key must be in one slot on a Redis Cluster: there the lease prefix must
  * carry a hash tag {X} (HOOKWHEEL_LEASE_PREFIX=lease:{l}:), and hookwheel's
  * names above carry it too: hw:{X}:lease:token:<lid>, hw:{X}:lease:meta:<lid>,
- * hw:{X}:lease:schedule (leases_available). One Redis keeps the names above. */
+ * hw:{X}:lease:schedule, hw:{X}:lease:held (leases_available). One Redis keeps the names above. */
 #ifndef HW_PERSISTENCE_LEASES_H
 #define HW_PERSISTENCE_LEASES_H
 
@@ -58,7 +60,8 @@ enum lease_outcome {
     LEASE_RENEWED,         /* extend: the key was extended (or recreated) */
     LEASE_LOST,            /* extend: the key is gone (without recreate) or holds another value */
     LEASE_CONFIRMED,       /* confirm_expiry: the pending expiry is forgotten */
-    LEASE_LOOKED           /* look: the due entries were handled (lease_look_reply) */
+    LEASE_LOOKED,          /* look: the due entries were handled (lease_look_reply) */
+    LEASE_LISTED           /* list: a slice of the held leases (lease_list_reply) */
 };
 
 /* A lease as Redis holds it. holder and pttl_ms describe the key itself;
@@ -173,6 +176,33 @@ int leases_look(store *st, const lease_look_req *q, lease_look_cb cb, void *arg)
  * exists: forget the expiry (LEASE_CONFIRMED). */
 int leases_confirm_expiry(store *st, const char *prefix, const char *member, lease_reply_cb cb, void *arg)
     __attribute__((warn_unused_result));
+
+/* One lease of a listing: its id and what leases_get would answer. */
+typedef struct lease_listed {
+    const char *lid;
+    lease_info info;
+} lease_listed;
+
+typedef struct lease_list_reply {
+    enum lease_outcome outcome; /* LEASE_LISTED, LEASE_UNREACHABLE or LEASE_FAILED */
+    const char *error;          /* LEASE_FAILED: Redis's error text */
+    int more;                   /* 1: leases may follow `last` */
+    const char *last;           /* the last id examined ("" when none): where the next slice starts */
+    size_t n;
+    const lease_listed *leases; /* in lex order of their ids */
+} lease_list_reply;
+
+typedef void (*lease_list_cb)(void *arg, const lease_list_reply *r);
+
+/* A slice of namespace ns's live leases in lex order of their ids
+ * ("<ns>/<key>"; ns "": the open API's, ids without '/'), from the id after
+ * `after` (NULL or "": from the first): at most `limit` leases, after
+ * examining at most `budget` entries of the index (hw:lease:held), so one
+ * call stays short however many leases exist. Leases made by a build
+ * without the index appear once the watchdog has renewed them (a third of
+ * their ttl). */
+int leases_list(store *st, const char *prefix, const char *ns, const char *after, uint32_t limit, uint32_t budget,
+                lease_list_cb cb, void *arg) __attribute__((warn_unused_result));
 
 /* 1 when watchdog leases under prefix can live in st: always on one Redis;
  * on a Redis Cluster only when the prefix carries a hash tag ("lease:{l}:"),

@@ -138,6 +138,7 @@ static const struct {
     [SCRIPT_QUEUES] = {"queues", lua_queues},
     [SCRIPT_PERMITS] = {"permits", lua_permits},
     [SCRIPT_COUNTS] = {"counts", lua_counts},
+    [SCRIPT_STATS] = {"stats", lua_stats},
 };
 static char lib_name[32];                    /* hw_<12 hex of the code's SHA-1> */
 static char fn_name[SCRIPT_COUNT][48];       /* <lib_name>_<script> */

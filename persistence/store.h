@@ -45,6 +45,7 @@ enum store_script {
     SCRIPT_QUEUES, /* queue controls' writes and change feed (queues.lua; persistence/queues.h) */
     SCRIPT_PERMITS, /* shared queues' permits (permits.lua; persistence/queues.h) */
     SCRIPT_COUNTS,  /* counts per queue and state: read and rebuild (counts.lua; persistence/counts.h) */
+    SCRIPT_STATS,   /* per-minute delivery figures: an instance's additions (stats.lua; persistence/stats.h) */
     SCRIPT_COUNT
 };
 

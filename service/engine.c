@@ -45,6 +45,7 @@
 #include "queuecfg.h"
 #include "metrics.h"
 #include "reaper.h"
+#include "tally.h"
 #include "timers.h"
 #include "trace.h"
 #include "watchdog.h"
@@ -138,6 +139,7 @@ struct engine {
     int lease_lost_logged;
 
     metrics *m;                   /* may be NULL; set before the thread starts */
+    tally *tally;                 /* per-minute figures (GET /stats); may be NULL, set likewise */
     atomic_long in_wheel;         /* wheel_count, published by the engine thread before it sleeps */
     _Atomic(wlease *) lease_pub;  /* e->lease, for readers on other threads */
     atomic_uint_fast64_t started_ms;
@@ -630,6 +632,8 @@ static void attempt_done_cb(void *arg, job *j, const attempt_result *res)
     metrics_gauge_add(e->m, j->spec->queue, MG_IN_FLIGHT, -1);
     metrics_attempt(e->m, j->spec->queue, metrics_attempt_class_of(res->status, res->curl_code, res->refused_by_policy));
     metrics_observe_us(e->m, MH_DURATION, res->duration_us);
+    if (!(res->status >= 200 && res->status < 300))
+        tally_attempt_failed(e->tally, tally_ns(e->tally, j->id));
     decide(e, j, res, clock_now_ms());
     free(j->last_json);
     j->last_json = last_attempt_json(res, e->cfg->instance_id);
@@ -650,6 +654,12 @@ static void start_attempt(engine *e, job *j)
 {
     uint64_t now_us = clock_now_us(), due_us = j->due_ms * 1000u;
     metrics_observe_us(e->m, MH_LATENESS, now_us > due_us ? now_us - due_us : 0);
+    if (e->tally) { /* GET /stats: lateness is a run's first attempt's */
+        int ns = tally_ns(e->tally, j->id);
+        tally_attempt(e->tally, ns);
+        if (j->attempts == 1)
+            tally_lateness_us(e->tally, ns, now_us > due_us ? now_us - due_us : 0);
+    }
     metrics_gauge_add(e->m, j->spec->queue, MG_IN_FLIGHT, 1); /* attempt_done_cb takes it off */
     j->phase = JOB_RUNNING;
     job_log(LOG_DEBUG, "attempt started", j, "\"lateness_ms\":%" PRId64, (int64_t)(clock_now_ms() - j->due_ms));
@@ -706,6 +716,10 @@ static void count_outcome(engine *e, const job *j)
         [OUT_NEXT] = MT_DELIVERED,      [OUT_STOP] = MT_STOPPED, [OUT_REQUEUE] = MT_RETRIED,
     };
     metrics_count(e->m, j->spec->queue, events[j->outcome]);
+    if (j->outcome == OUT_DELIVERED || j->outcome == OUT_NEXT)
+        tally_delivered(e->tally, tally_ns(e->tally, j->id));
+    else if (j->outcome == OUT_FAILED)
+        tally_failed(e->tally, tally_ns(e->tally, j->id));
 }
 
 static void on_finished(engine *e, job *j)
@@ -1568,6 +1582,8 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
 }
 
 void engine_set_metrics(engine *e, metrics *m) { e->m = m; }
+
+void engine_set_tally(engine *e, tally *t) { e->tally = t; }
 
 timers *engine_timers(engine *e) { return e->tm; }
 

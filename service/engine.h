@@ -19,6 +19,7 @@
 #include "sign.h"
 #include "spec.h"
 #include "store.h"
+#include "tally.h"
 #include "timers.h"
 
 typedef struct engine engine; /* opaque */
@@ -53,6 +54,11 @@ int engine_running(const engine *e);
 /* Counts timer events, attempts and lateness into m (NULL: nowhere); m
  * must outlive the engine. Call before engine_start. */
 void engine_set_metrics(engine *e, metrics *m);
+
+/* Counts deliveries, failures, attempts and first-attempt lateness per
+ * namespace and minute into t (NULL: nowhere; GET /stats); t must outlive
+ * the engine's thread. Call before engine_start. */
+void engine_set_tally(engine *e, tally *t);
 
 /* The engine's timer verbs (persistence/timers.h), for callers that create
  * timers the engine may hold (oneshot.c). Any thread. */

@@ -27,6 +27,7 @@
 #include "redis_child.h"
 #include "sign.h"
 #include "store.h"
+#include "tally.h"
 
 /* Descriptors the process holds besides API connections and attempts: the
  * standard streams and the log, the engine's epoll, eventfd and timerfd,
@@ -47,6 +48,7 @@ typedef struct app {
     leases *leases;
     char redis_url[512];  /* the store's; the lease worker opens its own connection to it */
     metrics *metrics;
+    tally *tally;         /* per-minute figures for GET /stats */
     http_server *http;
     api api;
 } app;
@@ -81,9 +83,14 @@ static int start_all(app *a)
     a->metrics = metrics_create(); /* before anything records: the store's callbacks count creates */
     if (start_store(a) < 0)
         return -1;
+    a->tally = tally_create(a->st);
+    if (tally_start(a->tally) < 0)
+        return -1;
     a->eng = engine_create(&a->cfg, a->st, a->sign, a->policy);
-    if (a->eng)
+    if (a->eng) {
         engine_set_metrics(a->eng, a->metrics);
+        engine_set_tally(a->eng, a->tally);
+    }
     if (!a->eng || engine_start(a->eng) < 0)
         return -1;
     a->leases = leases_create(&a->cfg, a->redis_url, a->eng, a->policy);
@@ -103,6 +110,7 @@ static int start_all(app *a)
  * back, the API answers what is left, the lease worker stops renewing (other
  * instances, if any, renew from now on; its store's last callbacks may still
  * hand the engine an on_expire timer, so it goes before the engine), the
+ * per-minute figures counted until the engine stopped are queued, the
  * store sends what is queued, and only then the embedded Redis goes (it
  * flushes its AOF on SIGTERM). */
 static void stop_all(app *a)
@@ -113,8 +121,10 @@ static void stop_all(app *a)
         engine_stop(a->eng);
     http_stop(a->http);
     leases_free(a->leases); /* renew as late as possible; other instances go on */
+    tally_stop(a->tally);   /* after the engine: its last outcomes are counted */
     store_free(a->st);
     engine_free(a->eng);
+    tally_free(a->tally);   /* after the store: its writes' callbacks have run */
     metrics_free(a->metrics); /* every thread that records has stopped */
     redis_child_stop(a->redis);
     signer_free(a->sign);

@@ -10,6 +10,10 @@
 --   hw:lease:meta:<lid>        hash: the live lease's settings and life signs
 --   hw:lease:meta:<lid>#<tok>  hash: an expired lease whose on_expire is pending
 --   hw:lease:schedule          zset: member (<lid> or <lid>#<tok>) -> next look (ms)
+--   hw:lease:held              zset: <lid> -> 0 for every live lease, read in lex
+--                              order by 'list' (GET /leases): acquire adds, release
+--                              and retire remove, renew adds again (a lease made by
+--                              a build without the index is in it after a period)
 -- Members of the schedule name their metadata hash: meta prefix .. member.
 -- Scripts touch keys they build from these names, so leases need a single
 -- Redis (not Cluster).
@@ -59,9 +63,10 @@ end
 -- The live lease `member` ended without a release (its key expired). Without
 -- on_expire its metadata goes; with one it moves to member#token, to be
 -- offered to a worker at offer_ms, until a worker confirms the timer exists.
-local function retire(sched, meta_prefix, member, m, now, offer_ms)
+local function retire(sched, held, meta_prefix, member, m, now, offer_ms)
   local mk = meta_prefix .. member
   redis.call('ZREM', sched, member)
+  redis.call('ZREM', held, member)
   if (m.expire or '') == '' then
     redis.call('DEL', mk)
     return nil
@@ -91,7 +96,7 @@ local function reply(code, v, pttl, m)
 end
 
 -- acquire: SET NX PX and a new fencing token.
--- KEYS: 1 lease key, 2 token counter, 3 meta, 4 schedule
+-- KEYS: 1 lease key, 2 token counter, 3 meta, 4 schedule, 5 held index
 -- ARGV: 2 key, 3 owner, 4 ttl_ms, 5 now_ms, 6 probe_url, 7 on_expire stored
 --       spec, 8 its when, 9 meta prefix
 -- Returns {code, describe...}: 1 acquired; 0 this owner holds it with these
@@ -111,7 +116,7 @@ if OP == 'acquire' then
   end
   -- The key is free. A lease whose expiry no worker has seen yet (they look
   -- every tick) hands its on_expire over first, for any worker to create.
-  if m.owner then retire(KEYS[4], ARGV[9], ARGV[2], m, now, now) end
+  if m.owner then retire(KEYS[4], KEYS[5], ARGV[9], ARGV[2], m, now, now) end
   local token = redis.call('INCR', KEYS[2])
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ttl)
   redis.call('DEL', KEYS[3])
@@ -119,6 +124,7 @@ if OP == 'acquire' then
              'acquired', ARGV[5], 'alive', ARGV[5], 'probe', ARGV[6], 'expire', ARGV[7],
              'when', ARGV[8], 'params', params, 'state', 'held')
   redis.call('ZADD', KEYS[4], fmt(now + period(ttl)), ARGV[2])
+  redis.call('ZADD', KEYS[5], 0, ARGV[2])
   return reply(1, ARGV[3], ttl, meta_load(KEYS[3]))
 end
 
@@ -141,7 +147,7 @@ end
 
 -- release: unlock.lua's compare-and-delete, plus the lease's metadata. A
 -- released lease never fires on_expire. The token counter stays.
--- KEYS: 1 lease key, 2 meta, 3 schedule
+-- KEYS: 1 lease key, 2 meta, 3 schedule, 4 held index
 -- ARGV: 2 key, 3 owner, 4 token ('' any)
 -- Returns {1, token} released; {0, describe...} held by another owner or a
 -- later lease; {-1} not held.
@@ -153,6 +159,7 @@ if OP == 'release' then
     return reply(0, v, redis.call('PTTL', KEYS[1]), m)
   end
   redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[4], ARGV[2])
   if m.owner == ARGV[3] and m.state == 'held' then
     redis.call('DEL', KEYS[2])
     redis.call('ZREM', KEYS[3], ARGV[2])
@@ -180,14 +187,14 @@ end
 --   pending expiry (member#token): offer it again (the last offer's worker
 --     did not confirm within retry_ms, e.g. it died).
 -- An offered expiry stays until 'done'; offers repeat every retry_ms.
--- KEYS: 1 schedule
+-- KEYS: 1 schedule, 2 held index
 -- ARGV: 2 now_ms, 3 limit, 4 lease key prefix, 5 meta prefix, 6 retry_ms
 -- Returns {renewed, next_ms (-1: nothing scheduled), action...}:
 --   {'probe', key, token, owner, ttl, url}
 --   {'expire', member, key, token, on_expire stored spec, when}
 --   {'gone', key, token}: expired, without on_expire (for the log)
 if OP == 'renew' then
-  local sched, now, retry = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[6])
+  local sched, held, now, retry = KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[6])
   local lease_prefix, meta_prefix = ARGV[4], ARGV[5]
   local out, renewed = {}, 0
   local function offer(member, m)
@@ -198,6 +205,7 @@ if OP == 'renew' then
     local m = meta_load(meta_prefix .. member)
     if not m.owner then
       redis.call('ZREM', sched, member)
+      redis.call('ZREM', held, member)
     elseif m.state == 'expired' then
       redis.call('ZADD', sched, fmt(now + retry), member)
       offer(member, m)
@@ -207,12 +215,13 @@ if OP == 'renew' then
       local quiet = now - tonumber(m.alive)
       local probe = m.probe ~= ''
       if redis.call('GET', lk) ~= m.owner then
-        local pending = retire(sched, meta_prefix, member, m, now, now + retry)
+        local pending = retire(sched, held, meta_prefix, member, m, now, now + retry)
         if pending then offer(pending, m) else out[#out + 1] = {'gone', member, m.token} end
       elseif quiet <= ttl then
         renewed = renewed + compare_and_extend(lk, m.owner, ttl)
         redis.call('HSET', meta_prefix .. member, 'renewed', fmt(now))
         redis.call('ZADD', sched, fmt(now + period(ttl)), member)
+        redis.call('ZADD', held, 0, member)
         if probe and quiet > period(ttl) then
           out[#out + 1] = {'probe', member, m.token, m.owner, m.ttl, m.probe}
         end
@@ -231,6 +240,45 @@ if OP == 'renew' then
   local result = {renewed, first[2] and fmt(tonumber(first[2])) or '-1'}
   for _, a in ipairs(out) do result[#result + 1] = a end
   return result
+end
+
+-- list: a namespace's live leases in key order (GET /leases), each as 'get'
+-- describes it. Examines at most `budget` entries of the index after the
+-- cursor, so one call holds Redis briefly whatever the page size; an entry
+-- whose lease is gone altogether (released by a build without the index)
+-- leaves the index; one whose key expired but is not yet retired is
+-- skipped (the next look retires it).
+-- KEYS: 1 held index
+-- ARGV: 2 lex min, 3 lex max, 4 budget, 5 limit, 6 lease key prefix,
+--       7 meta prefix, 8 '1': skip ids holding '/' (the open API's listing)
+-- Returns {more (1: entries may follow the last examined), last examined id
+-- ('' none), {id, describe...}...}
+if OP == 'list' then
+  local budget, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
+  local ids = redis.call('ZRANGE', KEYS[1], ARGV[2], ARGV[3], 'BYLEX', 'LIMIT', 0, budget)
+  local out, found, stopped = {0, ''}, 0, false
+  for _, id in ipairs(ids) do
+    if found == limit then
+      stopped = true
+      break
+    end
+    out[2] = id
+    if not (ARGV[8] == '1' and string.find(id, '/', 1, true)) then
+      local lk = ARGV[6] .. id
+      local v = redis.call('GET', lk)
+      local m = meta_load(ARGV[7] .. id)
+      if v then
+        local d = describe(v, redis.call('PTTL', lk), m)
+        table.insert(d, 1, id)
+        out[#out + 1] = d
+        found = found + 1
+      elseif not m.owner then
+        redis.call('ZREM', KEYS[1], id)
+      end
+    end
+  end
+  if stopped or #ids == budget then out[1] = 1 end
+  return out
 end
 
 -- done: a worker created an expired lease's on_expire timer (or found it

@@ -159,6 +159,34 @@ def test_health_and_readiness_answer_as_documented(hookwheel):
             assert status == 405, body
 
 
+def test_stats_and_the_lease_listing_answer_200_400_and_405_as_documented(hookwheel, receiver):
+    api = hookwheel.api
+    status, _, t = json_post(api, {"url": receiver.url("/st"), "delay_ms": 50})
+    assert status == 201, t
+    assert wait_until(lambda: sum(m["delivered"] for m in api.request("GET", "/stats?minutes=2")[2]["minutes"]),
+                      timeout=scaled(10), interval=0.1)
+    status, _, body = check(api, "GET", "/stats?minutes=2", "/stats")
+    assert status == 200 and len(body["minutes"]) == 2, body
+    assert any(m["lateness_ms"]["p50"] is not None for m in body["minutes"]), body
+    status, _, body = check(api, "GET", "/stats", "/stats")
+    assert status == 200 and len(body["minutes"]) == 60
+    status, _, body = check(api, "GET", "/stats?minutes=61", "/stats")
+    assert status == 400 and body["field"] == "minutes", body
+    for k in ("l-2", "l-1", "l-3"):
+        status, _, body = api.request("POST", "/leases", json_body={"key": k, "owner": "o", "ttl_ms": 30000})
+        assert status == 201, body
+    status, _, body = check(api, "GET", "/leases?limit=2", "/leases")
+    assert status == 200 and [x["key"] for x in body["leases"]] == ["l-1", "l-2"], body
+    status, _, body = check(api, "GET", f"/leases?limit=2&cursor={body['next_cursor']}", "/leases")
+    assert status == 200 and [x["key"] for x in body["leases"]] == ["l-3"] and body["next_cursor"] is None, body
+    for q, field in (("limit=0", "limit"), ("cursor=a%20b", "cursor")):
+        status, _, body = check(api, "GET", f"/leases?{q}", "/leases")
+        assert status == 400 and body["field"] == field, body
+    for path in ("/stats", "/leases"):
+        status, _, body = check(api, "DELETE", path, path)
+        assert status == 405, body
+
+
 def test_an_unknown_path_answers_the_documented_not_found_problem(hookwheel):
     status, headers, body = hookwheel.request("GET", "/no/such/path")
     assert status == 404, body
@@ -183,6 +211,9 @@ def test_with_redis_down_every_endpoint_answers_the_documented_503(hookwheel, re
     for method in ("GET", "DELETE"):
         status, _, body = check(api, method, "/timers/c-down", "/timers/{id}")
         assert status == 503, (method, body)
+    for path in ("/stats", "/leases"):
+        status, _, body = check(api, "GET", path, path)
+        assert status == 503, (path, body)
     status, _, body = check(api, "GET", "/healthz", "/healthz")
     assert status == 200, body
 

@@ -161,10 +161,12 @@ def test_past_the_write_queue_cap_creates_get_429_memory_stays_bounded_and_servi
     assert set(statuses) <= {201, 429}, dict(statuses)
     assert retry_after == {"1"}, retry_after
     assert rss_after - rss_before < 64 * 1024, (rss_before, rss_after)
-    # The shedding is logged (a line a second at most, counting the 429s).
-    shed = [json.loads(line)["shed"] for line in hw.log.read_text(errors="replace").splitlines()
-            if '"write queue full; requests answered 429"' in line]
-    assert shed and 1 <= sum(shed) <= statuses[429], (shed, statuses[429])
+    # The shedding is logged: a line a second at most, and every 429 of the
+    # flood counted within about a second of it, with no request after it.
+    def shed():
+        return [json.loads(line)["shed"] for line in hw.log.read_text(errors="replace").splitlines()
+                if '"write queue full; requests answered 429"' in line]
+    assert wait_until(lambda: sum(shed()) == statuses[429], scaled(3)), (shed(), statuses[429])
     # Every 2xx is in Redis, and the service still serves.
     stored = len(redis.keys("hw:*:t:*"))
     assert stored == statuses[201], (stored, dict(statuses))

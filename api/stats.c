@@ -1,0 +1,75 @@
+/* stats.c - GET /stats?minutes=N: the caller's namespace's delivery figures
+ * per minute over the last N minutes (1..60, default 60), summed over every
+ * instance sharing the Redis.
+ *
+ * The engine counts per namespace and minute in memory and adds the counts
+ * to Redis once a second (service/tally.h); this handler reads the N
+ * minutes' hashes in one pipelined round (persistence/stats.h) and answers
+ * from the store's writer thread. The current minute is partial, and the
+ * last second or so of it may not be in Redis yet. Lateness p50 and p99
+ * are estimated from the minute's lateness buckets (tally_quantile_ms:
+ * linear inside a bucket, so their resolution is the bucket's width). */
+#include "api.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "persistence/stats.h"
+#include "tally.h"
+
+#define STATS_DEFAULT_MINUTES 60
+#define MINUTE_MS 60000
+
+/* A quantile as JSON: milliseconds to the microsecond, or null. */
+static json_t *quantile_json(const uint64_t *buckets, double q)
+{
+    double ms = tally_quantile_ms(buckets, q);
+    return ms < 0 ? json_null() : json_real(round(ms * 1000.0) / 1000.0);
+}
+
+static json_t *minute_json(int64_t minute, const stats_minute *m)
+{
+    char start[32];
+    time_t secs = (time_t)(minute * 60);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    strftime(start, sizeof start, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    const uint64_t *b = &m->v[STATS_LATENESS];
+    return json_pack("{s:s,s:I,s:I,s:I,s:I,s:{s:o,s:o}}", "start", start, "delivered",
+                     (json_int_t)m->v[STATS_DELIVERED], "failed", (json_int_t)m->v[STATS_FAILED], "attempts",
+                     (json_int_t)m->v[STATS_ATTEMPTS], "failed_attempts", (json_int_t)m->v[STATS_FAILED_ATTEMPTS],
+                     "lateness_ms", "p50", quantile_json(b, 0.5), "p99", quantile_json(b, 0.99));
+}
+
+static void read_cb(void *arg, const stats_reply *reply)
+{
+    http_req *r = arg;
+    if (!reply->ok) {
+        api_respond_unavailable(r);
+        return;
+    }
+    json_t *minutes = json_array();
+    for (size_t i = 0; i < reply->n; i++)
+        json_array_append_new(minutes, minute_json(reply->first + (int64_t)i, &reply->minutes[i]));
+    http_respond_json(r, 200, json_pack("{s:i,s:o}", "minute_ms", MINUTE_MS, "minutes", minutes), NULL);
+}
+
+void api_stats(http_req *r, const char *const *params, void *app)
+{
+    (void)params;
+    api *a = app;
+    const char *q = http_req_query(r, "minutes");
+    size_t len = q ? strlen(q) : 0;
+    unsigned long n = q ? strtoul(q, NULL, 10) : STATS_DEFAULT_MINUTES;
+    if (q && (len < 1 || len > 2 || strspn(q, "0123456789") != len || n < 1 || n > STATS_MAX_MINUTES)) {
+        http_respond_problem(r, 400, "minutes must be an integer from 1 to 60", "minutes", NULL, 0);
+        return;
+    }
+    int64_t now_minute = (int64_t)(clock_now_ms() / MINUTE_MS);
+    int rc = stats_read(a->st, http_req_namespace(r), now_minute - (int64_t)n + 1, n, read_cb, r);
+    if (rc < 0)
+        api_respond_submit_error(r, rc);
+}

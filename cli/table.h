@@ -1,0 +1,21 @@
+/* table.h - an aligned text table for hookwheelctl's listings: columns as
+ * wide as their widest cell, two spaces apart, a header row first.
+ * Single-threaded. The table copies every cell it is given. */
+#ifndef HW_CLI_TABLE_H
+#define HW_CLI_TABLE_H
+
+#include <stdio.h>
+
+typedef struct table table; /* opaque */
+
+/* A table of ncols columns named by headers (copied). */
+table *table_create(int ncols, const char *const *headers);
+void table_free(table *t); /* NULL is a no-op */
+
+/* Adds a row of ncols cells; a NULL cell prints as "-". */
+void table_add(table *t, const char *const *cells);
+
+/* Prints the header and the rows; the last column is not padded. */
+void table_print(const table *t, FILE *out);
+
+#endif

@@ -1,0 +1,171 @@
+/* stats.c - the stats verbs (stats.h): stats.lua's argument vector, and the
+ * minutes' HGETALL replies decoded into counters. */
+#include "stats.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xalloc.h"
+
+/* The field name of each counter; lateness buckets are l0, l1, ... */
+static const char *const field_names[STATS_LATENESS] = {
+    [STATS_DELIVERED] = "d", [STATS_FAILED] = "f", [STATS_ATTEMPTS] = "a", [STATS_FAILED_ATTEMPTS] = "fa"};
+
+static void field_name(char *buf, size_t size, int f)
+{
+    if (f < STATS_LATENESS)
+        snprintf(buf, size, "%s", field_names[f]);
+    else
+        snprintf(buf, size, "l%d", f - STATS_LATENESS);
+}
+
+/* The counter of field name s (len bytes), or -1 when it is none of ours. */
+static int field_of(const char *s, size_t len)
+{
+    char name[8];
+    for (int f = 0; f < STATS_FIELDS; f++) {
+        field_name(name, sizeof name, f);
+        if (strlen(name) == len && memcmp(name, s, len) == 0)
+            return f;
+    }
+    return -1;
+}
+
+void stats_key(char *buf, const char *ns, int64_t minute)
+{
+    snprintf(buf, STATS_KEY_MAX, "hw:stats:{ns:%s}:%" PRId64, ns, minute);
+}
+
+/* ---- stats_add ---- */
+
+typedef struct add_call {
+    stats_add_cb cb;
+    void *arg;
+} add_call;
+
+static void add_cb(void *arg, const redisReply *r)
+{
+    add_call *c = arg;
+    c->cb(c->arg, r && r->type != REDIS_REPLY_ERROR);
+    free(c);
+}
+
+int stats_add(store *st, const char *ns, int64_t minute, const stats_minute *m, stats_add_cb cb, void *arg)
+{
+    char key[STATS_KEY_MAX], ttl[16], names[STATS_FIELDS][8], values[STATS_FIELDS][24];
+    const char *argv[2 + 2 * STATS_FIELDS];
+    int argc = 0;
+    stats_key(key, ns, minute);
+    snprintf(ttl, sizeof ttl, "%d", STATS_TTL_S);
+    argv[argc++] = key;
+    argv[argc++] = ttl;
+    for (int f = 0; f < STATS_FIELDS; f++) {
+        if (!m->v[f])
+            continue;
+        field_name(names[f], sizeof names[f], f);
+        snprintf(values[f], sizeof values[f], "%" PRIu64, m->v[f]);
+        argv[argc++] = names[f];
+        argv[argc++] = values[f];
+    }
+    add_call *c = xmalloc(sizeof *c);
+    *c = (add_call){cb, arg};
+    int rc = store_eval(st, SCRIPT_STATS, 1, argc, argv, NULL, add_cb, c);
+    if (rc < 0)
+        free(c);
+    return rc;
+}
+
+/* ---- stats_read ---- */
+
+/* A read in progress: one HGETALL per minute; the last reply answers
+ * (callbacks run on the writer thread, one at a time). */
+typedef struct read_call {
+    stats_read_cb cb;
+    void *arg;
+    atomic_uint waiting;
+    atomic_int failed;
+    int64_t first;
+    size_t n;
+    stats_minute minutes[];
+} read_call;
+
+typedef struct minute_ref {
+    read_call *call;
+    size_t i;
+} minute_ref;
+
+static void finish_read(read_call *c)
+{
+    stats_reply out = {.ok = !atomic_load(&c->failed), .first = c->first, .n = c->n, .minutes = c->minutes};
+    c->cb(c->arg, &out);
+    free(c);
+}
+
+static void decode_minute(stats_minute *m, const redisReply *r)
+{
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        const redisReply *k = r->element[i], *v = r->element[i + 1];
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+            continue;
+        int f = field_of(k->str, k->len);
+        long long n = strtoll(v->str, NULL, 10);
+        if (f >= 0 && n > 0)
+            m->v[f] = (uint64_t)n;
+    }
+}
+
+static void minute_cb(void *arg, const redisReply *r)
+{
+    minute_ref *ref = arg;
+    read_call *c = ref->call;
+    if (!r || r->type != REDIS_REPLY_ARRAY)
+        atomic_store(&c->failed, 1);
+    else
+        decode_minute(&c->minutes[ref->i], r);
+    free(ref);
+    if (atomic_fetch_sub(&c->waiting, 1) == 1)
+        finish_read(c);
+}
+
+int stats_read(store *st, const char *ns, int64_t first, size_t n, stats_read_cb cb, void *arg)
+{
+    if (n < 1 || n > STATS_MAX_MINUTES)
+        return -EINVAL;
+    read_call *c = xcalloc(1, sizeof *c + n * sizeof c->minutes[0]);
+    c->cb = cb;
+    c->arg = arg;
+    c->first = first;
+    c->n = n;
+    atomic_init(&c->failed, 0);
+    atomic_init(&c->waiting, (unsigned)n + 1); /* + 1: held by this call until every read is queued */
+    size_t sent = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        char key[STATS_KEY_MAX];
+        stats_key(key, ns, first + (int64_t)i);
+        const char *argv[] = {"HGETALL", key};
+        minute_ref *ref = xmalloc(sizeof *ref);
+        *ref = (minute_ref){c, i};
+        rc = store_command(st, 2, argv, NULL, minute_cb, ref);
+        if (rc < 0) {
+            free(ref);
+            break;
+        }
+        sent++;
+    }
+    if (sent == 0) {
+        free(c);
+        return rc;
+    }
+    /* The reads not queued count as failed; whichever side takes the count
+     * to 0 answers. */
+    if (sent < n)
+        atomic_store(&c->failed, 1);
+    if (atomic_fetch_sub(&c->waiting, (unsigned)(n - sent) + 1) == (unsigned)(n - sent) + 1)
+        finish_read(c);
+    return 0;
+}

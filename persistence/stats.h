@@ -1,0 +1,77 @@
+/* stats.h - the durable format of the per-minute delivery figures that
+ * GET /stats reads: how many runs were delivered, how many timers failed,
+ * how many attempts started and failed, and a histogram of lateness, per
+ * namespace and minute, summed over every instance sharing the Redis.
+ *
+ * Redis layout: one hash per namespace and minute,
+ *   hw:stats:{ns:<namespace>}:<minute>       (<minute> = epoch ms / 60000)
+ * fields d (delivered), f (failed), a (attempts), fa (failed attempts) and
+ * l0 .. l<STATS_BUCKETS-1> (lateness bucket counts; service/tally.h says
+ * what the buckets hold); a field that is 0 is absent. Each write adds one
+ * instance's counts of one minute with HINCRBY (stats.lua, so the write is
+ * whole or not at all) and sets the key's expiry to STATS_TTL_S, so a
+ * minute is kept about an hour after its last write. The hash tag is the
+ * namespace: on a Redis Cluster a namespace's minutes share one slot, and
+ * every call touches one key.
+ *
+ * Threads and ownership: any thread may call a verb. A verb that returns 0
+ * calls its callback exactly once, later, on the store's writer thread; one
+ * that returns a negative errno (-EAGAIN: the queue is full, -ESHUTDOWN:
+ * the store is stopping) never calls it. Replies live only during the
+ * callback. */
+#ifndef HW_PERSISTENCE_STATS_H
+#define HW_PERSISTENCE_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+#define STATS_BUCKETS 20      /* lateness buckets (service/tally.h: their bounds) */
+#define STATS_TTL_S (65 * 60) /* a minute's hash lives this long after its last write */
+#define STATS_MAX_MINUTES 60  /* a read covers at most this many minutes */
+
+/* The counters of one namespace-minute, in the order of their fields. */
+enum stats_field {
+    STATS_DELIVERED,       /* runs delivered (each run of a recurring timer) */
+    STATS_FAILED,          /* timers that ended failed */
+    STATS_ATTEMPTS,        /* attempts started */
+    STATS_FAILED_ATTEMPTS, /* attempts that got no 2xx */
+    STATS_LATENESS,        /* the first of STATS_BUCKETS lateness buckets */
+    STATS_FIELDS = STATS_LATENESS + STATS_BUCKETS
+};
+
+typedef struct stats_minute {
+    uint64_t v[STATS_FIELDS];
+} stats_minute;
+
+/* A write's outcome: ok 1 when Redis applied it; 0 when Redis did not
+ * answer (nothing is known written: the counts may be sent again) or
+ * answered an error (nothing was written). */
+typedef void (*stats_add_cb)(void *arg, int ok);
+
+/* Adds m to namespace ns's minute `minute` and renews its expiry: one
+ * stats.lua call on one key. A minute with nothing to add is still sent
+ * (it only renews the expiry); callers skip it. */
+int stats_add(store *st, const char *ns, int64_t minute, const stats_minute *m, stats_add_cb cb, void *arg)
+    __attribute__((warn_unused_result));
+
+typedef struct stats_reply {
+    int ok;                    /* 0: a minute's read got no answer or an error */
+    int64_t first;             /* the first minute read */
+    size_t n;                  /* minutes read */
+    const stats_minute *minutes; /* n of them, oldest first; zeros where nothing was kept */
+} stats_reply;
+
+typedef void (*stats_read_cb)(void *arg, const stats_reply *r);
+
+/* Reads namespace ns's minutes first .. first+n-1 (n 1..STATS_MAX_MINUTES):
+ * n HGETALLs, one per minute's key, sent in one pipelined round. */
+int stats_read(store *st, const char *ns, int64_t first, size_t n, stats_read_cb cb, void *arg)
+    __attribute__((warn_unused_result));
+
+/* The key of ns's minute (buf: room for STATS_KEY_MAX bytes). Pure. */
+#define STATS_KEY_MAX 128
+void stats_key(char *buf, const char *ns, int64_t minute);
+
+#endif
