@@ -450,7 +450,7 @@
   // The top of a chart's axis: four round steps (1, 2 or 5 times a power of
   // ten) that reach max; whole steps for counts.
   function axisTop(max, whole) {
-    const raw = Math.max(max, whole ? 4 : 1e-9) / 4;
+    const raw = Math.max(max, whole ? 4 : 1) / 4;
     const p = Math.pow(10, Math.floor(Math.log10(raw)));
     let step = [1, 2, 5, 10].map((m) => m * p).find((v) => v >= raw - 1e-12);
     if (whole)
@@ -564,6 +564,9 @@
       if (d)
         root.append(svg('path', {d, class: 'line ' + s.cls, fill: 'none'}));
     }
+    if (max === 0 && !series.some((s) => s.values.some((v) => v !== null && v !== undefined)))
+      root.append(svg('text', {x: (pad.l + w - pad.r) / 2, y: pad.t + (h - pad.t - pad.b) / 2,
+                               'text-anchor': 'middle', class: 'tick'}, 'no attempts in this hour'));
     box.replaceChildren(root);
   }
 
