@@ -244,11 +244,28 @@ def test_logging_in_shows_the_queues_whose_counts_follow_the_timers_created(
     assert len(page.finds("#chart-queues svg rect[data-state]")) == 8
     # the last hour: charts when the server has GET /stats, else the note
     if api_get(hw, "/stats?minutes=60")[0] == 200:
-        page.wait(lambda: page.finds("#chart-deliveries svg path, #chart-deliveries svg circle") or
-                  page.finds("#chart-deliveries svg line"), "the deliveries chart")
-        assert page.finds("#chart-deliveries svg") and page.finds("#chart-lateness svg")
+        receiver.default("/ov-fail", 500)
+        for i in range(3):
+            assert hw.create({"id": f"ov-now-{i}", "url": receiver.url("/ov-now"), "delay_ms": 0,
+                              "queue": "billing"}, headers=bearer(TOKEN_A))[0] == 201
+        assert hw.create({"id": "ov-fail", "url": receiver.url("/ov-fail"), "delay_ms": 0,
+                          "queue": "billing", "retry": {"max_attempts": 1}},
+                         headers=bearer(TOKEN_A))[0] == 201
+
+        def plotted(css):
+            """The sum of a series' points, read from their tooltips ("<start>: <n> ...")."""
+            titles = browser.execute_script(
+                f"return [...document.querySelectorAll('{css} title')].map(t => t.textContent)")
+            return sum(float(t.split(": ", 1)[1].split()[0]) for t in titles)
+        page.wait(lambda: plotted("#chart-deliveries circle.series-delivered") >= 3 and
+                  plotted("#chart-deliveries circle.series-failed") >= 1,
+                  "the deliveries and the failure drawn from GET /stats", timeout=20)
+        assert len(page.finds("#chart-deliveries svg circle.series-delivered")) == 60
+        assert page.finds("#chart-deliveries svg path.series-delivered")
+        assert page.finds("#chart-lateness svg circle.series-p50"), "no lateness drawn"
         assert len(page.finds("#chart-deliveries svg line.grid")) == 5
         assert not page.visible("#stats-note")
+        page.wait(lambda: page.cell("billing", "scheduled") == "4", "billing back at 4")
     else:
         page.wait_text("#stats-note", "History not available")
         assert not page.visible("#chart-deliveries")
