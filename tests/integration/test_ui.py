@@ -545,16 +545,20 @@ LEASES_SAMPLE = {"leases": [
 
 
 def stand_in(browser, answers):
-    """Answers fetch of the given paths with the given JSON, from the next page load on."""
+    """From the next page load on, fetch of the given paths is answered with
+    the given JSON (a body, or (status, body)), without reaching hookwheel."""
     import json
+    answers = {p: list(a) if isinstance(a, tuple) else [200, a] for p, a in answers.items()}
     browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
         (() => {
           const answers = %s, real = window.fetch;
           window.fetch = (url, init) => {
             const path = new URL(url, location.href).pathname;
             if (path in answers)
-              return Promise.resolve(new Response(JSON.stringify(answers[path]),
-                {status: 200, headers: {'Content-Type': 'application/json'}}));
+              return Promise.resolve(new Response(JSON.stringify(answers[path][1]),
+                {status: answers[path][0],
+                 headers: {'Content-Type': answers[path][0] < 300 ? 'application/json'
+                                                                  : 'application/problem+json'}}));
             return real(url, init);
           };
         })();""" % json.dumps(answers)})
@@ -604,3 +608,23 @@ def test_the_leases_view_draws_the_list_get_leases_answers(tmp_path, redis, hook
     assert "worker-7" in row and "17" in row and "21 s" in row, row
     assert "—" in page.text('#leases-table tr[data-key="legacy-cron"]')  # held outside hookwheel
     page.shot("leases-list")
+
+
+@browser_only
+def test_against_a_hookwheel_without_stats_and_lease_listing_the_page_says_so(
+        tmp_path, redis, hookwheel_factory, browser):
+    hw = start(tmp_path, redis, hookwheel_factory)
+    not_found = (404, {"type": "about:blank", "title": "Not Found", "status": 404,
+                       "detail": "no such resource"})
+    stand_in(browser, {"/stats": not_found, "/leases": not_found})
+    status, _, body = hw.request("PUT", "/queues/q1", json_body={}, headers=bearer(TOKEN_A))
+    assert status == 200, body
+    page = Page(browser, hw)
+    page.login(TOKEN_A)
+    page.wait_text("#stats-note", "History not available")
+    assert not page.visible("#chart-deliveries") and not page.visible("#chart-lateness")
+    assert page.finds('#chart-queues svg rect[data-queue="q1"]'), "the bar chart from /queues"
+    page.open("#/leases")
+    page.wait_text("#leases-note", "List not available")
+    assert not page.visible("#leases-table")
+    assert page.console_errors() == [], page.console_errors()
