@@ -28,6 +28,8 @@ TEST_PKGS += python3-prometheus-client
 TEST_PKGS += openssl
 # The README's fencing example runs against a real PostgreSQL.
 TEST_PKGS += postgresql
+# The dashboard's browser tests drive Debian's Chromium (tests/integration/test_ui.py).
+TEST_PKGS += chromium chromium-driver python3-selenium
 DEB_PKGS  := $(RUN_PKGS) $(TEST_PKGS)
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -87,6 +89,21 @@ $(BUILD)/lua_scripts.h: $(LUA) $(LUA_PRE) Makefile
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$$/\\n"/' $$f; \
 	  printf ';\n'; \
 	done > $@.tmp && mv $@.tmp $@
+
+# The dashboard's files (ui/) are embedded too: $(BUILD)/ui_assets.h holds each
+# one's name, Content-Type, bytes and a strong ETag (16 hex digits of its
+# SHA-256); api/ui.c serves them at /ui/.
+UI        := $(sort $(wildcard ui/*.html ui/*.js ui/*.css))
+$(BUILD)/ui_assets.h: $(UI) Makefile
+	@mkdir -p $(BUILD)
+	@i=0; for f in $(UI); do printf 'static const unsigned char ui_%d[] = {\n' $$i; \
+	  od -An -v -tx1 $$f | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; printf '};\n'; i=$$((i+1)); done > $@.tmp; \
+	printf 'static const struct ui_asset ui_assets[] = {\n' >> $@.tmp; i=0; for f in $(UI); do \
+	  case $$f in *.html) t=text/html;; *.css) t=text/css;; *) t=text/javascript;; esac; \
+	  printf '    {"%s", "%s; charset=utf-8", ui_%d, sizeof ui_%d, "\\"%s\\""},\n' \
+	    "$${f#ui/}" $$t $$i $$i "$$(sha256sum $$f | cut -c1-16)"; i=$$((i+1)); done >> $@.tmp; \
+	printf '};\n' >> $@.tmp && mv $@.tmp $@
+$(BUILD)/api/ui.o: $(BUILD)/ui_assets.h
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJS)
 	@mkdir -p $(dir $@)

@@ -67,6 +67,9 @@ void api_metrics(http_req *r, const char *const *params, void *app); /* metrics_
 void api_schedule_preview(http_req *r, const char *const *params, void *app); /* schedules.c */
 void api_stats(http_req *r, const char *const *params, void *app);            /* stats.c */
 void api_lease_list(http_req *r, const char *const *params, void *app);       /* leases.c */
+void api_ui_redirect(http_req *r, const char *const *params, void *app); /* ui.c: the dashboard */
+void api_ui_index(http_req *r, const char *const *params, void *app);
+void api_ui_file(http_req *r, const char *const *params, void *app);
 
 /* Fills a for the handlers (http_start's app pointer); cfg, st, eng and
  * policy (the destination policy checked on every new timer's URL; NULL:

@@ -1413,6 +1413,23 @@ void http_respond_text_take(http_req *r, unsigned status, const char *ctype, cha
     respond_text_take(r, status, ctype, text, len, NULL);
 }
 
+void http_respond_static(http_req *r, unsigned status, const char *ctype, const void *data,
+                         size_t len, const http_header *headers, size_t n)
+{
+    if (!answer_claim(r)) {
+        answer_dropped(status);
+        return;
+    }
+    /* PERSISTENT: libmicrohttpd neither copies nor frees nor writes it. */
+    struct MHD_Response *resp = response_check(
+        MHD_create_response_from_buffer(len, (void *)(uintptr_t)data, MHD_RESPMEM_PERSISTENT));
+    if (ctype)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    for (size_t i = 0; i < n; i++)
+        MHD_add_response_header(resp, headers[i].name, headers[i].value);
+    answer_publish(r, status, resp);
+}
+
 void http_respond_problem(http_req *r, unsigned status, const char *detail, const char *field,
                           json_t *extra, unsigned retry_after_s)
 {

@@ -111,6 +111,18 @@ void http_respond_json_text_take(http_req *r, unsigned status, char *text, size_
  * Any thread; once. */
 void http_respond_text_take(http_req *r, unsigned status, const char *ctype, char *text, size_t len);
 
+/* One extra response header (http_respond_static). */
+typedef struct http_header {
+    const char *name, *value;
+} http_header;
+
+/* Answers with a body the server does not own or free: data (len bytes)
+ * must live as long as the server (embedded files). ctype NULL sends no
+ * Content-Type (a 304, a redirect); the n headers are copied. A HEAD gets
+ * the same headers and no body. Any thread; once. */
+void http_respond_static(http_req *r, unsigned status, const char *ctype, const void *data,
+                         size_t len, const http_header *headers, size_t n);
+
 /* Answers with an application/problem+json body per RFC 9457:
  * {"type":"about:blank","title":<reason phrase of status>,"status":status,
  *  "detail":detail[,"field":field]} plus the members of extra (stolen, may be

@@ -35,5 +35,8 @@ const http_route api_routes[] = {
     {"GET", "/healthz", api_healthz, 0, 1, 0}, /* open: probes carry no token, and */
     {"GET", "/readyz", api_readyz, 0, 1, 0},   /* neither tells more than up or down */
     {"GET", "/metrics", api_metrics, 0, 0, 0}, /* not open: it tells a lot (nginx hides it too) */
+    {"GET", "/ui", api_ui_redirect, 0, 1, 0},  /* open: the dashboard's files hold no data; */
+    {"GET", "/ui/", api_ui_index, 0, 1, 0},    /* the page calls the API with the */
+    {"GET", "/ui/{file}", api_ui_file, 0, 1, 0}, /* operator's token */
 };
 const size_t api_route_count = sizeof api_routes / sizeof api_routes[0];

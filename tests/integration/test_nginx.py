@@ -467,3 +467,20 @@ def test_a_post_that_reached_an_instance_is_never_sent_to_another_but_reads_are(
                 assert status == 201, (tid, body)
     finally:
         dying.close()
+
+
+def test_the_dashboard_passes_through_nginx_with_its_redirect_etag_and_security_headers(
+        redis, hookwheel_factory, nginx_factory):
+    hw = hookwheel_factory(redis, args=INFO)
+    nginx = nginx_factory([hw.port])
+    status, headers, _ = request(nginx.port, "GET", "/ui")
+    assert status == 308 and headers["Location"] == "/ui/", (status, dict(headers))
+    status, headers, page = request(nginx.port, "GET", "/ui/")
+    assert status == 200 and page == (ROOT / "ui" / "index.html").read_bytes(), status
+    assert headers["Content-Security-Policy"].startswith("default-src 'self'"), dict(headers)
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    status, headers, body = request(nginx.port, "GET", "/ui/app.js")
+    assert status == 200 and headers["Content-Type"] == "text/javascript; charset=utf-8", status
+    status, again, body = request(nginx.port, "GET", "/ui/app.js",
+                                  headers={"If-None-Match": headers["ETag"]})
+    assert status == 304 and again["ETag"] == headers["ETag"] and not body, status
