@@ -379,17 +379,15 @@
     });
     if (!rows.length)
       rows.push(el('tr', {}, el('td', {colspan: 10, class: 'muted'},
-                                'No queue yet: queues appear with their first timer or their first PUT.')));
+                                'No queue yet: queues appear with their first timer or their first PUT or PATCH.')));
     fill($('queues-table').tBodies[0], rows);
     drawBars($('chart-queues'), queues);
   }
 
-  // PUT replaces every control, so send the current ones with the change.
-  async function putQueue(name, change) {
-    const q = await callOk('GET', '/queues/' + encodeURIComponent(name));
-    const body = {parallelism: q.parallelism, max_dispatches_per_second: q.max_dispatches_per_second,
-                  scope: q.scope, paused: q.paused};
-    return callOk('PUT', '/queues/' + encodeURIComponent(name), Object.assign(body, change));
+  // PATCH changes only the controls named, in one step in Redis: a change
+  // another operator makes meanwhile to another control is kept.
+  async function patchQueue(name, change) {
+    return callOk('PATCH', '/queues/' + encodeURIComponent(name), change);
   }
 
   async function pauseQueue(name, pause) {
@@ -399,7 +397,7 @@
     if (!(await confirmAction(verb + ' queue ' + name + '?', text)))
       return;
     await act(verb + ' queue ' + name, async () => {
-      await putQueue(name, {paused: pause});
+      await patchQueue(name, {paused: pause});
       return 'Queue ' + name + (pause ? ' paused.' : ' resumed.');
     }, loadOverview);
   }
@@ -422,7 +420,7 @@
     if (!v)
       return;
     await act('Edit queue ' + name, async () => {
-      await putQueue(name, {parallelism: Number(v.parallelism), max_dispatches_per_second: Number(v.rate)});
+      await patchQueue(name, {parallelism: Number(v.parallelism), max_dispatches_per_second: Number(v.rate)});
       return 'Queue ' + name + ': parallelism ' + v.parallelism + ', rate ' + v.rate + '.';
     }, loadOverview);
   }
