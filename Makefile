@@ -93,7 +93,8 @@ $(BUILD)/lua_scripts.h: $(LUA) $(LUA_PRE) Makefile
 # The dashboard's files (ui/) are embedded too: $(BUILD)/ui_assets.h holds each
 # one's name, Content-Type, bytes and a strong ETag (16 hex digits of its
 # SHA-256); api/ui.c serves them at /ui/.
-UI        := $(sort $(wildcard ui/*.html ui/*.js ui/*.css))
+# Named, not globbed: a tree without them fails the build instead of serving no page.
+UI        := ui/index.html ui/app.css ui/app.js
 $(BUILD)/ui_assets.h: $(UI) Makefile
 	@mkdir -p $(BUILD)
 	@i=0; for f in $(UI); do printf 'static const unsigned char ui_%d[] = {\n' $$i; \
@@ -115,7 +116,7 @@ run: deps-run all
 unit: check-deps $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
-integration: check-deps $(BIN)
+integration: check-deps $(BIN) $(CLI_BIN)
 	HOOKWHEEL_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q tests/integration
 
 # The cross-slot audit: the whole suite on one Redis Cluster (3 masters, 3
@@ -123,7 +124,7 @@ integration: check-deps $(BIN)
 # one Redis (stopping it, its config, old layouts) skip there and run right
 # after on one Redis, so every test runs once. test-sanitize runs it under
 # the sanitizers (the suite runs once plain, on one Redis, and once here).
-integration-cluster: check-deps $(BIN)
+integration-cluster: check-deps $(BIN) $(CLI_BIN)
 	@rm -f $(abspath $(BUILD))/cluster-skipped.txt
 	cd tests/integration && HOOKWHEEL_TEST_REDIS=cluster HOOKWHEEL_BIN=$(abspath $(BIN)) \
 	  HOOKWHEEL_SKIPPED_FILE=$(abspath $(BUILD))/cluster-skipped.txt $(PYTHON) -m pytest -q -p no:cacheprovider .

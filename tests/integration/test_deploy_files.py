@@ -270,17 +270,19 @@ def test_the_build_stage_has_the_dev_packages_and_copies_enough_to_build(tmp_pat
                 shutil.copy(origin, tmp_path / dest)
     make_cmd = [r for r in instructions(stages[0], "RUN") if r.startswith("make ")]
     assert make_cmd, "the build stage runs no make"
-    goal = re.search(r"make\s+(?:-\S+\s+)*(\S+)", make_cmd[0]).group(1)
-    assert goal == "build/hookwheel", goal
+    goals = re.search(r"make\s+(?:-\S+\s+)*((?:build/\S+\s*)+)", make_cmd[0]).group(1).split()
+    assert goals == ["build/hookwheel", "build/hookwheelctl"], goals  # the service and its client
     # as a fresh shell would run it: not with the variables of a make that runs
     # this test (make test-sanitize passes SANITIZER=... down through MAKEFLAGS)
     env = {k: v for k, v in os.environ.items()
            if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "SANITIZER", "BUILD", "OPT")}
-    r = subprocess.run(["make", "-n", goal], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
-    assert r.returncode == 0, f"make -n {goal} with only the copied files:\n{r.stderr[-2000:]}"
+    r = subprocess.run(["make", "-n", *goals], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, f"make -n {goals} with only the copied files:\n{r.stderr[-2000:]}"
+    assert "ui/index.html" in r.stdout, "the image's binary would have no dashboard"
     final = stages[1]
-    assert "COPY --from=build /src/build/hookwheel /usr/local/bin/hookwheel" in \
-        [f"COPY {c}" for c in instructions(final, "COPY")]
+    copies = [f"COPY {c}" for c in instructions(final, "COPY")]
+    assert "COPY --from=build /src/build/hookwheel /usr/local/bin/hookwheel" in copies
+    assert "COPY --from=build /src/build/hookwheelctl /usr/local/bin/hookwheelctl" in copies
 
 
 def test_the_image_runs_as_an_unprivileged_user_with_a_health_check_and_no_secrets():
