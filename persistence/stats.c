@@ -1,5 +1,5 @@
 /* stats.c - the stats verbs (stats.h): stats.lua's argument vector, and the
- * minutes' HGETALL replies decoded into counters. */
+ * minutes' HGETALL replies decoded into counters, per queue and summed. */
 #include "stats.h"
 
 #include <errno.h>
@@ -54,9 +54,12 @@ static void add_cb(void *arg, const redisReply *r)
     free(c);
 }
 
-int stats_add(store *st, const char *ns, int64_t minute, const stats_minute *m, stats_add_cb cb, void *arg)
+int stats_add(store *st, const char *ns, const char *queue, int64_t minute, const stats_minute *m,
+              stats_add_cb cb, void *arg)
 {
-    char key[STATS_KEY_MAX], ttl[16], names[STATS_FIELDS][8], values[STATS_FIELDS][24];
+    char key[STATS_KEY_MAX], ttl[16], names[STATS_FIELDS][STATS_QUEUE_MAX + 8], values[STATS_FIELDS][24];
+    if (strlen(queue) > STATS_QUEUE_MAX)
+        return -EINVAL;
     const char *argv[2 + 2 * STATS_FIELDS];
     int argc = 0;
     stats_key(key, ns, minute);
@@ -66,7 +69,9 @@ int stats_add(store *st, const char *ns, int64_t minute, const stats_minute *m, 
     for (int f = 0; f < STATS_FIELDS; f++) {
         if (!m->v[f])
             continue;
-        field_name(names[f], sizeof names[f], f);
+        char field[8];
+        field_name(field, sizeof field, f);
+        snprintf(names[f], sizeof names[f], "%s/%s", queue, field);
         snprintf(values[f], sizeof values[f], "%" PRIu64, m->v[f]);
         argv[argc++] = names[f];
         argv[argc++] = values[f];
@@ -88,6 +93,10 @@ typedef struct read_call {
     void *arg;
     atomic_uint waiting;
     atomic_int failed;
+    char queue[STATS_QUEUE_MAX + 1]; /* the minutes' queue; "" with all_queues */
+    int all_queues;
+    stats_queue *queues; /* every queue seen (writer thread only) */
+    size_t nqueues, cap;
     int64_t first;
     size_t n;
     stats_minute minutes[];
@@ -98,23 +107,74 @@ typedef struct minute_ref {
     size_t i;
 } minute_ref;
 
+static int queue_cmp(const void *a, const void *b)
+{
+    return strcmp(((const stats_queue *)a)->name, ((const stats_queue *)b)->name);
+}
+
 static void finish_read(read_call *c)
 {
-    stats_reply out = {.ok = !atomic_load(&c->failed), .first = c->first, .n = c->n, .minutes = c->minutes};
+    if (c->nqueues) /* qsort with NULL is undefined, even of 0 items */
+        qsort(c->queues, c->nqueues, sizeof *c->queues, queue_cmp);
+    stats_reply out = {.ok = !atomic_load(&c->failed), .first = c->first, .n = c->n, .minutes = c->minutes,
+                       .nqueues = c->nqueues, .queues = c->queues};
     c->cb(c->arg, &out);
+    free(c->queues);
     free(c);
 }
 
-static void decode_minute(stats_minute *m, const redisReply *r)
+/* The totals of queue q (len bytes) in c, added when new; NULL for a name
+ * that is too long to be a queue's. */
+static stats_queue *queue_of(read_call *c, const char *q, size_t len)
+{
+    if (len < 1 || len > STATS_QUEUE_MAX)
+        return NULL;
+    for (size_t i = 0; i < c->nqueues; i++)
+        if (strlen(c->queues[i].name) == len && memcmp(c->queues[i].name, q, len) == 0)
+            return &c->queues[i];
+    if (c->nqueues == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 8;
+        c->queues = xrealloc(c->queues, c->cap * sizeof *c->queues);
+    }
+    stats_queue *e = &c->queues[c->nqueues++];
+    memset(e, 0, sizeof *e);
+    memcpy(e->name, q, len);
+    return e;
+}
+
+/* Adds one field of a minute's hash: "<queue>/<counter>" to its queue's
+ * totals, and to the minute when the read is of every queue or of that
+ * queue; an un-prefixed "<counter>" (the previous layout) to the minute of
+ * an all-queues read only. */
+static void decode_field(read_call *c, stats_minute *m, const char *k, size_t len, uint64_t n)
+{
+    const char *slash = memchr(k, '/', len);
+    size_t qlen = slash ? (size_t)(slash - k) : 0, flen = slash ? len - qlen - 1 : len;
+    int f = field_of(slash ? slash + 1 : k, flen);
+    if (f < 0)
+        return;
+    if (!slash) {
+        if (c->all_queues)
+            m->v[f] += n;
+        return;
+    }
+    stats_queue *q = queue_of(c, k, qlen);
+    if (!q)
+        return;
+    q->total.v[f] += n;
+    if (c->all_queues || strcmp(q->name, c->queue) == 0)
+        m->v[f] += n;
+}
+
+static void decode_minute(read_call *c, stats_minute *m, const redisReply *r)
 {
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *k = r->element[i], *v = r->element[i + 1];
         if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
             continue;
-        int f = field_of(k->str, k->len);
         long long n = strtoll(v->str, NULL, 10);
-        if (f >= 0 && n > 0)
-            m->v[f] = (uint64_t)n;
+        if (n > 0)
+            decode_field(c, m, k->str, k->len, (uint64_t)n);
     }
 }
 
@@ -125,17 +185,21 @@ static void minute_cb(void *arg, const redisReply *r)
     if (!r || r->type != REDIS_REPLY_ARRAY)
         atomic_store(&c->failed, 1);
     else
-        decode_minute(&c->minutes[ref->i], r);
+        decode_minute(c, &c->minutes[ref->i], r);
     free(ref);
     if (atomic_fetch_sub(&c->waiting, 1) == 1)
         finish_read(c);
 }
 
-int stats_read(store *st, const char *ns, int64_t first, size_t n, stats_read_cb cb, void *arg)
+int stats_read(store *st, const char *ns, const char *queue, int64_t first, size_t n, stats_read_cb cb,
+               void *arg)
 {
-    if (n < 1 || n > STATS_MAX_MINUTES)
+    if (n < 1 || n > STATS_MAX_MINUTES || (queue && strlen(queue) > STATS_QUEUE_MAX))
         return -EINVAL;
     read_call *c = xcalloc(1, sizeof *c + n * sizeof c->minutes[0]);
+    c->all_queues = !queue;
+    if (queue)
+        strcpy(c->queue, queue);
     c->cb = cb;
     c->arg = arg;
     c->first = first;

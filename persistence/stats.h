@@ -1,14 +1,17 @@
 /* stats.h - the durable format of the per-minute delivery figures that
  * GET /stats reads: how many runs were delivered, how many timers failed,
  * how many attempts started and failed, and a histogram of lateness, per
- * namespace and minute, summed over every instance sharing the Redis.
+ * namespace, queue and minute, summed over every instance sharing the Redis.
  *
  * Redis layout: one hash per namespace and minute,
  *   hw:stats:{ns:<namespace>}:<minute>       (<minute> = epoch ms / 60000)
- * fields d (delivered), f (failed), a (attempts), fa (failed attempts) and
- * l0 .. l<STATS_BUCKETS-1> (lateness bucket counts; service/tally.h says
- * what the buckets hold); a field that is 0 is absent. Each write adds one
- * instance's counts of one minute with HINCRBY (stats.lua, so the write is
+ * fields <queue>/d (delivered), <queue>/f (failed), <queue>/a (attempts),
+ * <queue>/fa (failed attempts) and <queue>/l0 .. <queue>/l<STATS_BUCKETS-1>
+ * (lateness bucket counts; service/tally.h says what the buckets hold), for
+ * each queue with figures in that minute (queue names have no '/'); a field
+ * that is 0 is absent. Fields without a '/' (d, f, ..., written by builds
+ * before queues were counted) are read into the all-queues figures only.
+ * Each write adds one instance's counts of one queue and minute with HINCRBY (stats.lua, so the write is
  * whole or not at all) and sets the key's expiry to STATS_TTL_S, so a
  * minute is kept about an hour after its last write. The hash tag is the
  * namespace: on a Redis Cluster a namespace's minutes share one slot, and
@@ -50,25 +53,40 @@ typedef struct stats_minute {
  * answered an error (nothing was written). */
 typedef void (*stats_add_cb)(void *arg, int ok);
 
-/* Adds m to namespace ns's minute `minute` and renews its expiry: one
- * stats.lua call on one key. A minute with nothing to add is still sent
- * (it only renews the expiry); callers skip it. */
-int stats_add(store *st, const char *ns, int64_t minute, const stats_minute *m, stats_add_cb cb, void *arg)
-    __attribute__((warn_unused_result));
+#define STATS_QUEUE_MAX 64 /* spec.h: a queue name's length */
+
+/* Adds m to queue `queue` of namespace ns's minute `minute` (queue: a
+ * valid queue name, no '/') and renews the minute's expiry: one stats.lua
+ * call on one key. A minute with nothing to add is still sent (it only
+ * renews the expiry); callers skip it. Returns -EINVAL for a queue name
+ * longer than STATS_QUEUE_MAX. */
+int stats_add(store *st, const char *ns, const char *queue, int64_t minute, const stats_minute *m,
+              stats_add_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* One queue's figures summed over the minutes read. */
+typedef struct stats_queue {
+    char name[STATS_QUEUE_MAX + 1];
+    stats_minute total;
+} stats_queue;
 
 typedef struct stats_reply {
     int ok;                    /* 0: a minute's read got no answer or an error */
     int64_t first;             /* the first minute read */
     size_t n;                  /* minutes read */
-    const stats_minute *minutes; /* n of them, oldest first; zeros where nothing was kept */
+    const stats_minute *minutes; /* n of them, oldest first; zeros where nothing was kept;
+                                    the read's queue only, or all queues summed */
+    size_t nqueues;            /* queues with figures in these minutes */
+    const stats_queue *queues; /* nqueues of them, by name (strcmp order), whatever the filter */
 } stats_reply;
 
 typedef void (*stats_read_cb)(void *arg, const stats_reply *r);
 
 /* Reads namespace ns's minutes first .. first+n-1 (n 1..STATS_MAX_MINUTES):
- * n HGETALLs, one per minute's key, sent in one pipelined round. */
-int stats_read(store *st, const char *ns, int64_t first, size_t n, stats_read_cb cb, void *arg)
-    __attribute__((warn_unused_result));
+ * n HGETALLs, one per minute's key, sent in one pipelined round. The
+ * reply's minutes are queue `queue`'s (copied; NULL: every queue summed,
+ * with fields of the previous layout). */
+int stats_read(store *st, const char *ns, const char *queue, int64_t first, size_t n, stats_read_cb cb,
+               void *arg) __attribute__((warn_unused_result));
 
 /* The key of ns's minute (buf: room for STATS_KEY_MAX bytes). Pure. */
 #define STATS_KEY_MAX 128

@@ -633,7 +633,7 @@ static void attempt_done_cb(void *arg, job *j, const attempt_result *res)
     metrics_attempt(e->m, j->spec->queue, metrics_attempt_class_of(res->status, res->curl_code, res->refused_by_policy));
     metrics_observe_us(e->m, MH_DURATION, res->duration_us);
     if (!(res->status >= 200 && res->status < 300))
-        tally_attempt_failed(e->tally, tally_ns(e->tally, j->id));
+        tally_attempt_failed(e->tally, tally_slot(e->tally, j->id, j->spec->queue));
     decide(e, j, res, clock_now_ms());
     free(j->last_json);
     j->last_json = last_attempt_json(res, e->cfg->instance_id);
@@ -655,10 +655,10 @@ static void start_attempt(engine *e, job *j)
     uint64_t now_us = clock_now_us(), due_us = j->due_ms * 1000u;
     metrics_observe_us(e->m, MH_LATENESS, now_us > due_us ? now_us - due_us : 0);
     if (e->tally) { /* GET /stats: lateness is a run's first attempt's */
-        int ns = tally_ns(e->tally, j->id);
-        tally_attempt(e->tally, ns);
+        int slot = tally_slot(e->tally, j->id, j->spec->queue);
+        tally_attempt(e->tally, slot);
         if (j->attempts == 1)
-            tally_lateness_us(e->tally, ns, now_us > due_us ? now_us - due_us : 0);
+            tally_lateness_us(e->tally, slot, now_us > due_us ? now_us - due_us : 0);
     }
     metrics_gauge_add(e->m, j->spec->queue, MG_IN_FLIGHT, 1); /* attempt_done_cb takes it off */
     j->phase = JOB_RUNNING;
@@ -717,9 +717,9 @@ static void count_outcome(engine *e, const job *j)
     };
     metrics_count(e->m, j->spec->queue, events[j->outcome]);
     if (j->outcome == OUT_DELIVERED || j->outcome == OUT_NEXT)
-        tally_delivered(e->tally, tally_ns(e->tally, j->id));
+        tally_delivered(e->tally, tally_slot(e->tally, j->id, j->spec->queue));
     else if (j->outcome == OUT_FAILED)
-        tally_failed(e->tally, tally_ns(e->tally, j->id));
+        tally_failed(e->tally, tally_slot(e->tally, j->id, j->spec->queue));
 }
 
 static void on_finished(engine *e, job *j)

@@ -1,7 +1,8 @@
-/* tally.c - per-namespace, per-minute counters and their flusher.
+/* tally.c - per-(namespace, queue), per-minute counters and their flusher.
  *
- * Design. Each namespace the engine sees gets a slot (an open-addressing
- * table by name, FNV-1a, written by the engine thread only) and a counter
+ * Design. Each (namespace, queue) the engine sees gets a slot (an
+ * open-addressing table by the two names, FNV-1a, written by the engine
+ * thread only) and a counter
  * array per minute parity: an event of minute m adds to parity m & 1. The
  * flusher wakes half a second past every second; during minute M it takes
  * (atomic exchange with 0) parity M & 1 as minute M and parity (M-1) & 1
@@ -12,13 +13,16 @@
  * (A flusher stalled for a whole minute would file an event a minute off;
  * nothing here blocks that long.)
  *
- * What was taken goes to the pending list (namespace, minute, counts),
+ * What was taken goes to the pending list (slot, minute, counts),
  * under a mutex shared with the writes' callbacks on the store's writer
  * thread. Each flush sends every pending entry as one write and removes
- * it; a write that fails puts its counts back (merged with anything newer
+ * it (one write per slot-minute: a namespace with several busy queues
+ * sends one small write per queue each second, to the same key, rather
+ * than merging them here, which keeps a failed write's put-back per slot);
+ * a write that fails puts its counts back (merged with anything newer
  * of that minute), unless its minute is past TALLY_KEEP_MINUTES, when they
  * are dropped and counted for the log. So memory is bounded by the
- * namespaces' minutes kept, and a count is written once or, when a reply
+ * slots' minutes kept, and a count is written once or, when a reply
  * is lost after Redis applied the write, possibly twice (store.h). */
 #include "tally.h"
 
@@ -36,7 +40,8 @@
 #include "xalloc.h"
 
 #define NS_NAME_MAX 64                       /* auth.h: namespaces are 1..64 characters */
-#define TABLE_SIZE (2 * TALLY_MAX_NAMESPACES) /* a power of two, at most half full */
+#define QUEUE_NAME_MAX 64                    /* spec.h: queue names are 1..64 characters */
+#define TABLE_SIZE (2 * TALLY_MAX_SLOTS)      /* a power of two, at most half full */
 #define MINUTE_MS 60000
 
 const uint64_t tally_bounds_us[STATS_BUCKETS - 1] = {
@@ -49,7 +54,7 @@ typedef struct ns_counters {
 } ns_counters;
 
 typedef struct entry {
-    int ns;
+    int slot;
     int64_t minute;
     stats_minute m;
 } entry;
@@ -63,10 +68,11 @@ struct tally {
     store *st;
     /* engine thread writes; the flusher reads slots below `count` */
     atomic_int count;
-    char names[TALLY_MAX_NAMESPACES][NS_NAME_MAX + 1];
-    ns_counters *ctr[TALLY_MAX_NAMESPACES];
+    char names[TALLY_MAX_SLOTS][NS_NAME_MAX + 1];     /* the slot's namespace */
+    char queues[TALLY_MAX_SLOTS][QUEUE_NAME_MAX + 1]; /* the slot's queue */
+    ns_counters *ctr[TALLY_MAX_SLOTS];
     int table[TABLE_SIZE]; /* slot + 1; 0: empty (engine thread only) */
-    atomic_uint_fast64_t uncounted; /* events of namespaces past the cap */
+    atomic_uint_fast64_t uncounted; /* events of slots past the cap */
 
     pthread_mutex_t mu; /* guards what follows */
     pthread_cond_t cv;
@@ -87,49 +93,56 @@ static uint32_t fnv1a(const char *s, size_t n)
     return h;
 }
 
-int tally_ns(tally *t, const char *id)
+static int same(const char *name, const char *s, size_t n)
+{
+    return strlen(name) == n && memcmp(name, s, n) == 0;
+}
+
+int tally_slot(tally *t, const char *id, const char *queue)
 {
     if (!t)
         return -1;
     const char *slash = strchr(id, '/');
-    size_t n = slash ? (size_t)(slash - id) : 0;
-    if (n > NS_NAME_MAX)
+    size_t n = slash ? (size_t)(slash - id) : 0, qn = strlen(queue);
+    if (n > NS_NAME_MAX || qn > QUEUE_NAME_MAX)
         return -1;
     int count = atomic_load_explicit(&t->count, memory_order_relaxed);
-    for (uint32_t i = fnv1a(id, n) & (TABLE_SIZE - 1);; i = (i + 1) & (TABLE_SIZE - 1)) {
+    uint32_t h = (fnv1a(id, n) * 31u) ^ fnv1a(queue, qn);
+    for (uint32_t i = h & (TABLE_SIZE - 1);; i = (i + 1) & (TABLE_SIZE - 1)) {
         int s = t->table[i] - 1;
-        if (s >= 0 && strlen(t->names[s]) == n && memcmp(t->names[s], id, n) == 0)
+        if (s >= 0 && same(t->names[s], id, n) && same(t->queues[s], queue, qn))
             return s;
         if (s >= 0)
             continue;
-        if (count == TALLY_MAX_NAMESPACES)
+        if (count == TALLY_MAX_SLOTS)
             return -1;
         memcpy(t->names[count], id, n);
         t->names[count][n] = 0;
+        memcpy(t->queues[count], queue, qn + 1);
         t->ctr[count] = xcalloc(1, sizeof *t->ctr[count]);
         t->table[i] = count + 1;
-        atomic_store_explicit(&t->count, count + 1, memory_order_release); /* publishes name and ctr */
+        atomic_store_explicit(&t->count, count + 1, memory_order_release); /* publishes names and ctr */
         return count;
     }
 }
 
-static void add(tally *t, int ns, int field)
+static void add(tally *t, int slot, int field)
 {
     if (!t)
         return;
-    if (ns < 0) {
+    if (slot < 0) {
         atomic_fetch_add_explicit(&t->uncounted, 1, memory_order_relaxed);
         return;
     }
     uint64_t minute = clock_now_ms() / MINUTE_MS;
-    atomic_fetch_add_explicit(&t->ctr[ns]->v[minute & 1][field], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->ctr[slot]->v[minute & 1][field], 1, memory_order_relaxed);
 }
 
-void tally_delivered(tally *t, int ns) { add(t, ns, STATS_DELIVERED); }
-void tally_failed(tally *t, int ns) { add(t, ns, STATS_FAILED); }
-void tally_attempt(tally *t, int ns) { add(t, ns, STATS_ATTEMPTS); }
-void tally_attempt_failed(tally *t, int ns) { add(t, ns, STATS_FAILED_ATTEMPTS); }
-void tally_lateness_us(tally *t, int ns, uint64_t us) { add(t, ns, STATS_LATENESS + tally_bucket(us)); }
+void tally_delivered(tally *t, int slot) { add(t, slot, STATS_DELIVERED); }
+void tally_failed(tally *t, int slot) { add(t, slot, STATS_FAILED); }
+void tally_attempt(tally *t, int slot) { add(t, slot, STATS_ATTEMPTS); }
+void tally_attempt_failed(tally *t, int slot) { add(t, slot, STATS_FAILED_ATTEMPTS); }
+void tally_lateness_us(tally *t, int slot, uint64_t us) { add(t, slot, STATS_LATENESS + tally_bucket(us)); }
 
 int tally_bucket(uint64_t us)
 {
@@ -179,12 +192,12 @@ static int empty(const stats_minute *m)
     return 1;
 }
 
-/* Adds m to the pending entry of (ns, minute), made when new. */
-static void merge(tally *t, int ns, int64_t minute, const stats_minute *m)
+/* Adds m to the pending entry of (slot, minute), made when new. */
+static void merge(tally *t, int slot, int64_t minute, const stats_minute *m)
 {
     entry *e = NULL;
     for (size_t i = 0; i < t->npending && !e; i++)
-        if (t->pending[i].ns == ns && t->pending[i].minute == minute)
+        if (t->pending[i].slot == slot && t->pending[i].minute == minute)
             e = &t->pending[i];
     if (!e) {
         if (t->npending == t->cap) {
@@ -192,22 +205,22 @@ static void merge(tally *t, int ns, int64_t minute, const stats_minute *m)
             t->pending = xrealloc(t->pending, t->cap * sizeof *t->pending);
         }
         e = &t->pending[t->npending++];
-        *e = (entry){.ns = ns, .minute = minute};
+        *e = (entry){.slot = slot, .minute = minute};
     }
     for (int f = 0; f < STATS_FIELDS; f++)
         e->m.v[f] += m->v[f];
 }
 
-/* Takes parity `minute & 1` of every namespace as minute `minute`. */
+/* Takes parity `minute & 1` of every slot as minute `minute`. */
 static void take(tally *t, int64_t minute)
 {
     int count = atomic_load_explicit(&t->count, memory_order_acquire);
-    for (int ns = 0; ns < count; ns++) {
+    for (int slot = 0; slot < count; slot++) {
         stats_minute m;
         for (int f = 0; f < STATS_FIELDS; f++)
-            m.v[f] = atomic_exchange_explicit(&t->ctr[ns]->v[minute & 1][f], 0, memory_order_relaxed);
+            m.v[f] = atomic_exchange_explicit(&t->ctr[slot]->v[minute & 1][f], 0, memory_order_relaxed);
         if (!empty(&m))
-            merge(t, ns, minute, &m);
+            merge(t, slot, minute, &m);
     }
 }
 
@@ -219,7 +232,7 @@ static void written_cb(void *arg, int ok)
     tally *t = c->t;
     pthread_mutex_lock(&t->mu);
     if (!ok && c->e.minute >= (int64_t)(clock_now_ms() / MINUTE_MS) - TALLY_KEEP_MINUTES)
-        merge(t, c->e.ns, c->e.minute, &c->e.m);
+        merge(t, c->e.slot, c->e.minute, &c->e.m);
     else if (!ok)
         t->dropped += events(&c->e.m);
     pthread_mutex_unlock(&t->mu);
@@ -250,7 +263,7 @@ static void flush(tally *t, uint64_t now_ms)
         }
         write_call *c = xmalloc(sizeof *c);
         *c = (write_call){t, send[i]};
-        if (stats_add(t->st, t->names[send[i].ns], send[i].minute, &send[i].m, written_cb, c) < 0)
+        if (stats_add(t->st, t->names[send[i].slot], t->queues[send[i].slot], send[i].minute, &send[i].m, written_cb, c) < 0)
             written_cb(c, 0); /* not queued: kept for the next flush */
     }
     free(send);
@@ -259,8 +272,8 @@ static void flush(tally *t, uint64_t now_ms)
         LOG(LOG_WARN, "per-minute figures dropped: Redis did not take them within minutes",
             "\"events\":%" PRIu64 ",\"keep_minutes\":%d", dropped, TALLY_KEEP_MINUTES);
     if (uncounted)
-        LOG(LOG_WARN, "per-minute figures not counted: too many namespaces",
-            "\"events\":%" PRIu64 ",\"max_namespaces\":%d", uncounted, TALLY_MAX_NAMESPACES);
+        LOG(LOG_WARN, "per-minute figures not counted: too many namespace-queue pairs",
+            "\"events\":%" PRIu64 ",\"max_slots\":%d", uncounted, TALLY_MAX_SLOTS);
 }
 
 static void *flusher_main(void *arg)

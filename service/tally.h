@@ -1,11 +1,11 @@
-/* tally.h - the per-namespace, per-minute delivery figures of GET /stats,
+/* tally.h - the per-(namespace, queue), per-minute delivery figures of GET /stats,
  * counted in memory and added to Redis once a second.
  *
  * The engine thread records events (tally_delivered, tally_failed,
  * tally_attempt, tally_attempt_failed, tally_lateness_us): each is one
- * relaxed atomic add on the namespace's counters; nothing is sent to Redis per event. A flusher
+ * relaxed atomic add on the (namespace, queue) slot's counters; nothing is sent to Redis per event. A flusher
  * thread (tally_start) takes the counts every second and adds them to
- * Redis (persistence/stats.h: one write per namespace-minute that has
+ * Redis (persistence/stats.h: one write per slot-minute that has
  * anything to add), where every instance sharing the Redis adds its own,
  * so GET /stats reads the deployment's figures. A write that fails (Redis
  * unreachable) keeps its counts and is tried again the next second;
@@ -13,10 +13,12 @@
  * with one log line saying how many events were lost. tally_stop writes
  * what is left (graceful stop).
  *
- * Namespaces: a timer's namespace is the part of its key id before '/'
- * ("" without one: the API runs open). The first TALLY_MAX_NAMESPACES
- * namespaces the engine sees are counted; events of later ones are not
- * (one log line per second says how many were not).
+ * Slots: a timer's namespace is the part of its key id before '/' ("" without
+ * one: the API runs open); its queue is its spec's. The first
+ * TALLY_MAX_SLOTS (namespace, queue) pairs the engine sees are counted;
+ * events of later pairs are dropped, not counted even in their namespace's
+ * total (one log line per second says how many were not). A pair's slot is
+ * kept for the process's life: queues come and go far slower than this cap.
  *
  * Lateness is counted in STATS_BUCKETS buckets of microseconds (bounds
  * below, upper bounds inclusive); tally_quantile_ms estimates a quantile
@@ -30,7 +32,7 @@
 #include "persistence/stats.h"
 #include "store.h"
 
-#define TALLY_MAX_NAMESPACES 1024
+#define TALLY_MAX_SLOTS 4096 /* distinct (namespace, queue) pairs counted */
 #define TALLY_KEEP_MINUTES 5 /* unwritten counts older than this many minutes are dropped */
 
 /* The upper bound (us, inclusive) of each lateness bucket but the last,
@@ -55,17 +57,18 @@ void tally_stop(tally *t);
  * run). NULL is a no-op. */
 void tally_free(tally *t);
 
-/* Engine thread only: the slot of the namespace of timer key id `id`
- * (-1: past TALLY_MAX_NAMESPACES, not counted). Cheap: a hash lookup. */
-int tally_ns(tally *t, const char *id);
+/* Engine thread only: the slot of the namespace of timer key id `id` and
+ * queue `queue` (-1: past TALLY_MAX_SLOTS, or a name too long; not
+ * counted). Cheap: a hash lookup. */
+int tally_slot(tally *t, const char *id, const char *queue);
 
-/* Engine thread: one event of namespace slot ns (from tally_ns; -1 counts
- * nothing) now. t NULL is a no-op. */
-void tally_delivered(tally *t, int ns); /* a run delivered */
-void tally_failed(tally *t, int ns);    /* a timer ended failed */
-void tally_attempt(tally *t, int ns);   /* an attempt started */
-void tally_attempt_failed(tally *t, int ns); /* an attempt ended without a 2xx */
-void tally_lateness_us(tally *t, int ns, uint64_t us); /* a run's first attempt started us late */
+/* Engine thread: one event of slot (from tally_slot; -1 counts nothing)
+ * now. t NULL is a no-op. */
+void tally_delivered(tally *t, int slot); /* a run delivered */
+void tally_failed(tally *t, int slot);    /* a timer ended failed */
+void tally_attempt(tally *t, int slot);   /* an attempt started */
+void tally_attempt_failed(tally *t, int slot); /* an attempt ended without a 2xx */
+void tally_lateness_us(tally *t, int slot, uint64_t us); /* a run's first attempt started us late */
 
 /* The bucket of a lateness of us microseconds. Pure. */
 int tally_bucket(uint64_t us);

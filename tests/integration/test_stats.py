@@ -7,6 +7,8 @@ Each instance adds its counts to Redis about once a second, so the tests
 poll until the figures are in; a test's events may straddle a minute, so
 counts are summed over the minutes answered."""
 import time
+
+import pytest
 from datetime import datetime, timezone
 
 from conftest import CLUSTER_MODE, Reply, scaled, wait_until
@@ -176,3 +178,69 @@ def test_counts_are_kept_while_redis_is_away_and_written_when_it_is_back(redis, 
     redis.start(port=redis.port)  # the same port and AOF
     hookwheel.wait_state("away", {"delivered"}, timeout=scaled(20))
     wait_totals(hookwheel, {"delivered": 1, "failed": 0, "attempts": 1, "failed_attempts": 0}, timeout=15)
+
+
+def stats_of(hw, queue):
+    status, headers, body = hw.request("GET", f"/stats?minutes=5&queue={queue}")
+    assert_matches_contract("GET", "/stats", status, headers, body)
+    assert status == 200, body
+    return body
+
+
+def test_figures_are_kept_per_queue_and_the_all_queues_answer_is_their_sum(hookwheel, receiver, redis):
+    receiver.default("/broken", Reply(500))
+    plan = {"mail": (3, 1), "sms": (1, 2)}  # queue: (delivered, failed)
+    for queue, (ok, bad) in plan.items():
+        for i in range(ok):
+            status, _, t = hookwheel.create({"id": f"{queue}-ok-{i}", "url": receiver.url("/ok"), "delay_ms": 100,
+                                             "queue": queue})
+            assert status == 201, t
+        for i in range(bad):
+            status, _, t = hookwheel.create({"id": f"{queue}-bad-{i}", "url": receiver.url("/broken"),
+                                             "delay_ms": 100, "queue": queue, "retry": {"max_attempts": 1}})
+            assert status == 201, t
+    body = wait_totals(hookwheel, {"delivered": 4, "failed": 3, "attempts": 7, "failed_attempts": 3})
+    assert body["queues"] == ["mail", "sms"], body["queues"]
+    per = {}
+    for queue, (ok, bad) in plan.items():
+        want = {"delivered": ok, "failed": bad, "attempts": ok + bad, "failed_attempts": bad}
+        per[queue] = stats_of(hookwheel, queue)
+        assert totals(per[queue]) == want, (queue, per[queue])
+        assert per[queue]["queues"] == ["mail", "sms"]  # whatever the queue asked
+        assert body["queue_totals"][queue] == want, body["queue_totals"]
+        assert per[queue]["queue_totals"] == body["queue_totals"]
+    # minute by minute, the all-queues figures are the queues' sum; lateness
+    # is there wherever a queue's minute has attempts
+    by_start = {q: {m["start"]: m for m in per[q]["minutes"]} for q in plan}
+    for m in body["minutes"]:
+        parts = [by_start[q].get(m["start"]) for q in plan]
+        if None in parts:  # a minute's edge passed between the reads
+            continue
+        assert {f: m[f] for f in FIELDS} == {f: sum(p[f] for p in parts) for f in FIELDS}, (m, parts)
+        assert (m["lateness_ms"]["p50"] is None) == all(p["lateness_ms"]["p50"] is None for p in parts)
+    # an idle or unknown queue: zeros
+    idle = stats_of(hookwheel, "never-used")
+    assert all(m[f] == 0 for m in idle["minutes"] for f in FIELDS)
+    assert all(m["lateness_ms"] == {"p50": None, "p99": None} for m in idle["minutes"])
+    # Redis: the queues' fields in the namespace's minute hash
+    fields = {f for k in redis.keys("hw:stats:*") for f in redis.cmd("HKEYS", k)}
+    assert {"mail/d", "mail/f", "mail/a", "sms/d", "sms/f", "sms/fa"} <= fields, fields
+    assert all("/" in f for f in fields), fields
+
+
+def test_a_bad_queue_gets_a_400_problem_naming_queue(hookwheel):
+    for bad in ("", "a%2Fb", "q" * 65, "with%20space", "%C3%A9"):
+        status, headers, body = hookwheel.request("GET", f"/stats?minutes=5&queue={bad}")
+        assert_matches_contract("GET", "/stats", status, headers, body)
+        assert status == 400 and body["field"] == "queue", (bad, status, body)
+
+
+def test_fields_of_the_layout_without_queues_count_in_the_all_queues_figures_only(hookwheel, redis):
+    if CLUSTER_MODE:
+        pytest.skip("writes one Redis's key directly")
+    key = f"hw:stats:{{ns:}}:{int(time.time()) // 60}"
+    redis.cmd("HSET", key, "d", 5, "a", 5, "l0", 5, "mail/d", 1, "mail/a", 1)
+    body = stats(hookwheel, minutes=1)
+    assert (body["minutes"][0]["delivered"], body["minutes"][0]["attempts"]) == (6, 6), body
+    assert body["queues"] == ["mail"] and body["queue_totals"]["mail"]["delivered"] == 1, body
+    assert stats_of(hookwheel, "mail")["minutes"][-1]["delivered"] == 1
