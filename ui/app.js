@@ -199,6 +199,7 @@
   function logout() {
     sessionStorage.removeItem(TOKEN_KEY);
     stopRefresh();
+    statsQueue = ''; // another token may be another namespace's
     show($('login-error'), false);
     alertMsg('');
     statusMsg('Logged out.');
@@ -336,12 +337,18 @@
 
   /* ---- overview: queues --------------------------------------------------- */
 
+  // The charts' queue ('' for all): GET /stats answers that queue's minutes
+  // and, whatever the queue, every queue's hour totals for the table.
+  let statsQueue = '';
+
   async function loadOverview() {
-    const seq = renderSeq;
-    const [queues, stats] = await Promise.all([callOk('GET', '/queues'), call('GET', '/stats?minutes=60')]);
-    if (seq !== renderSeq)
-      return;
-    renderQueues(queues.queues || []);
+    const seq = renderSeq, queue = statsQueue;
+    const path = '/stats?minutes=60' + (queue ? '&queue=' + encodeURIComponent(queue) : '');
+    const [queues, stats] = await Promise.all([callOk('GET', '/queues'), call('GET', path)]);
+    if (seq !== renderSeq || queue !== statsQueue)
+      return; /* another view, or another queue chosen meanwhile: its own load draws */
+    const ok = stats.status === 200 && stats.data && Array.isArray(stats.data.minutes);
+    renderQueues(queues.queues || [], ok ? stats.data.queue_totals || {} : null);
     renderStats(stats);
     $('queues-updated').textContent = 'Updated ' + fmtTime(Date.now()) + '; refreshed every ' +
       REFRESH_MS / 1000 + ' s.';
@@ -353,7 +360,10 @@
     return (q.timers && q.timers[state]) || 0;
   }
 
-  function renderQueues(queues) {
+  // totals: GET /stats's queue_totals (the hour per queue), null when
+  // GET /stats did not answer (the columns show '—').
+  function renderQueues(queues, totals) {
+    const hour = (name, k) => (totals ? (totals[name] ? totals[name][k] : 0) : '—');
     const rows = queues.map((q) => {
       const acts = el('div', {class: 'row-actions'},
         el('button', {type: 'button', 'aria-label': (q.paused ? 'Resume queue ' : 'Pause queue ') + q.name,
@@ -373,12 +383,13 @@
         num('paused', count(q, 'paused')), num('due', count(q, 'due')),
         num('oldest_due', q.oldest_due_age_ms ? fmtDuration(q.oldest_due_age_ms) : '—'),
         num('parallelism', q.parallelism), num('rate', q.max_dispatches_per_second || 'no limit'),
+        num('delivered_1h', hour(q.name, 'delivered')), num('failed_1h', hour(q.name, 'failed')),
         el('td', {'data-col': 'state'}, el('span', {class: 'badge ' + (q.paused ? 'paused' : 'running')},
                                          q.paused ? 'paused' : 'running')),
         el('td', {}, acts));
     });
     if (!rows.length)
-      rows.push(el('tr', {}, el('td', {colspan: 10, class: 'muted'},
+      rows.push(el('tr', {}, el('td', {colspan: 12, class: 'muted'},
                                 'No queue yet: queues appear with their first timer or their first PUT or PATCH.')));
     fill($('queues-table').tBodies[0], rows);
     drawBars($('chart-queues'), queues);
@@ -555,7 +566,8 @@
         }
         d += (pen ? 'L' : 'M') + px(i).toFixed(1) + ' ' + py(v).toFixed(1);
         pen = true;
-        const c = svg('circle', {cx: px(i).toFixed(1), cy: py(v).toFixed(1), r: 2, class: 'dot ' + s.cls});
+        const c = svg('circle', {cx: px(i).toFixed(1), cy: py(v).toFixed(1), r: 2, class: 'dot ' + s.cls,
+                                 'data-value': v});
         c.append(svg('title', {}, `${minutes[i].start}: ${v}${unit ? ' ' + unit : ''} ${s.name}`));
         root.append(c);
       });
@@ -573,27 +585,45 @@
     if (res.status === 404) {
       note.textContent = 'History not available: this hookwheel has no GET /stats (an older version).';
       show(note, true);
+      show($('stats-form'), false);
       show($('stats-charts'), false);
       return;
     }
     if (res.status !== 200 || !res.data || !Array.isArray(res.data.minutes)) {
       note.textContent = 'History could not be read: ' + problemText(res);
       show(note, true);
+      show($('stats-form'), false);
       show($('stats-charts'), false);
       return;
     }
     show(note, false);
+    show($('stats-form'), true);
     show($('stats-charts'), true);
-    const m = res.data.minutes;
+    statsQueues(res.data.queues || []);
+    const m = res.data.minutes, of = statsQueue ? ' of queue ' + statsQueue : ' of all queues';
     const lat = (k) => m.map((x) => (x.lateness_ms ? x.lateness_ms[k] : null));
-    drawLines($('chart-deliveries'), 'Line chart: deliveries and failures per minute over the last hour', m, [
+    drawLines($('chart-deliveries'), 'Line chart: deliveries and failures per minute over the last hour' + of, m, [
       {name: 'delivered', cls: 'series-delivered', values: m.map((x) => x.delivered)},
       {name: 'failed', cls: 'series-failed', values: m.map((x) => x.failed)},
     ]);
-    drawLines($('chart-lateness'), 'Line chart: firing lateness p50 and p99 per minute over the last hour', m, [
+    drawLines($('chart-lateness'), 'Line chart: firing lateness p50 and p99 per minute over the last hour' + of, m, [
       {name: 'p50', cls: 'series-p50', values: lat('p50')},
       {name: 'p99', cls: 'series-p99', values: lat('p99')},
     ], 'ms');
+  }
+
+  // The selector's options: "All queues", the hour's queues and the one
+  // chosen (kept when its figures have aged out). Rebuilt only when the list
+  // changes, so a refresh does not close the list under the user's pointer.
+  function statsQueues(names) {
+    const sel = $('stats-queue');
+    const want = [''].concat(names);
+    if (statsQueue && !names.includes(statsQueue))
+      want.push(statsQueue);
+    const have = Array.from(sel.options, (o) => o.value);
+    if (have.join('/') !== want.join('/'))
+      sel.replaceChildren(...want.map((n) => el('option', {value: n}, n || 'All queues')));
+    sel.value = statsQueue;
   }
 
   /* ---- timers list ---------------------------------------------------- */
@@ -826,6 +856,11 @@
       run(loadList);
     });
     $('lease-form').addEventListener('submit', leaseLookup);
+    $('stats-form').addEventListener('submit', (ev) => ev.preventDefault());
+    $('stats-queue').addEventListener('change', () => {
+      statsQueue = $('stats-queue').value;
+      run(loadOverview);
+    });
     window.addEventListener('hashchange', route);
     // Charts are drawn to their box's width: draw them again after a resize.
     let resized = null;

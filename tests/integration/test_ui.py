@@ -511,10 +511,14 @@ def test_the_leases_view_lists_held_leases_or_says_the_list_is_not_available(
 # instances would have, then read and drawn by the real binary and page
 
 
+REPORTS_MINUTES = (0, 10, 30, 40, 50)  # of the hour's 60, the ones queue reports has figures in
+
+
 def seed_stats_hour(redis, namespace, now_s):
-    """Writes 60 minutes of figures of `namespace`, the current one last,
-    with a quiet stretch (no attempts, so no lateness) in the middle; returns
-    the minutes with attempts."""
+    """Writes 60 minutes of figures of `namespace`'s queue billing, the
+    current one last, with a quiet stretch (no attempts, so no lateness) in
+    the middle, and a few minutes of queue reports; returns the minutes with
+    attempts."""
     minute_now = int(now_s) // 60
     busy = 0
     for i in range(60):
@@ -522,8 +526,11 @@ def seed_stats_hour(redis, namespace, now_s):
             continue
         key = f"hw:stats:{{ns:{namespace}}}:{minute_now - 59 + i}"
         # l3: 1-2 ms (service/tally.h's bounds), l7: 7.5-10 ms
-        redis.cmd("HSET", key, "d", 10 + i % 7, "f", i % 3, "a", 12 + i % 7, "fa", i % 3,
-                  "l3", 11 + i % 7, "l7", 1)
+        redis.cmd("HSET", key, "billing/d", 10 + i % 7, "billing/f", i % 3, "billing/a", 12 + i % 7,
+                  "billing/fa", i % 3, "billing/l3", 11 + i % 7, "billing/l7", 1)
+        if i in REPORTS_MINUTES:
+            redis.cmd("HSET", key, "reports/d", 2, "reports/f", 1, "reports/a", 3, "reports/fa", 1,
+                      "reports/l7", 3)
         redis.cmd("EXPIRE", key, 3600)
         busy += 1
     return busy
@@ -559,7 +566,36 @@ def test_the_overview_draws_the_last_hour_of_get_stats_as_line_charts_with_gaps(
     tops = [float(c.get_attribute("cy")) for c in page.finds("#chart-lateness svg circle.series-p99")]
     assert min(tops) >= 26 - 0.5, min(tops)
     page.wait(lambda: page.cell("billing", "scheduled") == "3", "the queues")
+    # the queues table: each queue's hour from GET /stats's queue_totals
+    totals = stats["queue_totals"]
+    assert stats["queues"] == ["billing", "reports"], stats["queues"]
+    for queue, want in (("billing", totals["billing"]), ("reports", totals["reports"]),
+                        ("emails", {"delivered": 0, "failed": 0})):
+        assert page.cell(queue, "delivered_1h") == str(want["delivered"]), queue
+        assert page.cell(queue, "failed_1h") == str(want["failed"]), queue
+    assert totals["reports"]["delivered"] == 2 * len(REPORTS_MINUTES)
     page.shot("overview-charts")
+    # the charts' queue selector: All queues and the hour's queues; choosing
+    # one draws that queue's minutes
+    select = page.find("#stats-queue")
+    assert page.text('label[for="stats-queue"]') == "Queue"
+    assert [o.text for o in select.find_elements("css selector", "option")] == ["All queues", "billing", "reports"]
+
+    def drawn(series):  # read in one script: the page redraws every second
+        return page.d.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]), (c) => +c.getAttribute('data-value'))",
+            f"#chart-deliveries svg circle.series-{series}")
+    page.wait(lambda: drawn("delivered") == [m["delivered"] for m in api_get(hw, "/stats?minutes=60")[2]["minutes"]],
+              "the chart of all queues")
+    select.find_element("css selector", 'option[value="reports"]').click()
+
+    def shows_reports():
+        answer = api_get(hw, "/stats?minutes=60&queue=reports")[2]["minutes"]
+        return drawn("delivered") == [m["delivered"] for m in answer] and \
+            drawn("failed") == [m["failed"] for m in answer]
+    page.wait(shows_reports, "the chart of queue reports")
+    assert sorted(set(drawn("delivered"))) == [0, 2] and sum(drawn("delivered")) <= 2 * len(REPORTS_MINUTES)
+    assert "of queue reports" in page.find("#chart-deliveries svg").get_attribute("aria-label")
     # another namespace's token sees none of it
     page.find("#logout").click()
     page.login(TOKEN_B)
