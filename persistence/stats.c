@@ -54,33 +54,45 @@ static void add_cb(void *arg, const redisReply *r)
     free(c);
 }
 
-int stats_add(store *st, const char *ns, const char *queue, int64_t minute, const stats_minute *m,
-              stats_add_cb cb, void *arg)
+int stats_add(store *st, const char *ns, int64_t minute, const stats_queue_add *q, size_t n, stats_add_cb cb,
+              void *arg)
 {
-    char key[STATS_KEY_MAX], ttl[16], names[STATS_FIELDS][STATS_QUEUE_MAX + 8], values[STATS_FIELDS][24];
-    if (strlen(queue) > STATS_QUEUE_MAX)
+    if (n < 1 || n > STATS_ADD_MAX)
         return -EINVAL;
-    const char *argv[2 + 2 * STATS_FIELDS];
-    int argc = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strlen(q[i].queue) > STATS_QUEUE_MAX)
+            return -EINVAL;
+    /* names and values of every field sent, one slot each */
+    enum { NAME = STATS_QUEUE_MAX + 8, VALUE = 24 };
+    char key[STATS_KEY_MAX], ttl[16];
+    char (*names)[NAME] = xmalloc(n * STATS_FIELDS * sizeof *names);
+    char (*values)[VALUE] = xmalloc(n * STATS_FIELDS * sizeof *values);
+    const char **argv = xmalloc((2 + 2 * n * STATS_FIELDS) * sizeof *argv);
+    int argc = 0, k = 0;
     stats_key(key, ns, minute);
     snprintf(ttl, sizeof ttl, "%d", STATS_TTL_S);
     argv[argc++] = key;
     argv[argc++] = ttl;
-    for (int f = 0; f < STATS_FIELDS; f++) {
-        if (!m->v[f])
-            continue;
-        char field[8];
-        field_name(field, sizeof field, f);
-        snprintf(names[f], sizeof names[f], "%s/%s", queue, field);
-        snprintf(values[f], sizeof values[f], "%" PRIu64, m->v[f]);
-        argv[argc++] = names[f];
-        argv[argc++] = values[f];
+    for (size_t i = 0; i < n; i++) {
+        for (int f = 0; f < STATS_FIELDS; f++, k++) {
+            if (!q[i].m->v[f])
+                continue;
+            char field[8];
+            field_name(field, sizeof field, f);
+            snprintf(names[k], NAME, "%s/%s", q[i].queue, field);
+            snprintf(values[k], VALUE, "%" PRIu64, q[i].m->v[f]);
+            argv[argc++] = names[k];
+            argv[argc++] = values[k];
+        }
     }
     add_call *c = xmalloc(sizeof *c);
     *c = (add_call){cb, arg};
     int rc = store_eval(st, SCRIPT_STATS, 1, argc, argv, NULL, add_cb, c);
     if (rc < 0)
         free(c);
+    free(argv);
+    free(values);
+    free(names);
     return rc;
 }
 

@@ -55,13 +55,20 @@ typedef void (*stats_add_cb)(void *arg, int ok);
 
 #define STATS_QUEUE_MAX 64 /* spec.h: a queue name's length */
 
-/* Adds m to queue `queue` of namespace ns's minute `minute` (queue: a
- * valid queue name, no '/') and renews the minute's expiry: one stats.lua
- * call on one key. A minute with nothing to add is still sent (it only
- * renews the expiry); callers skip it. Returns -EINVAL for a queue name
- * longer than STATS_QUEUE_MAX. */
-int stats_add(store *st, const char *ns, const char *queue, int64_t minute, const stats_minute *m,
-              stats_add_cb cb, void *arg) __attribute__((warn_unused_result));
+/* One queue's figures of a minute, for stats_add. */
+typedef struct stats_queue_add {
+    const char *queue; /* a valid queue name (no '/'), at most STATS_QUEUE_MAX characters */
+    const stats_minute *m;
+} stats_queue_add;
+
+#define STATS_ADD_MAX 32 /* queues in one stats_add: at most 32 * STATS_FIELDS increments a call */
+
+/* Adds the n (1..STATS_ADD_MAX) queues' figures to namespace ns's minute
+ * `minute` and renews the minute's expiry: one stats.lua call on one key,
+ * whole or not at all. Fields that are 0 are not sent. Returns -EINVAL for
+ * n out of range or a queue name longer than STATS_QUEUE_MAX. */
+int stats_add(store *st, const char *ns, int64_t minute, const stats_queue_add *q, size_t n, stats_add_cb cb,
+              void *arg) __attribute__((warn_unused_result));
 
 /* One queue's figures summed over the minutes read. */
 typedef struct stats_queue {

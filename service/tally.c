@@ -15,12 +15,10 @@
  *
  * What was taken goes to the pending list (slot, minute, counts),
  * under a mutex shared with the writes' callbacks on the store's writer
- * thread. Each flush sends every pending entry as one write and removes
- * it (one write per slot-minute: a namespace with several busy queues
- * sends one small write per queue each second, to the same key, rather
- * than merging them here, which keeps a failed write's put-back per slot);
- * a write that fails puts its counts back (merged with anything newer
- * of that minute), unless its minute is past TALLY_KEEP_MINUTES, when they
+ * thread. Each flush sends every pending entry and removes it: one write
+ * per namespace-minute (its key), with up to STATS_ADD_MAX queues' entries
+ * in it; a write that fails puts each of its entries back (merged with
+ * anything newer of that minute), unless its minute is past TALLY_KEEP_MINUTES, when they
  * are dropped and counted for the log. So memory is bounded by the
  * slots' minutes kept, and a count is written once or, when a reply
  * is lost after Redis applied the write, possibly twice (store.h). */
@@ -61,7 +59,8 @@ typedef struct entry {
 
 typedef struct write_call {
     tally *t;
-    entry e;
+    size_t n;
+    entry e[]; /* one namespace-minute's queues, n of them */
 } write_call;
 
 struct tally {
@@ -231,12 +230,25 @@ static void written_cb(void *arg, int ok)
     write_call *c = arg;
     tally *t = c->t;
     pthread_mutex_lock(&t->mu);
-    if (!ok && c->e.minute >= (int64_t)(clock_now_ms() / MINUTE_MS) - TALLY_KEEP_MINUTES)
-        merge(t, c->e.slot, c->e.minute, &c->e.m);
-    else if (!ok)
-        t->dropped += events(&c->e.m);
+    for (size_t i = 0; i < c->n && !ok; i++) {
+        if (c->e[i].minute >= (int64_t)(clock_now_ms() / MINUTE_MS) - TALLY_KEEP_MINUTES)
+            merge(t, c->e[i].slot, c->e[i].minute, &c->e[i].m);
+        else
+            t->dropped += events(&c->e[i].m);
+    }
     pthread_mutex_unlock(&t->mu);
     free(c);
+}
+
+/* qsort's order for flush: by namespace, then minute (the slots' names
+ * are read through tally_sorting: only the flusher sorts, one at a time). */
+static _Thread_local const tally *tally_sorting;
+
+static int by_namespace_minute(const void *a, const void *b)
+{
+    const entry *x = a, *y = b;
+    int c = strcmp(tally_sorting->names[x->slot], tally_sorting->names[y->slot]);
+    return c ? c : (x->minute > y->minute) - (x->minute < y->minute);
 }
 
 /* One flush: takes the last two minutes' counts, drops what is too old,
@@ -256,15 +268,31 @@ static void flush(tally *t, uint64_t now_ms)
     t->dropped = 0;
     pthread_mutex_unlock(&t->mu);
 
-    for (size_t i = 0; i < n; i++) {
+    /* One write per namespace-minute (at most STATS_ADD_MAX queues each):
+     * sorted, a namespace's queues of one minute are next to each other. */
+    tally_sorting = t;
+    if (n > 1) /* (send is NULL when nothing is pending) */
+        qsort(send, n, sizeof *send, by_namespace_minute);
+    for (size_t i = 0; i < n;) {
         if (send[i].minute < minute - TALLY_KEEP_MINUTES) {
-            dropped += events(&send[i].m);
+            dropped += events(&send[i++].m);
             continue;
         }
-        write_call *c = xmalloc(sizeof *c);
-        *c = (write_call){t, send[i]};
-        if (stats_add(t->st, t->names[send[i].slot], t->queues[send[i].slot], send[i].minute, &send[i].m, written_cb, c) < 0)
+        size_t j = i + 1;
+        while (j < n && j - i < STATS_ADD_MAX && send[j].minute == send[i].minute &&
+               strcmp(t->names[send[j].slot], t->names[send[i].slot]) == 0)
+            j++;
+        write_call *c = xmalloc(sizeof *c + (j - i) * sizeof c->e[0]);
+        c->t = t;
+        c->n = j - i;
+        stats_queue_add q[STATS_ADD_MAX];
+        for (size_t k = 0; k < c->n; k++) {
+            c->e[k] = send[i + k];
+            q[k] = (stats_queue_add){t->queues[c->e[k].slot], &c->e[k].m};
+        }
+        if (stats_add(t->st, t->names[send[i].slot], send[i].minute, q, c->n, written_cb, c) < 0)
             written_cb(c, 0); /* not queued: kept for the next flush */
+        i = j;
     }
     free(send);
     uint64_t uncounted = atomic_exchange_explicit(&t->uncounted, 0, memory_order_relaxed);

@@ -5,8 +5,8 @@
  * tally_attempt, tally_attempt_failed, tally_lateness_us): each is one
  * relaxed atomic add on the (namespace, queue) slot's counters; nothing is sent to Redis per event. A flusher
  * thread (tally_start) takes the counts every second and adds them to
- * Redis (persistence/stats.h: one write per slot-minute that has
- * anything to add), where every instance sharing the Redis adds its own,
+ * Redis (persistence/stats.h: one write per namespace-minute that has
+ * anything to add, up to STATS_ADD_MAX queues a write), where every instance sharing the Redis adds its own,
  * so GET /stats reads the deployment's figures. A write that fails (Redis
  * unreachable) keeps its counts and is tried again the next second;
  * counts of a minute more than TALLY_KEEP_MINUTES old are dropped then,
