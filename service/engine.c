@@ -623,6 +623,15 @@ static void decide(engine *e, job *j, const attempt_result *res, uint64_t now)
     j->next_fire_ms = next;
 }
 
+/* The job's tally slot (GET /stats), looked up once: its namespace and
+ * queue do not change. -1: not counted (no tally, or past its cap). */
+static int stats_slot(engine *e, job *j)
+{
+    if (!j->stats_slot)
+        j->stats_slot = tally_slot(e->tally, j->id, j->spec->queue) + 2;
+    return j->stats_slot - 2;
+}
+
 static void attempt_done_cb(void *arg, job *j, const attempt_result *res)
 {
     engine *e = arg;
@@ -633,7 +642,7 @@ static void attempt_done_cb(void *arg, job *j, const attempt_result *res)
     metrics_attempt(e->m, j->spec->queue, metrics_attempt_class_of(res->status, res->curl_code, res->refused_by_policy));
     metrics_observe_us(e->m, MH_DURATION, res->duration_us);
     if (!(res->status >= 200 && res->status < 300))
-        tally_attempt_failed(e->tally, tally_slot(e->tally, j->id, j->spec->queue));
+        tally_attempt_failed(e->tally, stats_slot(e, j));
     decide(e, j, res, clock_now_ms());
     free(j->last_json);
     j->last_json = last_attempt_json(res, e->cfg->instance_id);
@@ -655,7 +664,7 @@ static void start_attempt(engine *e, job *j)
     uint64_t now_us = clock_now_us(), due_us = j->due_ms * 1000u;
     metrics_observe_us(e->m, MH_LATENESS, now_us > due_us ? now_us - due_us : 0);
     if (e->tally) { /* GET /stats: lateness is a run's first attempt's */
-        int slot = tally_slot(e->tally, j->id, j->spec->queue);
+        int slot = stats_slot(e, j);
         tally_attempt(e->tally, slot);
         if (j->attempts == 1)
             tally_lateness_us(e->tally, slot, now_us > due_us ? now_us - due_us : 0);
@@ -709,7 +718,7 @@ static void start_some(engine *e)
 /* Counts an outcome Redis has just confirmed recording (finish answered 1;
  * a finish resent after a lost reply answers 1 only if the lost one had not
  * run, or answers as it did, so each outcome is counted once). */
-static void count_outcome(engine *e, const job *j)
+static void count_outcome(engine *e, job *j)
 {
     static const enum metrics_timer_event events[] = {
         [OUT_DELIVERED] = MT_DELIVERED, [OUT_RETRY] = MT_RETRIED, [OUT_FAILED] = MT_FAILED,
@@ -717,9 +726,9 @@ static void count_outcome(engine *e, const job *j)
     };
     metrics_count(e->m, j->spec->queue, events[j->outcome]);
     if (j->outcome == OUT_DELIVERED || j->outcome == OUT_NEXT)
-        tally_delivered(e->tally, tally_slot(e->tally, j->id, j->spec->queue));
+        tally_delivered(e->tally, stats_slot(e, j));
     else if (j->outcome == OUT_FAILED)
-        tally_failed(e->tally, tally_slot(e->tally, j->id, j->spec->queue));
+        tally_failed(e->tally, stats_slot(e, j));
 }
 
 static void on_finished(engine *e, job *j)

@@ -74,6 +74,7 @@ typedef struct job {
     char *tracestate;          /* NULL: none */
     uint32_t partition;
     timer_spec *spec;          /* NULL until the engine parsed raw_spec */
+    int stats_slot;            /* its tally slot (GET /stats) + 2; 0: not looked up yet (engine thread) */
     char *raw_spec;            /* stored spec text from a claim, parsed on the engine thread */
     size_t raw_len;
     uint32_t attempts;         /* attempts recorded in Redis (of the current run) */
