@@ -478,6 +478,7 @@ run_d() {
         --rate 0 --count "$D_N" --at-ms "$t" --body-bytes 100 --connections 32 \
         --run-id "d$run" >"$d.lg" 2>&1 || { log "loadgen failed"; cat "$d.lg" >&2; return 1; }
     cost0=$(redis_cost)
+    redis-cli -p "$RPORT" info commandstats | tr -d '\r' >"$d.cs0"
     lg=$(grep '^LOADGEN ' "$d.lg")
     wait_s=$(((t - $(now_ms)) / 1000))
     ((wait_s > 0)) && sleep "$wait_s"
@@ -489,6 +490,7 @@ run_d() {
     alive "$SPID" && stop_pid "$SPID"
     redis_settle 15
     cost1=$(redis_cost)
+    redis-cli -p "$RPORT" info commandstats | tr -d '\r' >"$d.cs1"
     sk=$(grep '^SINK ' "$WORK/d$run.sink") || { log "no SINK line"; return 1; }
     first=$(kv "$sk" first_us) last=$(kv "$sk" last_us) n=$(kv "$sk" unique)
     result "D run=$run deliveries_per_s=$(awk -v n="$(kv "$sk" unique)" -v l="$last" -v t="$t" \

@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-"""script_cost.py - Redis time per timer of the create, begin and finish functions.
+"""script_cost.py - Redis time per timer of the create, claim, begin and finish functions.
 
 Starts a scratch redis-server (127.0.0.1, AOF everysec, temp dir), loads
 persistence/lua's scripts as the service does (one function library: the prelude, then
 each script as a function),
-creates N timers held by one instance with the create function (the D
-workload's spec: a 100-byte json pad and a retry policy; the record laid out
-as persistence/timers.c does), then begins and finishes ("delivered") them in
+creates N timers with the create function (the D workload's spec: a 100-byte
+json pad and a retry policy; the record laid out as persistence/timers.c
+does), claims them as the sweep does (--claim-batch a call), then begins and
+finishes ("delivered") them in
 batches of --batch timers of one partition, as the engine does, pipelined,
 and reads Redis's own time for each phase from INFO commandstats (usec of
 FCALL / N). This is the functions' cost alone: protocol parsing, replies and
 AOF writes come on top.
 
-Usage: python3 bench/script_cost.py [--lua DIR] [--n N] [--runs R] [--batch B]
+Usage: python3 bench/script_cost.py [--lua DIR] [--n N] [--runs R] [--batch B] [--claim-batch C]
 Prints one line per run and the medians."""
 import argparse
 import json
@@ -40,15 +41,19 @@ def fcall_usec(c):
 TAG = "0123456789abcdef"  # the bench instance's owner tag (16 hex digits)
 
 
-def record(fire_ms, now, spec, rid="0123456789abcdef"):
-    """A new timer's record as persistence/timers.c lays it out (_record.lua)."""
-    head = struct.pack("<BBH", 178, ord("s"), 0) + fire_ms.to_bytes(6, "little") + TAG.encode() + bytes(25)
+NO_OWNER = "0" * 16
+
+
+def record(fire_ms, now, spec, rid="0123456789abcdef", owner=NO_OWNER):
+    """A new timer's record as persistence/timers.c lays it out (_record.lua):
+    not held by any instance, so the claim sweep finds it in its index."""
+    head = struct.pack("<BBH", 178, ord("s"), 0) + fire_ms.to_bytes(6, "little") + owner.encode() + bytes(25)
     tail = now.to_bytes(6, "little") + bytes([len(rid)]) + rid.encode()
     tail += b"f" + fire_ms.to_bytes(6, "little") + bytes(6) + bytes([0])
     return head + tail + spec.encode()
 
 
-def one_run(lua, n, batch):
+def one_run(lua, n, batch, claim_batch):
     pre = (lua / "_record.lua").read_text()
     d = tempfile.mkdtemp(prefix="hw-script-cost.")
     port = free_port()
@@ -69,9 +74,9 @@ def one_run(lua, n, batch):
         # one function library, as persistence/store.c makes it
         lib = "#!lua name=hwbench\n" + pre + "".join(
             f"redis.register_function('hwbench_{name}', function(KEYS, ARGV)\n{(lua / f'{name}.lua').read_text()}end)\n"
-            for name in ("create", "begin", "finish"))
+            for name in ("create", "claim", "begin", "finish"))
         c.call("FUNCTION", "LOAD", "REPLACE", lib)
-        sha = {name: f"hwbench_{name}" for name in ("create", "begin", "finish")}
+        sha = {name: f"hwbench_{name}" for name in ("create", "claim", "begin", "finish")}
 
         def pipeline(cmds, k=500):
             out = []
@@ -93,11 +98,20 @@ def one_run(lua, n, batch):
                       for i in range(n)])
         assert all(x == [1] for x in r), r[:3]
         create = fcall_usec(c) / n
+        c.call("CONFIG", "RESETSTAT")
+        claimed = 0
+        while claimed < n:  # the sweep's calls, --claim-batch timers each
+            r = c.call("FCALL", sha["claim"], 3, f"hw:{{{P}}}:nss", f"hw:{{{P}}}:cl:{TAG}", f"hw:{{{P}}}:lc:{TAG}",
+                       now + 5000, claim_batch, TAG, f"hw:{{{P}}}:t:", "0")
+            got = (len(r) - 1 - r[0]) // 2
+            assert got > 0, r[:3]
+            claimed += got
+        claim = fcall_usec(c) / n
         groups = [range(i, min(i + batch, n)) for i in range(0, n, batch)]
         c.call("CONFIG", "RESETSTAT")
         r = pipeline([["FCALL", sha["begin"], len(g), *[tk(i) for i in g], TAG,
                        *[a for i in g for a in (0, i + 1, 0)]] for g in groups], k=50)
-        assert all(x == [1] * len(x) for x in r), r[:3]
+        assert all(x[0::3] == [1] * len(g) for x, g in zip(r, groups)), r[:3]
         begin = fcall_usec(c) / n
         c.call("CONFIG", "RESETSTAT")
         last = ('{"at":"2026-11-21T19:00:00.000Z","duration_ms":1,"status":204,"error":null,'
@@ -108,7 +122,7 @@ def one_run(lua, n, batch):
         assert all(x[0::5] == [1] * len(g) for x, g in zip(r, groups)), r[:3]
         finish = fcall_usec(c) / n
         c.close()
-        return create, begin, finish
+        return create, claim, begin, finish
     finally:
         p.terminate()
         p.wait(timeout=10)
@@ -121,13 +135,15 @@ def main():
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64, help="timers per begin and finish call (the engine: up to 256)")
+    ap.add_argument("--claim-batch", type=int, default=128, help="timers per claim call (hookwheel's --claim-batch)")
     a = ap.parse_args()
     got = []
     for k in range(a.runs):
-        got.append(one_run(pathlib.Path(a.lua), a.n, a.batch))
-        print("run %d: create %.2f us, begin %.2f us, finish %.2f us per timer" % (k + 1, *got[-1]))
-    print("median: create %.2f us, begin %.2f us, finish %.2f us per timer (n=%d, batch=%d)"
-          % (*(statistics.median(x[i] for x in got) for i in range(3)), a.n, a.batch))
+        got.append(one_run(pathlib.Path(a.lua), a.n, a.batch, a.claim_batch))
+        print("run %d: create %.2f us, claim %.2f us, begin %.2f us, finish %.2f us per timer" % (k + 1, *got[-1]))
+    print("median: create %.2f us, claim %.2f us, begin %.2f us, finish %.2f us per timer (n=%d, batch=%d,"
+          " claim batch=%d)" % (*(statistics.median(x[i] for x in got) for i in range(4)), a.n, a.batch,
+                                a.claim_batch))
 
 
 if __name__ == "__main__":
