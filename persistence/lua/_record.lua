@@ -40,6 +40,9 @@
 -- hw:{P}:h:<id>, written by finish and release only.
 local MAGIC = 178
 local HEAD_FMT, HEAD = '<BBHi6c16I4I4Bi6i6I4', 51
+-- Offsets given to redis.call as strings: a Lua number argument is
+-- formatted with printf on every call, which costs as much as the command.
+local ZERO, HEAD_LAST = '0', '50' -- (HEAD - 1)
 local NO_OWNER = '0000000000000000'
 local STATE_CODE = {scheduled = 's', firing = 'f', retrying = 'r', delivered = 'd', failed = 'x',
                     cancelled = 'c', paused = 'p'}
@@ -101,11 +104,11 @@ local upgrade -- below: an older layout is brought to this one on first read
 
 -- The head of the timer at tkey, or nil when there is none.
 local function head_get(tkey)
-  local v = redis.call('GETRANGE', tkey, 0, HEAD - 1)
+  local v = redis.call('GETRANGE', tkey, ZERO, HEAD_LAST)
   if v == '' then return nil end
   if string.byte(v, 1) ~= MAGIC then
     upgrade(tkey)
-    v = redis.call('GETRANGE', tkey, 0, HEAD - 1)
+    v = redis.call('GETRANGE', tkey, ZERO, HEAD_LAST)
   end
   return head_decode(v)
 end
@@ -126,8 +129,9 @@ end
 -- timer examined without copying its spec. An older layout is read whole
 -- (rec_get upgrades it).
 local PEEK = HEAD + 8 + 255 + 14 + 255
+local PEEK_LAST = '582' -- (PEEK - 1)
 local function rec_peek(tkey)
-  local v = redis.call('GETRANGE', tkey, 0, PEEK - 1)
+  local v = redis.call('GETRANGE', tkey, ZERO, PEEK_LAST)
   if v == '' then return nil end
   if string.byte(v, 1) ~= MAGIC then return rec_get(tkey) end
   return head_decode(v), v
@@ -135,7 +139,7 @@ end
 
 -- Writes the head in place; a finished timer keeps its retention countdown.
 local function head_put(tkey, r)
-  redis.call('SETRANGE', tkey, 0, head_encode(r))
+  redis.call('SETRANGE', tkey, ZERO, head_encode(r))
 end
 
 -- The timer has finished: its record and history expire after retention
@@ -329,20 +333,101 @@ local function place_key(tkey, id, r)
   return ix_key(tkey, id, r.st)
 end
 
+-- ---- the writes of a batch ----
+-- A function that moves many timers in one call (claim, finish) runs its
+-- loop through batched(): the zset entries, registry members and counts
+-- its timers move are gathered and written at its end with one command per
+-- key, rather than one per timer (a call from Lua costs about as much as
+-- the write itself). Nothing in such a call reads them back before the
+-- end; removals are written before additions, so a timer taken out of a
+-- zset and put back in the same call (a retry held again) ends up there.
+-- The gathered writes are made also when the loop raises an error, so the
+-- heads it already wrote never lose their zset entries.
+local BATCH = nil
+local function batch_flush()
+  local b = BATCH
+  BATCH = nil
+  local function each(t, cmd, k)
+    for _, key in ipairs(t.keys) do
+      local a = t[key]
+      for i = 1, #a, k do redis.call(cmd, key, unpack(a, i, math.min(i + k - 1, #a))) end
+    end
+  end
+  each(b.zrem, 'ZREM', 512)
+  each(b.zadd, 'ZADD', 1024) -- (score, member pairs)
+  each(b.sadd, 'SADD', 512)
+  for _, key in ipairs(b.hincr.keys) do
+    local h = b.hincr[key]
+    for _, f in ipairs(h.fields) do
+      local d = h.d[f]
+      if d ~= 0 and redis.call('HINCRBY', key, f, d) == 0 then redis.call('HDEL', key, f) end
+    end
+  end
+end
+local function batched(loop)
+  local function list() return {keys = {}} end
+  BATCH = {zrem = list(), zadd = list(), sadd = list(), hincr = list(), seen = {}}
+  local ok, err = pcall(loop)
+  batch_flush()
+  if not ok then error(err, 0) end
+end
+-- The list of key in t (a batch's gathered writes), made when first asked for.
+local function batch_list(t, key)
+  local a = t[key]
+  if not a then
+    a = {}
+    t[key] = a
+    t.keys[#t.keys + 1] = key
+  end
+  return a
+end
+local function zs_rem(key, id)
+  if not BATCH then return redis.call('ZREM', key, id) end
+  local a = batch_list(BATCH.zrem, key)
+  a[#a + 1] = id
+end
+local function zs_add(key, score, id)
+  if not BATCH then return redis.call('ZADD', key, score, id) end
+  local a = batch_list(BATCH.zadd, key)
+  a[#a + 1] = score
+  a[#a + 1] = id
+end
+local function set_add(key, m)
+  if not BATCH then return redis.call('SADD', key, m) end
+  local seen = key .. '\0' .. m
+  if BATCH.seen[seen] then return end
+  BATCH.seen[seen] = true
+  local a = batch_list(BATCH.sadd, key)
+  a[#a + 1] = m
+end
+local function hash_incr(key, f, d)
+  if not BATCH then
+    if redis.call('HINCRBY', key, f, d) == 0 then redis.call('HDEL', key, f) end
+    return
+  end
+  local h = batch_list(BATCH.hincr, key)
+  if not h.d then h.fields, h.d = {}, {} end
+  if not h.d[f] then
+    h.d[f] = 0
+    h.fields[#h.fields + 1] = f
+  end
+  h.d[f] = h.d[f] + d
+end
+
 -- Takes the timer out of where it is found; call before changing its state
 -- or owner.
 local function unplace(tkey, id, r)
-  redis.call('ZREM', place_key(tkey, id, r), id)
+  zs_rem(place_key(tkey, id, r), id)
 end
 
 -- Puts the timer where its state and owner say, at score (its due time
 -- while it waits, else now).
 local function place(tkey, id, r, score)
-  redis.call('ZADD', place_key(tkey, id, r), score, id)
+  zs_add(place_key(tkey, id, r), score, id)
   if r.owner ~= NO_OWNER then
-    redis.call('SADD', key_base(tkey) .. 'holders', r.owner)
+    set_add(key_base(tkey) .. 'holders', r.owner)
   elseif is_waiting(r.st) then
-    redis.call('SADD', key_base(tkey) .. 'nss', id_ns(id))
+    set_add(key_base(tkey) .. 'nss', id_ns(id))
   end
 end
 
@@ -417,8 +502,7 @@ end
 local function counts_key(tkey) return key_base(tkey) .. 'cn' end
 local function count_add(tkey, id, queue, st, d)
   if not COUNTED[st] then return end
-  local ck, f = counts_key(tkey), id_ns(id) .. '/' .. STATE_CODE[st] .. queue
-  if redis.call('HINCRBY', ck, f, d) == 0 then redis.call('HDEL', ck, f) end
+  hash_incr(counts_key(tkey), id_ns(id) .. '/' .. STATE_CODE[st] .. queue, d)
 end
 
 -- The timer r (its queue: tail_decode's) goes from count_bucket `from` to `to`.

@@ -36,32 +36,39 @@ labels_trim(base, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000),
 if limit <= 0 then return out end
 -- The due entries of every waiting index, soonest first (ties by id, as a
 -- zset orders them), at most limit in all.
-local due = {}
+local due, sources = {}, 0
 for _, ns in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   local found = 0
   for _, st in ipairs({'scheduled', 'retrying'}) do
     local ik = base .. 'ix:' .. ns .. ':' .. st
-    local got = redis.call('ZRANGEBYSCORE', ik, '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, limit)
-    for i = 1, #got, 2 do due[#due + 1] = {tonumber(got[i + 1]), got[i], ik} end
+    local got = redis.call('ZRANGEBYSCORE', ik, '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', '0', ARGV[2])
+    for i = 1, #got, 2 do due[#due + 1] = {tonumber(got[i + 1]), got[i], ik, got[i + 1]} end
+    if #got > 0 then sources = sources + 1 end
     if #got > 0 or redis.call('EXISTS', ik) == 1 then found = 1 end
   end
   if found == 0 then redis.call('SREM', KEYS[1], ns) end -- nothing waits there any more
 end
-table.sort(due, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
-local claimed = 0
-for i = 1, math.min(#due, limit) do
-  local id, tk = due[i][2], ARGV[4] .. due[i][2]
-  local r, v = rec_get(tk)
-  redis.call('ZREM', due[i][3], id) -- (an entry of a timer gone or not waiting there is stale)
-  if r and is_waiting(r.st) and r.owner == NO_OWNER then
-    redis.call('ZADD', KEYS[2], r.fire, id) -- place(), with the holder registered once below
-    r.owner = ARGV[3]
-    local h = head_encode(r)
-    redis.call('SETRANGE', tk, 0, h)
-    take(id, h .. string.sub(v, HEAD + 1))
-    claimed = claimed + 1
-  end
+if sources > 1 then -- (the entries of one index come in this order already)
+  table.sort(due, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
 end
+local claimed = 0
+batched(function()
+  for i = 1, math.min(#due, limit) do
+    local id, tk = due[i][2], ARGV[4] .. due[i][2]
+    local r, v = rec_get(tk)
+    zs_rem(due[i][3], id) -- (an entry of a timer gone or not waiting there is stale)
+    if r and is_waiting(r.st) and r.owner == NO_OWNER then
+      -- place(), with the holder registered once below; at the index's score
+      -- as Redis wrote it (the due time: a number would be formatted again)
+      zs_add(KEYS[2], r.fire == due[i][1] and due[i][4] or r.fire, id)
+      r.owner = ARGV[3]
+      local h = head_encode(r)
+      redis.call('SETRANGE', tk, ZERO, h)
+      take(id, h .. string.sub(v, HEAD + 1))
+      claimed = claimed + 1
+    end
+  end
+end)
 if claimed > 0 then redis.call('SADD', base .. 'holders', ARGV[3]) end
 redis.call('DEL', KEYS[3])
 for i = 1, #batch, 1000 do

@@ -41,45 +41,40 @@ for i = 1, n do
   if it.code == 2 then conflict = true end
 end
 local atomic = ARGV[1] == '1' and conflict
--- The writes, as create.lua's (place, count_add, labels_index) but with what
--- every timer of the call shares done once: the registry entry of each
--- place and one HINCRBY per count field. A new record is scheduled, its
--- counted bit set, its owner this instance's tag when it is held.
-local registered, counts = {}, {}
+-- The writes, as create.lua's (place, count_add, labels_index), batched
+-- (the prelude's batched: one ZADD per zset, one SADD per registry and one
+-- HINCRBY per count field for the whole call). A new record is scheduled,
+-- its counted bit set, its owner this instance's tag when it is held.
 local base = n > 0 and key_base(KEYS[1]) or ''
-for i = 1, n do
-  local it = items[i]
-  if it.code == 1 then
-    if atomic then
-      it.code = 3
-    else
-      local rec = it.rec
-      local fire, owner = struct.unpack('<i6c16', rec, 5)
-      local ns = id_ns(it.id)
-      redis.call('SET', KEYS[i], rec)
-      local pk, reg, member
-      if owner ~= NO_OWNER then
-        pk, reg, member = base .. 'cl:' .. owner, base .. 'holders', owner
+batched(function()
+  for i = 1, n do
+    local it = items[i]
+    if it.code == 1 then
+      if atomic then
+        it.code = 3
       else
-        pk, reg, member = base .. 'ix:' .. ns .. ':scheduled', base .. 'nss', ns
+        local rec = it.rec
+        local fire, owner = struct.unpack('<i6c16', rec, 5)
+        local ns = id_ns(it.id)
+        redis.call('SET', KEYS[i], rec)
+        if owner ~= NO_OWNER then
+          zs_add(base .. 'cl:' .. owner, fire, it.id)
+          set_add(base .. 'holders', owner)
+        else
+          zs_add(base .. 'ix:' .. ns .. ':scheduled', fire, it.id)
+          set_add(base .. 'nss', ns)
+        end
+        local rlen = string.byte(rec, HEAD + 7)
+        local qat = HEAD + 8 + rlen + 13
+        local qlen = string.byte(rec, qat)
+        hash_incr(base .. 'cn', ns .. '/s' .. (qlen > 0 and string.sub(rec, qat + 1, qat + qlen) or 'default'), 1)
+        if #it.labels > 0 then labels_index(KEYS[i], it.id, it.labels, 'ZADD') end
       end
-      redis.call('ZADD', pk, fire, it.id)
-      if not registered[reg .. ' ' .. member] then
-        registered[reg .. ' ' .. member] = true
-        redis.call('SADD', reg, member)
-      end
-      local rlen = string.byte(rec, HEAD + 7)
-      local qat = HEAD + 8 + rlen + 13
-      local qlen = string.byte(rec, qat)
-      local f = ns .. '/s' .. (qlen > 0 and string.sub(rec, qat + 1, qat + qlen) or 'default')
-      counts[f] = (counts[f] or 0) + 1
-      if #it.labels > 0 then labels_index(KEYS[i], it.id, it.labels, 'ZADD') end
+    elseif it.code == 0 and it.of_new and atomic then
+      it.code = 3 -- the item it repeats was not written
     end
-  elseif it.code == 0 and it.of_new and atomic then
-    it.code = 3 -- the item it repeats was not written
+    out[#out + 1] = it.code
+    out[#out + 1] = it.state
   end
-  out[#out + 1] = it.code
-  out[#out + 1] = it.state
-end
-for f, k in pairs(counts) do redis.call('HINCRBY', base .. 'cn', f, k) end
+end)
 return out

@@ -22,6 +22,7 @@
 -- attempt (a finish whose reply was lost, sent again) it answers as the
 -- first time did.
 local me, now, retention, horizon, keep_hist = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
+local now_s = ARGV[2] -- (a score given as a string is not formatted again)
 local out = {}
 
 local function answer(r)
@@ -71,7 +72,7 @@ local function one(tk, a)
   if final then
     count_step(tk, id, queue, r, from, final)
     hist_add(tk, r, attempt, keep_hist, retention)
-    to_final(tk, id, r, final, now, retention, true)
+    to_final(tk, id, r, final, now_s, retention, true)
     if r.cb == 1 and final ~= 'cancelled' then callback_create(tk, id, r, final, now, attempt) end
     return answer(r)
   end
@@ -84,7 +85,7 @@ local function one(tk, a)
   if r.flag == 1 then -- a pause arrived during the run
     r.st, r.owner, r.att = 'paused', NO_OWNER, 0
     run_clear(r)
-    place(tk, id, r, now)
+    place(tk, id, r, now_s)
   else
     if outcome == 'retry' or outcome == 'requeue' then
       r.fire, r.st = tonumber(ARGV[a + 3]), r.att > 0 and 'retrying' or 'scheduled'
@@ -100,5 +101,7 @@ local function one(tk, a)
   return answer(r)
 end
 
-for i = 1, batch_keys(KEYS) do one(KEYS[i], 6 + 9 * (i - 1)) end
+batched(function()
+  for i = 1, batch_keys(KEYS) do one(KEYS[i], 6 + 9 * (i - 1)) end
+end)
 return out
