@@ -72,8 +72,10 @@ def one_run(lua, n, batch, claim_batch):
                     raise
                 time.sleep(0.05)
         # one function library, as persistence/store.c makes it
+        reset = "batch_reset()\n" if "function batch_reset" in pre else ""  # (a prelude before it has none)
         lib = "#!lua name=hwbench\n" + pre + "".join(
-            f"redis.register_function('hwbench_{name}', function(KEYS, ARGV)\n{(lua / f'{name}.lua').read_text()}end)\n"
+            f"redis.register_function('hwbench_{name}', function(KEYS, ARGV)\n{reset}"
+            f"{(lua / f'{name}.lua').read_text()}end)\n"
             for name in ("create", "claim", "begin", "finish"))
         c.call("FUNCTION", "LOAD", "REPLACE", lib)
         sha = {name: f"hwbench_{name}" for name in ("create", "claim", "begin", "finish")}

@@ -168,7 +168,7 @@ static void build_library(void)
     size_t k = (size_t)snprintf(lib_src, len, "#!lua name=%s\n%s", lib_name, lua__prelude);
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         snprintf(fn_name[i], sizeof fn_name[i], "%s_%s", lib_name, scripts[i].name);
-        k += (size_t)snprintf(lib_src + k, len - k, "redis.register_function('%s', function(KEYS, ARGV)\n%send)\n",
+        k += (size_t)snprintf(lib_src + k, len - k, "redis.register_function('%s', function(KEYS, ARGV)\nbatch_reset()\n%send)\n",
                               fn_name[i], scripts[i].src);
     }
 }

@@ -342,8 +342,12 @@ end
 -- end; removals are written before additions, so a timer taken out of a
 -- zset and put back in the same call (a retry held again) ends up there.
 -- The gathered writes are made also when the loop raises an error, so the
--- heads it already wrote never lose their zset entries.
+-- heads it already wrote never lose their zset entries. The library's state
+-- outlives a call, so every function starts with batch_reset()
+-- (persistence/store.c): a call stopped inside batched() (FUNCTION KILL)
+-- leaves nothing gathered for the next one.
 local BATCH = nil
+local function batch_reset() BATCH = nil end
 local function batch_flush()
   local b = BATCH
   BATCH = nil

@@ -51,25 +51,23 @@ end
 if sources > 1 then -- (the entries of one index come in this order already)
   table.sort(due, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
 end
-local claimed = 0
 batched(function()
   for i = 1, math.min(#due, limit) do
     local id, tk = due[i][2], ARGV[4] .. due[i][2]
     local r, v = rec_get(tk)
     zs_rem(due[i][3], id) -- (an entry of a timer gone or not waiting there is stale)
     if r and is_waiting(r.st) and r.owner == NO_OWNER then
-      -- place(), with the holder registered once below; at the index's score
-      -- as Redis wrote it (the due time: a number would be formatted again)
+      -- place(): at the index's score as Redis wrote it (the due time: a
+      -- number would be formatted again), and the holder registered (once)
       zs_add(KEYS[2], r.fire == due[i][1] and due[i][4] or r.fire, id)
+      set_add(base .. 'holders', ARGV[3])
       r.owner = ARGV[3]
       local h = head_encode(r)
       redis.call('SETRANGE', tk, ZERO, h)
       take(id, h .. string.sub(v, HEAD + 1))
-      claimed = claimed + 1
     end
   end
 end)
-if claimed > 0 then redis.call('SADD', base .. 'holders', ARGV[3]) end
 redis.call('DEL', KEYS[3])
 for i = 1, #batch, 1000 do
   redis.call('RPUSH', KEYS[3], unpack(batch, i, math.min(i + 999, #batch)))

@@ -1,0 +1,113 @@
+"""The Redis functions' batched writes (persistence/lua/_record.lua,
+batched()): claim, finish and batch create gather the zset entries, registry
+members and counts of their timers and write them at the end of the call.
+These tests call the functions that the real binary loaded into a real Redis
+directly (FCALL), to reach the paths the service does not take on its own."""
+import signal
+
+import pytest
+
+from conftest import CLUSTER_MODE, now_ms, owner_tag, partition
+
+pytestmark = pytest.mark.skipif(CLUSTER_MODE, reason="calls the functions of one Redis directly")
+
+NO_OWNER = "0" * 16
+
+
+def same_partition_ids(prefix, n, partitions=16):
+    """n ids of one partition, and that partition."""
+    ids, p = [], None
+    k = 0
+    while len(ids) < n:
+        i = f"{prefix}-{k}"
+        k += 1
+        if p is None:
+            p = partition(i, partitions)
+        if partition(i, partitions) == p:
+            ids.append(i)
+    return ids, p
+
+
+def function_name(redis, script):
+    (lib,) = [x[1] for x in redis.cmd("FUNCTION", "LIST")]
+    return f"{lib}_{script}"
+
+
+def owner_of(redis, key):
+    """The owner tag in a timer's head (_record.lua: bytes 10-25)."""
+    return redis.cmd("GETRANGE", key, 10, 25)
+
+
+def test_a_claim_that_fails_midway_still_writes_the_claimed_entries_of_the_timers_it_took(
+        redis, hookwheel_factory):
+    # Three timers of one partition due in an hour, in its index; the binary
+    # that created them (and loaded the functions) is stopped, so only the
+    # direct calls below touch them.
+    hw = hookwheel_factory(redis)
+    (a, b, c), p = same_partition_ids("fn-claim", 3)
+    due = int(now_ms()) + 3_600_000
+    for k, i in enumerate((a, b, c)):
+        status, _, _ = hw.api.create({"id": i, "url": "http://127.0.0.1:9/x", "fire_at_ms": due + k})
+        assert status == 201
+    claim = function_name(redis, "claim")
+    assert hw.stop(signal.SIGTERM, timeout=15) == 0
+    index = f"hw:{{{p}}}:ix::scheduled"
+    assert sorted(redis.cmd("ZRANGE", index, 0, -1)) == sorted([a, b, c])
+    # The third becomes a record the functions cannot read (neither layout):
+    # reading it raises, after the claim took the first two.
+    redis.cmd("SET", f"hw:{{{p}}}:t:{c}", "not a timer record")
+    tag = owner_tag("fn-claimer")
+    with pytest.raises(Exception) as err:
+        redis.cmd("FCALL", claim, 3, f"hw:{{{p}}}:nss", f"hw:{{{p}}}:cl:{tag}", f"hw:{{{p}}}:lc:{tag}",
+                  due + 10, 10, tag, f"hw:{{{p}}}:t:", "0")
+    assert "unreadable timer record" in str(err.value)
+    # The two it took name the claimer as owner, so they must be in its
+    # claimed zset at their due times (else no sweep would find them again),
+    # and out of the index.
+    for k, i in enumerate((a, b)):
+        assert owner_of(redis, f"hw:{{{p}}}:t:{i}") == tag
+        assert int(float(redis.cmd("ZSCORE", f"hw:{{{p}}}:cl:{tag}", i))) == due + k
+        assert redis.cmd("ZSCORE", index, i) is None
+    assert tag in redis.cmd("SMEMBERS", f"hw:{{{p}}}:holders")
+
+
+def test_a_claim_of_timers_from_two_indexes_takes_them_soonest_first_and_moves_each_once(
+        redis, hookwheel_factory):
+    # Entries of two namespaces' indexes in one partition are merged by due
+    # time (the sort that a single index does not need).
+    hw = hookwheel_factory(redis)
+    ids, p = same_partition_ids("fn-merge", 4)
+    due = int(now_ms()) + 3_600_000
+    for k, i in enumerate(ids):
+        status, _, _ = hw.api.create({"id": i, "url": "http://127.0.0.1:9/x", "fire_at_ms": due + 10 * k})
+        assert status == 201
+    claim = function_name(redis, "claim")
+    assert hw.stop(signal.SIGTERM, timeout=15) == 0
+    # Move the second and fourth to another namespace's index, as a
+    # namespaced timer's entry would be (the record is the same layout).
+    other = f"hw:{{{p}}}:ix:ns2:scheduled"
+    for i in (ids[1], ids[3]):
+        score = redis.cmd("ZSCORE", f"hw:{{{p}}}:ix::scheduled", i)
+        redis.cmd("ZREM", f"hw:{{{p}}}:ix::scheduled", i)
+        redis.cmd("ZADD", other, score, i)
+    redis.cmd("SADD", f"hw:{{{p}}}:nss", "ns2")
+    tag = owner_tag("fn-merger")
+    out = redis.cmd("FCALL", claim, 3, f"hw:{{{p}}}:nss", f"hw:{{{p}}}:cl:{tag}", f"hw:{{{p}}}:lc:{tag}",
+                    due + 15, 3, tag, f"hw:{{{p}}}:t:", "0")
+    n = out[0]
+    taken = out[1 + n::2]
+    # The horizon (due + 15) takes the first two (one from each index); the
+    # limit (3) is not what stops it.
+    assert taken == [ids[0], ids[1]]
+    assert redis.cmd("ZCARD", f"hw:{{{p}}}:cl:{tag}") == 2
+    assert redis.cmd("ZCARD", other) == 1 and redis.cmd("ZCARD", f"hw:{{{p}}}:ix::scheduled") == 1
+    # A wider horizon takes the rest, soonest first, across both indexes.
+    out = redis.cmd("FCALL", claim, 3, f"hw:{{{p}}}:nss", f"hw:{{{p}}}:cl:{tag}", f"hw:{{{p}}}:lc:{tag}",
+                    due + 100, 10, tag, f"hw:{{{p}}}:t:", "0")
+    n = out[0]
+    assert out[1 + n::2] == [ids[2], ids[3]]
+    scores = redis.cmd("ZRANGE", f"hw:{{{p}}}:cl:{tag}", 0, -1, "WITHSCORES")
+    got = {scores[k]: int(float(scores[k + 1])) for k in range(0, len(scores), 2)}
+    assert got == {i: due + 10 * k for k, i in enumerate(ids)}
+    for i in ids:
+        assert owner_of(redis, f"hw:{{{p}}}:t:{i}") == tag
