@@ -64,6 +64,13 @@
 #define PERMITS_TTL_MS 3000
 #define PERMITS_MARGIN_MS 500
 #define PERMITS_GAP_MS 20
+/* A finish that only records a one-shot timer's last outcome waits up to
+ * this long for others of its partition: at a steady few thousand timers a
+ * second each finish would otherwise be a Redis call (and a round trip of
+ * the store thread) of its own. Nothing waits for it: the attempt is over,
+ * its slot free. Finishes that decide what comes next (a retry, a recurring
+ * timer's next run) and every finish at stop go out at once. */
+#define FINISH_LINGER_MS 10
 
 /* The jobs of one partition whose begin (or finish) goes to Redis as one
  * call: gathered during a turn of the loop, sent at its end (flush). */
@@ -71,6 +78,8 @@ typedef struct job_batch {
     struct engine *e;
     uint32_t partition;
     size_t n;
+    uint64_t since_ms; /* finishes: when the first was gathered */
+    int urgent;        /* finishes: one decides what comes next (FINISH_LINGER_MS) */
     job *jobs[TIMERS_BATCH_MAX];
 } job_batch;
 
@@ -114,7 +123,8 @@ struct engine {
     strtab byid;          /* the jobs taken from the inbox, by timer id */
     uint32_t store_jobs;  /* jobs whose begin or finish call is in flight */
     job_batch **begins;   /* per partition: the begins gathered this turn (NULL: none) */
-    job_batch **finishes; /* per partition: the finishes gathered this turn */
+    job_batch **finishes; /* per partition: the finishes gathered (this turn, or lingering) */
+    uint64_t finish_due_ms; /* the soonest a lingering finish batch goes out (0: none lingers) */
     uint64_t limiter_next_us; /* a rate-limited queue's next token (UINT64_MAX: none) */
     uint64_t next_queues_ms;  /* next read of the queue settings */
     int64_t queues_version;   /* the settings' version applied (-1: none yet) */
@@ -313,6 +323,8 @@ static job_batch *batch_add(engine *e, job_batch **slot, uint32_t partition, job
         (*slot)->e = e;
         (*slot)->partition = partition;
         (*slot)->n = 0;
+        (*slot)->since_ms = 0;
+        (*slot)->urgent = 0;
     }
     (*slot)->jobs[(*slot)->n++] = j;
     return *slot;
@@ -494,18 +506,28 @@ static void send_finish(engine *e, job *j)
 {
     j->phase = JOB_FINISH;
     job_batch *b = batch_add(e, &e->finishes[j->partition], j->partition, j);
+    if (b->n == 1)
+        b->since_ms = clock_now_ms();
+    if ((j->outcome != OUT_DELIVERED && j->outcome != OUT_FAILED) || spec_recurring(j->spec))
+        b->urgent = 1;
     if (b->n == TIMERS_BATCH_MAX) {
         e->finishes[j->partition] = NULL;
         send_finishes(e, b);
     }
 }
 
-/* Sends every batch gathered in this turn of the loop. */
+/* Sends every batch gathered in this turn of the loop, except finish
+ * batches that may linger (FINISH_LINGER_MS) and have not yet. */
 static void flush(engine *e)
 {
+    uint64_t now = clock_now_ms(), due = 0;
+    int stopping = atomic_load(&e->stop);
     for (uint32_t p = 0; p < e->cfg->partitions; p++) {
         job_batch *b = e->finishes[p];
-        if (b) {
+        if (b && !b->urgent && !stopping && now < b->since_ms + FINISH_LINGER_MS) {
+            if (!due || b->since_ms + FINISH_LINGER_MS < due)
+                due = b->since_ms + FINISH_LINGER_MS;
+        } else if (b) {
             e->finishes[p] = NULL;
             send_finishes(e, b);
         }
@@ -515,6 +537,7 @@ static void flush(engine *e)
             send_begins(e, b);
         }
     }
+    e->finish_due_ms = due;
 }
 
 /* The last_attempt record exactly as the API shows it:
@@ -1095,6 +1118,8 @@ static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
         until = now_ms + (uint64_t)w;
     if (until > now_ms + 60000)
         until = now_ms + 60000;
+    if (e->finish_due_ms && e->finish_due_ms < until) /* a lingering finish batch goes out */
+        until = e->finish_due_ms;
     if (e->backlog || e->starting) /* claimed timers to absorb, attempts to start: no sleep */
         until = now_ms;
     uint64_t wake = until * 1000u, cd = dispatch_deadline_us(e->d);
@@ -1491,6 +1516,7 @@ static void abandon_cb(job *j, void *arg)
 static void shutdown_engine(engine *e)
 {
     atomic_store(&e->accepting, 0);
+    flush(e); /* lingering finishes too (stop is set): release_all would take them for interrupted attempts */
     while (e->backlog) { /* not in the wheel yet: the release hands them back */
         job *j = e->backlog;
         e->backlog = j->inbox_next;
