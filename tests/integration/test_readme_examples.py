@@ -144,7 +144,10 @@ def test_the_listing_examples_page_through_every_dead_letter_and_replay(open_hoo
     retried, replayed, purged = values[-3:]
     assert retried["id"] == "order-42-reminder"
     # the retried one may have failed again before the replay, which then replays it too
-    assert replayed["replayed"] in (len(ids) - 1, len(ids)) and purged["purged"] == 0
+    assert replayed["replayed"] in (len(ids) - 1, len(ids))
+    # The receiver still answers 500, so a retried or replayed timer fails again (one attempt)
+    # and is a dead letter again, maybe before the purge: it purges at most those.
+    assert 0 <= purged["purged"] <= len(ids), purged
     total = len(ids) + 1 + replayed["replayed"]
     assert wait_until(lambda: len(receiver.requests("/charge")) == total, scaled(20))
 
