@@ -404,9 +404,10 @@ local function set_add(key, m)
   local a = batch_list(BATCH.sadd, key)
   a[#a + 1] = m
 end
+local DELTA = {[1] = '1', [-1] = '-1'} -- (the usual increments, as strings)
 local function hash_incr(key, f, d)
   if not BATCH then
-    if redis.call('HINCRBY', key, f, d) == 0 then redis.call('HDEL', key, f) end
+    if redis.call('HINCRBY', key, f, DELTA[d] or d) == 0 then redis.call('HDEL', key, f) end
     return
   end
   local h = batch_list(BATCH.hincr, key)
