@@ -33,22 +33,9 @@ OUT=bench/results/$DATE-capacity.md
 k=2
 while [[ -e $OUT ]]; do OUT=bench/results/$DATE-capacity-run$k.md; k=$((k + 1)); done
 
-log() { printf '[capacity %s] %s\n' "$(date +%T)" "$*" >&2; }
-stop_all() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    PIDS=()
-}
-cleanup() {
-    stop_all
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+LOG_NAME=capacity
+. bench/lib.sh
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-kv() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p" | awk 'NR <= 1'; }
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 now_ns() { date +%s%N; }
 
 # run_rate RATE RUN: one measurement; prints one "C ..." line.
@@ -109,7 +96,6 @@ for ((run = 1; run <= RUNS; run++)); do
     done
 done
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 fig() { grep "^C rate=$1 " "$RAW" | tr ' ' '\n' | sed -n "s/^$2=//p" | median; }
 # holds RATE: 1 when every run of RATE achieved it with p99 <= P99_MS, nothing early or lost
 holds() {

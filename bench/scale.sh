@@ -28,16 +28,9 @@ OUT=bench/results/$DATE-scale.md
 k=2
 while [[ -e $OUT ]]; do OUT=bench/results/$DATE-scale-run$k.md; k=$((k + 1)); done
 
-log() { printf '[scale %s] %s\n' "$(date +%T)" "$*" >&2; }
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+LOG_NAME=scale
+. bench/lib.sh
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # a free port P with P + 10000 (the cluster bus port) free too
 cluster_port() {
     python3 -c '
@@ -50,15 +43,6 @@ while True:
     except OSError: continue
     finally: b.close()
     print(p); break'
-}
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-kv() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p" | awk 'NR <= 1'; }
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-stop_all() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    PIDS=()
 }
 
 # redis_node DIR [cluster]: starts one redis-server; sets NODE_PORT; its pid goes to PIDS and RPIDS.
@@ -182,7 +166,6 @@ for ((run = 1; run <= RUNS; run++)); do
     done
 done
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 fig() { grep "^$1 mode=$2 " "$RAW" | tr ' ' '\n' | sed -n "s/^$3=//p" | median; }
 {
     read -r -a modes <<<"$MODES"
