@@ -42,7 +42,7 @@ local MAGIC = 178
 local HEAD_FMT, HEAD = '<BBHi6c16I4I4Bi6i6I4', 51
 -- Offsets given to redis.call as strings: a Lua number argument is
 -- formatted with printf on every call, which costs as much as the command.
-local ZERO, HEAD_LAST = '0', '50' -- (HEAD - 1)
+local ZERO, HEAD_LAST = '0', (HEAD - 1) .. '' -- (concatenation: no global tostring at load)
 local NO_OWNER = '0000000000000000'
 local STATE_CODE = {scheduled = 's', firing = 'f', retrying = 'r', delivered = 'd', failed = 'x',
                     cancelled = 'c', paused = 'p'}
@@ -129,7 +129,7 @@ end
 -- timer examined without copying its spec. An older layout is read whole
 -- (rec_get upgrades it).
 local PEEK = HEAD + 8 + 255 + 14 + 255
-local PEEK_LAST = '582' -- (PEEK - 1)
+local PEEK_LAST = (PEEK - 1) .. ''
 local function rec_peek(tkey)
   local v = redis.call('GETRANGE', tkey, ZERO, PEEK_LAST)
   if v == '' then return nil end
