@@ -191,14 +191,14 @@ int timers_list(timers *t, uint32_t partition, const char *ns, const char *state
 
 /* One partition's part of a selector operation (select.lua): the timers
  * of namespace ns that have every label of sel (the first one's index is
- * walked, TIMERS_SELECT_CHUNKS chunks each in id order), of sel->queue and
+ * walked, TIMERS_SELECT_CHUNKS places each in id order), of sel->queue and
  * sel->state when set, from (chunk, after) on, each given sel->op
  * ("cancel", "pause", "resume", "reschedule" to sel->fire_ms, or "list":
  * nothing) exactly as the one-timer verb would; at most limit matches and
  * budget entries examined. With sel->idem (an Idempotency-Key), the answer
  * is kept for 24 h by (ns, idem, chunk, after) and a repeat gets it again
  * (replayed 1), or TIMERS_CONFLICT when it came with another fingerprint. */
-#define TIMERS_SELECT_CHUNKS 64
+#define TIMERS_SELECT_CHUNKS 65 /* select.lua's places: 64 chunks, then the small bucket */
 typedef struct timer_selector {
     const char *op;
     char *const *labels; /* "key:value", 1 to TIMERS_LABELS_MAX */

@@ -150,23 +150,34 @@ local function expire_after(tkey, r, retention_ms, hist_set)
 end
 
 -- ---- labels ----
--- A label "key:value" of namespace ns is indexed in LB_CHUNKS zsets per
--- partition, hw:{P}:lb:<ns>:<chunk>:<key:value>, members the key ids of its
--- timers at score 0 (so ZRANGEBYLEX pages them exactly), a timer's in chunk
--- lb_chunk(id). Chunks keep each zset small enough for Redis's listpack
--- encoding (zset-max-listpack-entries, 128: up to ~8,000 timers of one
--- label per partition), where a member costs its id and ~4 bytes. A label
--- stays indexed while its timer exists: a finished timer's labels are
--- listed in hw:{P}:lx ("<id>\t<label>\t...", by when its record expires),
--- and the partition's claims drop them from the index once that passes
--- (labels_trim).
-local LB_CHUNKS = 64
-local function lb_chunk(id) -- (modulo a prime: a power of two would keep only the low bits' parity pattern)
-  local h = 0
-  for i = 1, #id do h = (h * 31 + string.byte(id, i)) % 1000003 end
-  return h % LB_CHUNKS
+-- A label "key:value" of namespace ns is indexed per partition in one of
+-- two places, and a timer's entry for it is in exactly one:
+-- - small: a label's first LB_SMALL timers in the partition go to one of
+--   LB_BUCKETS zsets its small labels share, hw:{P}:lbs:<ns>:<bucket>
+--   (bucket: a hash of the label), members "<label>\t<id>" at score 0, so a
+--   label's entries are one ZRANGEBYLEX range. A label of few timers would
+--   otherwise pay a Redis key (~100 bytes) per timer. A member longer than
+--   LB_SMALL_MAX (Redis's zset-max-listpack-value) would turn the bucket
+--   into a skiplist, so such entries always go to the chunks.
+-- - chunks: the rest go to LB_CHUNKS zsets per partition,
+--   hw:{P}:lb:<ns>:<chunk>:<key:value>, members the key ids of its timers at
+--   score 0 (ZRANGEBYLEX pages them exactly), a timer's in chunk lb_chunk(id).
+--   Chunks keep each zset small enough for Redis's listpack encoding
+--   (zset-max-listpack-entries, 128: up to ~8,000 timers of one label per
+--   partition), where a member costs its id and ~4 bytes.
+-- A label stays indexed while its timer exists: a finished timer's labels
+-- are listed in hw:{P}:lx ("<id>\t<label>\t...", by when its record
+-- expires), and the partition's claims drop them from the index once that
+-- passes (labels_trim).
+local LB_CHUNKS, LB_SMALL, LB_BUCKETS, LB_SMALL_MAX = 64, 16, 256, 64
+local function lb_hash(s) -- (modulo a prime: a power of two would keep only the low bits' parity pattern)
+  local h, b = 0, {string.byte(s, 1, -1)} -- (one call for every byte: half the time of one a byte)
+  for i = 1, #b do h = (h * 31 + b[i]) % 1000003 end
+  return h
 end
+local function lb_chunk(id) return lb_hash(id) % LB_CHUNKS end
 local function lb_key(base, ns, chunk, label) return base .. 'lb:' .. ns .. ':' .. chunk .. ':' .. label end
+local function lbs_key(base, ns, label) return base .. 'lbs:' .. ns .. ':' .. (lb_hash(label) % LB_BUCKETS) end
 
 -- The labels of a record ("key:value" strings, sorted), {} when it has none.
 local function labels_of(v)
@@ -179,13 +190,65 @@ local function labels_of(v)
   return out
 end
 
--- Adds (op 'ZADD') or removes ('ZREM') the timer's entries in its labels' index.
+-- Adds (op 'ZADD') or removes ('ZREM') the timer's entries in its labels'
+-- index. An entry is added to the bucket while the label has fewer than
+-- LB_SMALL there (ZRANGEBYLEX ... LIMIT LB_SMALL - 1 1 finds no
+-- LB_SMALL-th), else to its chunk. An expired timer's entries are dropped
+-- when the partition's claims see it expired (labels_trim), so an id
+-- created again before that can have an entry in both places: a removal
+-- removes both, and a walk skips the bucket's entry then (lb_walk).
+-- LB_FULL[ns][label]: this call found the label's bucket entries full (a
+-- batch of one partition often repeats a label); batch_reset empties it.
+local LB_SKIP, LB_FULL = (LB_SMALL - 1) .. '', {}
 local function labels_index(tkey, id, labels, op)
   local base, ns, chunk = key_base(tkey), id_ns(id), lb_chunk(id)
-  for _, l in ipairs(labels) do
-    if op == 'ZADD' then redis.call('ZADD', lb_key(base, ns, chunk, l), 0, id)
-    else redis.call('ZREM', lb_key(base, ns, chunk, l), id) end
+  local full = LB_FULL[ns]
+  if not full then
+    full = {}
+    LB_FULL[ns] = full
   end
+  for _, l in ipairs(labels) do
+    local big, m = lb_key(base, ns, chunk, l), l .. '\t' .. id
+    local small = #m <= LB_SMALL_MAX and not full[l] and lbs_key(base, ns, l)
+    if op == 'ZADD' then
+      if small and #redis.call('ZRANGEBYLEX', small, '[' .. l .. '\t', '(' .. l .. '\n', 'LIMIT', LB_SKIP, '1') == 0 then
+        redis.call('ZADD', small, '0', m)
+      else
+        if small then full[l] = true end
+        redis.call('ZADD', big, '0', id)
+      end
+    else
+      if #m <= LB_SMALL_MAX then redis.call('ZREM', lbs_key(base, ns, l), m) end
+      redis.call('ZREM', big, id)
+    end
+  end
+end
+
+-- 1 when the timer id has label l in the index.
+local function lb_has(base, ns, id, l)
+  local m = l .. '\t' .. id
+  return (#m <= LB_SMALL_MAX and redis.call('ZSCORE', lbs_key(base, ns, l), m))
+      or redis.call('ZSCORE', lb_key(base, ns, lb_chunk(id), l), id)
+end
+
+-- Up to `want` ids of label l after id `after` ('' from the start) in
+-- place `chunk` of the walk: 0 .. LB_CHUNKS - 1 the chunks, LB_CHUNKS the
+-- small bucket; each in id order. Returns the ids and the last id read
+-- (the bucket's entries of ids also in a chunk are read, not returned).
+local function lb_walk(base, ns, l, chunk, after, want)
+  if chunk < LB_CHUNKS then
+    local ids = redis.call('ZRANGEBYLEX', lb_key(base, ns, chunk, l), after == '' and '-' or '(' .. after, '+',
+                           'LIMIT', '0', want)
+    return ids, ids[#ids], #ids
+  end
+  local ms = redis.call('ZRANGEBYLEX', lbs_key(base, ns, l), after == '' and '[' .. l .. '\t' or '(' .. l .. '\t' .. after,
+                        '(' .. l .. '\n', 'LIMIT', '0', want)
+  local ids, last = {}, nil
+  for _, m in ipairs(ms) do
+    last = string.sub(m, #l + 2)
+    if not redis.call('ZSCORE', lb_key(base, ns, lb_chunk(last), l), last) then ids[#ids + 1] = last end
+  end
+  return ids, last, #ms
 end
 
 local function lx_member(id, labels) return id .. '\t' .. table.concat(labels, '\t') end
@@ -347,7 +410,10 @@ end
 -- (persistence/store.c): a call stopped inside batched() (FUNCTION KILL)
 -- leaves nothing gathered for the next one.
 local BATCH = nil
-local function batch_reset() BATCH = nil end
+local function batch_reset()
+  BATCH = nil
+  LB_FULL = {}
+end
 local function batch_flush()
   local b = BATCH
   BATCH = nil

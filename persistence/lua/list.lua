@@ -102,7 +102,7 @@ while found < limit and scanned < budget and bytes < max_bytes do
   elseif belongs(r, best.held, bid) then
     if (ARGV[6] == '' or tail_decode(pre).queue == ARGV[6]) and
         (ARGV[11] == '' or (r.lb == 1 and
-         redis.call('ZSCORE', lb_key(key_base(ARGV[1]), ARGV[8], lb_chunk(bid), ARGV[11]), bid))) then
+         lb_has(key_base(ARGV[1]), ARGV[8], bid, ARGV[11]))) then
       local raw = redis.call('GET', ARGV[1] .. bid)
       local hist = redis.call('GET', hist_key(ARGV[1] .. bid)) or ''
       out[#out + 1] = bid

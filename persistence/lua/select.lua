@@ -1,8 +1,9 @@
 -- select: one partition's part of a selector operation (POST /timers/cancel,
 -- pause, resume, reschedule; dry_run lists): the namespace's timers that
 -- have every label given, walked in the first label's index (chunk by
--- chunk, each in id order, so a cursor (chunk, id) is exact: every timer
--- that keeps the label is met once), filtered by queue and state, and each
+-- chunk, then its small bucket, each in id order (lb_walk), so a cursor
+-- (chunk, id) is exact: every timer that keeps the label is met once),
+-- filtered by queue and state, and each
 -- match given the instruction exactly as the one-timer call would
 -- (cancel_one, control_one: an instruction to a timer in its attempt is too
 -- late, or waits for the run's end). At most `limit` matches and `budget`
@@ -34,7 +35,7 @@ local prefix, ns, op, queue, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local limit, budget, now, retention = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
 local fire = tonumber(ARGV[12])
 local base, labels = key_base(prefix), {unpack(ARGV, 15)}
-local out, found, examined = {0, LB_CHUNKS, '', 0}, 0, 0
+local out, found, examined = {0, LB_CHUNKS + 1, '', 0}, 0, 0
 local chunk, after = tonumber(ARGV[6]), ARGV[7]
 
 local function matches(id, r, v)
@@ -42,7 +43,7 @@ local function matches(id, r, v)
   if state ~= '' and r.st ~= state then return false end
   if queue ~= '' and tail_decode(v).queue ~= queue then return false end
   for i = 2, #labels do
-    if not redis.call('ZSCORE', lb_key(base, ns, lb_chunk(id), labels[i]), id) then return false end
+    if not lb_has(base, ns, id, labels[i]) then return false end
   end
   return true
 end
@@ -56,9 +57,9 @@ local function apply(tkey, id, r, v)
   return (control_one(tkey, id, r, v, op, now, fire, -1, NO_OWNER)), ''
 end
 
-while chunk < LB_CHUNKS and found < limit and examined < budget do
-  local key, want = lb_key(base, ns, chunk, labels[1]), math.min(200, budget - examined)
-  local ids = redis.call('ZRANGEBYLEX', key, after == '' and '-' or '(' .. after, '+', 'LIMIT', 0, want)
+while chunk <= LB_CHUNKS and found < limit and examined < budget do
+  local want = math.min(200, budget - examined)
+  local ids, last, read = lb_walk(base, ns, labels[1], chunk, after, want)
   for _, id in ipairs(ids) do
     examined = examined + 1
     after = id
@@ -78,14 +79,14 @@ while chunk < LB_CHUNKS and found < limit and examined < budget do
     out[2], out[3], out[4] = chunk, after, 1
     break
   end
-  if #ids < want then chunk, after = chunk + 1, '' end -- else the chunk goes on after `after`
+  if read < want then chunk, after = chunk + 1, '' -- else the chunk goes on after the last entry read
+  else after = last end
 end
 if out[4] == 1 and after ~= '' then
   -- a stop at a chunk's last entry: the walk goes on at the next chunk
-  local rest = redis.call('ZRANGEBYLEX', lb_key(base, ns, chunk, labels[1]), '(' .. after, '+', 'LIMIT', 0, 1)
-  if #rest == 0 then
+  if #lb_walk(base, ns, labels[1], chunk, after, 1) == 0 then
     out[2], out[3] = chunk + 1, ''
-    if chunk + 1 >= LB_CHUNKS then out[4] = 0 end
+    if chunk + 1 > LB_CHUNKS then out[4] = 0 end
   end
 end
 if ARGV[13] ~= '' then

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import SLOW, Reply, scaled
+from conftest import CLUSTER_MODE, SLOW, Reply, partition, scaled, wait_until
 from contract import assert_matches_contract
 
 
@@ -198,3 +198,54 @@ def test_a_page_repeated_from_its_cursor_under_the_key_replays_whatever_its_limi
     # another selector under the key is refused
     status, _, _ = select(api, "cancel", {**body, "queue": "x"}, key="k-r")
     assert status == 422
+
+
+def lb_chunk(key_id):
+    """The chunk of a timer's entry in a label's chunked index (_record.lua lb_chunk)."""
+    h = 0
+    for b in key_id.encode():
+        h = (h * 31 + b) % 1000003
+    return h % 64
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="reads one Redis's keys")
+def test_a_labels_first_timers_of_a_partition_share_a_bucket_and_a_walk_meets_each_once(
+        hookwheel_factory, redis, receiver):
+    hw = hookwheel_factory(redis, args=["--retention-s=1"])
+    # 41 timers of one partition with the label few:1: the first 16 go to a
+    # bucket that small labels share, the other 25 to the label's chunks.
+    ids, k = [], 0
+    while len(ids) < 41:
+        i = f"few-{k}"
+        k += 1
+        if partition(i) == partition("few-0"):
+            ids.append(i)
+    p = partition("few-0")
+    stale = ids[0]
+    # An entry an expired timer of the same id left in a chunk (its labels
+    # leave the index only when a claim sees it expired): created again, the
+    # id has an entry in both places, and a walk still meets it once.
+    redis.cmd("ZADD", f"hw:{{{p}}}:lb::{lb_chunk(stale)}:few:1", 0, stale)
+    short = set(ids[1:6] + ids[30:35])  # delivered at once, then expire: their entries go from both places
+    specs = [{"id": i, "url": receiver.url("/few"), "delay_ms": 200 if i in short else 600_000,
+              "labels": {"few": "1"}} for i in ids]
+    batch(hw.api, specs)
+
+    def placed():
+        small = [m.split("\t", 1)[1] for key in redis.keys(f"hw:{{{p}}}:lbs:*")
+                 for m in redis.cmd("ZRANGEBYLEX", key, "[few:1\t", "(few:1\n")]
+        chunks = [m for key in redis.keys(f"hw:{{{p}}}:lb::*:few:1") for m in redis.cmd("ZRANGE", key, 0, -1)]
+        return small, chunks
+    small, chunks = placed()
+    assert sorted(small) == sorted(ids[:16]) and sorted(chunks) == sorted(ids[16:] + [stale]), (small, chunks)
+    receiver.wait_for(len(short), timeout=scaled(15), path="/few")
+    wait_until(lambda: len(placed()[0]) + len(placed()[1]) == 32, timeout=scaled(20))
+    small, chunks = placed()
+    assert not short & set(small + chunks) and set(small + chunks) == set(ids) - short
+    # A walk of small pages crosses from the chunks to the bucket and meets every timer once
+    pages = walk(hw.api, "cancel", {"labels": {"few": "1"}, "dry_run": True, "limit": 3})
+    met = [m["id"] for page in pages for m in page["matches"]]
+    assert len(pages) > 5 and sorted(met) == sorted(set(ids) - short)
+    # ... and so does a listing by the label
+    status, _, page = hw.api.request("GET", "/timers?state=scheduled&label=few:1&limit=100")
+    assert status == 200 and sorted(t["id"] for t in page["items"]) == sorted(met)
