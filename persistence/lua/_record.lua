@@ -151,15 +151,15 @@ end
 
 -- ---- labels ----
 -- A label "key:value" of namespace ns is indexed per partition in one of
--- two places, and a timer's entry for it is in exactly one:
--- - small: a label's first LB_SMALL timers in the partition go to one of
---   LB_BUCKETS zsets its small labels share, hw:{P}:lbs:<ns>:<bucket>
---   (bucket: a hash of the label), members "<label>\t<id>" at score 0, so a
---   label's entries are one ZRANGEBYLEX range. A label of few timers would
---   otherwise pay a Redis key (~100 bytes) per timer. A member longer than
---   LB_SMALL_MAX (Redis's zset-max-listpack-value) would turn the bucket
---   into a skiplist, so such entries always go to the chunks.
--- - chunks: the rest go to LB_CHUNKS zsets per partition,
+-- two places, a timer's entry for it in one (but see labels_index):
+-- - a bucket: one of LB_BUCKETS zsets the partition's labels share,
+--   hw:{P}:lbs:<ns>:<bucket> (bucket: a hash of the label), members
+--   "<label>\t<id>" at score 0, so a label's entries are one ZRANGEBYLEX
+--   range; while the bucket has room (labels_index). A label of few timers
+--   would otherwise pay a Redis key (~100 bytes) per timer. A member longer
+--   than LB_SMALL_MAX (Redis's zset-max-listpack-value) would turn the
+--   bucket into a skiplist, so such entries always go to the chunks.
+-- - chunks: else LB_CHUNKS zsets per label and partition,
 --   hw:{P}:lb:<ns>:<chunk>:<key:value>, members the key ids of its timers at
 --   score 0 (ZRANGEBYLEX pages them exactly), a timer's in chunk lb_chunk(id).
 --   Chunks keep each zset small enough for Redis's listpack encoding
@@ -169,7 +169,7 @@ end
 -- are listed in hw:{P}:lx ("<id>\t<label>\t...", by when its record
 -- expires), and the partition's claims drop them from the index once that
 -- passes (labels_trim).
-local LB_CHUNKS, LB_SMALL, LB_BUCKETS, LB_SMALL_MAX = 64, 16, 256, 64
+local LB_CHUNKS, LB_BUCKETS, LB_SMALL_MAX = 64, 256, 64
 local function lb_hash(s) -- (modulo a prime: a power of two would keep only the low bits' parity pattern)
   local h, b = 0, {string.byte(s, 1, -1)} -- (one call for every byte: half the time of one a byte)
   for i = 1, #b do h = (h * 31 + b[i]) % 1000003 end
@@ -191,34 +191,34 @@ local function labels_of(v)
 end
 
 -- Adds (op 'ZADD') or removes ('ZREM') the timer's entries in its labels'
--- index. An entry is added to the bucket while the label has fewer than
--- LB_SMALL there (ZRANGEBYLEX ... LIMIT LB_SMALL - 1 1 finds no
--- LB_SMALL-th), else to its chunk. An expired timer's entries are dropped
--- when the partition's claims see it expired (labels_trim), so an id
--- created again before that can have an entry in both places: a removal
--- removes both, and a walk skips the bucket's entry then (lb_walk).
--- LB_FULL[ns][label]: this call found the label's bucket entries full (a
--- batch of one partition often repeats a label); batch_reset empties it.
-local LB_SKIP, LB_FULL = (LB_SMALL - 1) .. '', {}
+-- index. An entry goes to its label's bucket while the bucket has fewer
+-- than LB_BUCKET_MAX entries (Redis's zset-max-listpack-entries: beyond it
+-- the bucket would become a skiplist, at ~100 bytes an entry), else to its
+-- chunk. LB_SEEN[bucket]: the bucket's size as this call knows it (a batch
+-- of one partition often adds to a bucket many times); batch_reset empties
+-- it. An expired timer's entries are dropped when the partition's claims
+-- see it expired (labels_trim), so an id created again before that can
+-- have an entry in both places: a removal removes both, and a walk skips
+-- the bucket's one then (lb_walk).
+local LB_BUCKET_MAX, LB_SEEN = 128, {}
 local function labels_index(tkey, id, labels, op)
   local base, ns, chunk = key_base(tkey), id_ns(id), lb_chunk(id)
-  local full = LB_FULL[ns]
-  if not full then
-    full = {}
-    LB_FULL[ns] = full
-  end
   for _, l in ipairs(labels) do
     local big, m = lb_key(base, ns, chunk, l), l .. '\t' .. id
-    local small = #m <= LB_SMALL_MAX and not full[l] and lbs_key(base, ns, l)
+    local small = #m <= LB_SMALL_MAX and lbs_key(base, ns, l)
     if op == 'ZADD' then
-      if small and #redis.call('ZRANGEBYLEX', small, '[' .. l .. '\t', '(' .. l .. '\n', 'LIMIT', LB_SKIP, '1') == 0 then
-        redis.call('ZADD', small, '0', m)
+      local n = small and (LB_SEEN[small] or redis.call('ZCARD', small))
+      if small and n < LB_BUCKET_MAX then
+        LB_SEEN[small] = n + redis.call('ZADD', small, '0', m)
       else
-        if small then full[l] = true end
+        if small then LB_SEEN[small] = n end
         redis.call('ZADD', big, '0', id)
       end
     else
-      if #m <= LB_SMALL_MAX then redis.call('ZREM', lbs_key(base, ns, l), m) end
+      if small then
+        redis.call('ZREM', small, m)
+        LB_SEEN[small] = nil
+      end
       redis.call('ZREM', big, id)
     end
   end
@@ -412,7 +412,7 @@ end
 local BATCH = nil
 local function batch_reset()
   BATCH = nil
-  LB_FULL = {}
+  LB_SEEN = {}
 end
 local function batch_flush()
   local b = BATCH

@@ -200,20 +200,23 @@ def test_a_page_repeated_from_its_cursor_under_the_key_replays_whatever_its_limi
     assert status == 422
 
 
-def lb_chunk(key_id):
-    """The chunk of a timer's entry in a label's chunked index (_record.lua lb_chunk)."""
+def lb_hash(s):
+    """_record.lua lb_hash: a timer's chunk in a label's index is lb_hash(id) % 64, a label's
+    bucket lb_hash(label) % 256."""
     h = 0
-    for b in key_id.encode():
+    for b in s.encode():
         h = (h * 31 + b) % 1000003
-    return h % 64
+    return h
 
 
 @pytest.mark.skipif(CLUSTER_MODE, reason="reads one Redis's keys")
 def test_a_labels_first_timers_of_a_partition_share_a_bucket_and_a_walk_meets_each_once(
         hookwheel_factory, redis, receiver):
     hw = hookwheel_factory(redis, args=["--retention-s=1"])
-    # 41 timers of one partition with the label few:1: the first 16 go to a
-    # bucket that small labels share, the other 25 to the label's chunks.
+    # 41 timers of one partition with the label few:1. Their entries go to a
+    # bucket the partition's labels share while it has room (128 entries):
+    # with 120 of other labels there, the first 8 go there, the other 33 to
+    # the label's own chunks.
     ids, k = [], 0
     while len(ids) < 41:
         i = f"few-{k}"
@@ -222,10 +225,13 @@ def test_a_labels_first_timers_of_a_partition_share_a_bucket_and_a_walk_meets_ea
             ids.append(i)
     p = partition("few-0")
     stale = ids[0]
+    bucket = f"hw:{{{p}}}:lbs::{lb_hash('few:1') % 256}"
+    for k in range(120):
+        redis.cmd("ZADD", bucket, 0, f"other:{k}\t{k}")
     # An entry an expired timer of the same id left in a chunk (its labels
     # leave the index only when a claim sees it expired): created again, the
     # id has an entry in both places, and a walk still meets it once.
-    redis.cmd("ZADD", f"hw:{{{p}}}:lb::{lb_chunk(stale)}:few:1", 0, stale)
+    redis.cmd("ZADD", f"hw:{{{p}}}:lb::{lb_hash(stale) % 64}:few:1", 0, stale)
     short = set(ids[1:6] + ids[30:35])  # delivered at once, then expire: their entries go from both places
     specs = [{"id": i, "url": receiver.url("/few"), "delay_ms": 200 if i in short else 600_000,
               "labels": {"few": "1"}} for i in ids]
@@ -237,7 +243,8 @@ def test_a_labels_first_timers_of_a_partition_share_a_bucket_and_a_walk_meets_ea
         chunks = [m for key in redis.keys(f"hw:{{{p}}}:lb::*:few:1") for m in redis.cmd("ZRANGE", key, 0, -1)]
         return small, chunks
     small, chunks = placed()
-    assert sorted(small) == sorted(ids[:16]) and sorted(chunks) == sorted(ids[16:] + [stale]), (small, chunks)
+    assert sorted(small) == sorted(ids[:8]) and sorted(chunks) == sorted(ids[8:] + [stale]), (small, chunks)
+    assert redis.cmd("OBJECT", "ENCODING", bucket) == "listpack"
     receiver.wait_for(len(short), timeout=scaled(15), path="/few")
     wait_until(lambda: len(placed()[0]) + len(placed()[1]) == 32, timeout=scaled(20))
     small, chunks = placed()
