@@ -224,7 +224,7 @@ local function labels_index(tkey, id, labels, op)
   end
 end
 
--- 1 when the timer id has label l in the index.
+-- Whether the timer id has label l in the index (its entry's score, or false).
 local function lb_has(base, ns, id, l)
   local m = l .. '\t' .. id
   return (#m <= LB_SMALL_MAX and redis.call('ZSCORE', lbs_key(base, ns, l), m))
@@ -233,8 +233,9 @@ end
 
 -- Up to `want` ids of label l after id `after` ('' from the start) in
 -- place `chunk` of the walk: 0 .. LB_CHUNKS - 1 the chunks, LB_CHUNKS the
--- small bucket; each in id order. Returns the ids and the last id read
--- (the bucket's entries of ids also in a chunk are read, not returned).
+-- label's bucket; each in id order. Returns the ids, the last id read and
+-- how many entries were read (the bucket's entries of ids also in a chunk
+-- are read, not returned).
 local function lb_walk(base, ns, l, chunk, after, want)
   if chunk < LB_CHUNKS then
     local ids = redis.call('ZRANGEBYLEX', lb_key(base, ns, chunk, l), after == '' and '-' or '(' .. after, '+',

@@ -1,7 +1,7 @@
 -- select: one partition's part of a selector operation (POST /timers/cancel,
 -- pause, resume, reschedule; dry_run lists): the namespace's timers that
 -- have every label given, walked in the first label's index (chunk by
--- chunk, then its small bucket, each in id order (lb_walk), so a cursor
+-- chunk, then its bucket, each in id order (lb_walk), so a cursor
 -- (chunk, id) is exact: every timer that keeps the label is met once),
 -- filtered by queue and state, and each
 -- match given the instruction exactly as the one-timer call would
