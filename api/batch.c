@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "jsonesc.h"
 #include "log.h"
 #include "xalloc.h"
 
@@ -65,50 +66,75 @@ static void batch_free(batch_ctx *b)
     free(b);
 }
 
-static json_t *item_json(const batch_ctx *b, size_t i)
+static char *put_lit(char *p, const char *s)
 {
-    const bitem *it = &b->items[i];
-    const char *id = it->kid[0] ? api_public_id(it->kid) : NULL;
-    json_t *o = json_pack("{s:I,s:i}", "index", (json_int_t)i, "status", it->status);
-    if (id)
-        json_object_set_new(o, "id", json_string(id));
-    if (it->status == 201 || it->status == 200) {
-        json_object_set_new(o, "stored", json_true());
-        return o;
-    }
-    json_object_set_new(o, "stored", json_false());
-    if (it->field[0])
-        json_object_set_new(o, "field", json_string(it->field));
-    json_object_set_new(o, "detail", json_string(it->detail));
-    if (it->state[0])
-        json_object_set_new(o, "state", json_string(it->state));
-    return o;
+    size_t n = strlen(s);
+    memcpy(p, s, n);
+    return p + n;
 }
 
-/* The answer: every item's outcome in order, and the counts. */
-static json_t *batch_json(const batch_ctx *b, size_t *created, size_t *existing, size_t *failed)
+static char *put_str(char *p, const char *key, const char *s)
 {
-    json_t *arr = json_array();
-    *created = *existing = *failed = 0;
+    p = put_lit(p, key);
+    *p++ = '"';
+    p += json_escape(p, s, strlen(s));
+    *p++ = '"';
+    return p;
+}
+
+/* The answer: {"atomic", the counts, "items": every item's outcome in
+ * order}, or with items_only the array alone. Written as text: a jansson
+ * tree of 1,000 items (five allocations an item, then the dump) cost more
+ * than the text itself. */
+static char *batch_text(const batch_ctx *b, int items_only, size_t *len, size_t count[3])
+{
+    size_t cap = 160;
+    count[0] = count[1] = count[2] = 0; /* created, existing, failed */
     for (size_t i = 0; i < b->n; i++) {
-        int s = b->items[i].status;
-        *created += s == 201;
-        *existing += s == 200;
-        *failed += s != 201 && s != 200;
-        json_array_append_new(arr, item_json(b, i));
+        const bitem *it = &b->items[i];
+        count[it->status == 201 ? 0 : it->status == 200 ? 1 : 2]++;
+        cap += 160 + 6 * (strlen(it->kid) + strlen(it->field) + strlen(it->detail) + strlen(it->state));
     }
-    return arr;
+    char *out = xmalloc(cap), *p = out;
+    if (!items_only)
+        p += sprintf(p, "{\"atomic\":%s,\"created\":%zu,\"existing\":%zu,\"failed\":%zu,\"items\":",
+                     b->atomic ? "true" : "false", count[0], count[1], count[2]);
+    *p++ = '[';
+    for (size_t i = 0; i < b->n; i++) {
+        const bitem *it = &b->items[i];
+        int stored = it->status == 201 || it->status == 200;
+        p = put_lit(p, i ? ",{\"index\":" : "{\"index\":");
+        p += json_int(p, (long long)i);
+        p = put_lit(p, ",\"status\":");
+        p += json_int(p, it->status);
+        if (it->kid[0])
+            p = put_str(p, ",\"id\":", api_public_id(it->kid));
+        p = put_lit(p, stored ? ",\"stored\":true" : ",\"stored\":false");
+        if (!stored) {
+            if (it->field[0])
+                p = put_str(p, ",\"field\":", it->field);
+            p = put_str(p, ",\"detail\":", it->detail);
+            if (it->state[0])
+                p = put_str(p, ",\"state\":", it->state);
+        }
+        *p++ = '}';
+    }
+    *p++ = ']';
+    if (!items_only)
+        *p++ = '}';
+    *p = '\0';
+    *len = (size_t)(p - out);
+    return out;
 }
 
 static void batch_answer(batch_ctx *b)
 {
-    size_t created, existing, failed;
-    json_t *items = batch_json(b, &created, &existing, &failed);
-    json_t *body = json_pack("{s:b,s:I,s:I,s:I,s:o}", "atomic", b->atomic, "created", (json_int_t)created,
-                             "existing", (json_int_t)existing, "failed", (json_int_t)failed, "items", items);
+    size_t len, count[3];
+    char *text = batch_text(b, 0, &len, count);
     LOG(LOG_DEBUG, "timer batch written",
-        "\"request_id\":\"%s\",\"created\":%zu,\"existing\":%zu,\"failed\":%zu", b->rid, created, existing, failed);
-    http_respond_json(b->r, 200, body, NULL);
+        "\"request_id\":\"%s\",\"created\":%zu,\"existing\":%zu,\"failed\":%zu", b->rid, count[0], count[1],
+        count[2]);
+    http_respond_json_text_take(b->r, 200, text, len, NULL);
 }
 
 static void batch_unref(batch_ctx *b)
@@ -292,8 +318,10 @@ void api_timer_batch(http_req *r, const char *const *params, void *app)
         for (size_t i = 0; i < b->n; i++)
             if (b->items[i].spec)
                 item_fail(&b->items[i], 424, NULL, "Not stored: the batch is atomic and another item is invalid.");
-        size_t created, existing, failed;
-        json_t *items = batch_json(b, &created, &existing, &failed);
+        size_t len, count[3];
+        char *text = batch_text(b, 1, &len, count);
+        json_t *items = json_loadb(text, len, 0, NULL); /* (a rare answer: the problem's extension is a tree) */
+        free(text);
         char detail[128];
         snprintf(detail, sizeof detail, "The batch is atomic and %zu of its items are invalid; nothing was stored.",
                  invalid);
