@@ -47,10 +47,22 @@ def redis_cmd(port, *args):
 
 
 def used_memory(port):
-    for line in redis_cmd(port, "info", "memory").splitlines():
-        if line.startswith("used_memory:"):
-            return int(line.split(":")[1])
-    raise RuntimeError("no used_memory")
+    """INFO memory used_memory once it is steady: Redis resizes its key table
+    incrementally (both tables held meanwhile, finished by its cron), so a
+    figure read right after a phase can include a table about to go."""
+    def read():
+        for line in redis_cmd(port, "info", "memory").splitlines():
+            if line.startswith("used_memory:"):
+                return int(line.split(":")[1])
+        raise RuntimeError("no used_memory")
+    last = read()
+    for _ in range(30):
+        time.sleep(0.2)
+        now = read()
+        if now == last:
+            return now
+        last = now
+    return last
 
 
 class Stack:
