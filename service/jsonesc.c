@@ -1,6 +1,9 @@
 #include "jsonesc.h"
 
 #include <stdio.h>
+#include <string.h>
+
+#include "xalloc.h"
 
 /* The length of the UTF-8 sequence starting at s[0..avail), or 0 when it is
  * not a valid one (RFC 3629's table of well-formed byte sequences). */
@@ -62,4 +65,58 @@ size_t json_int(char *out, long long v)
     while (k)
         out[n++] = tmp[--k];
     return n;
+}
+
+void jb_room(jbuf *b, size_t k)
+{
+    if (b->n + k <= b->cap)
+        return;
+    b->cap = b->cap * 2 > b->n + k + 64 ? b->cap * 2 : b->n + k + 64;
+    b->p = xrealloc(b->p, b->cap);
+}
+
+void jb_put(jbuf *b, const char *s, size_t k)
+{
+    jb_room(b, k);
+    memcpy(b->p + b->n, s, k);
+    b->n += k;
+}
+
+void jb_str(jbuf *b, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    jb_room(b, len + 2);
+    b->p[b->n++] = '"';
+    size_t run = 0; /* s[run..i) is copied as it is */
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x20 && ch != '"' && ch != '\\')
+            continue;
+        jb_put(b, s + run, i - run);
+        run = i + 1;
+        const char *e = ch == '"' ? "\\\"" : ch == '\\' ? "\\\\" : ch == '\b' ? "\\b" : ch == '\f' ? "\\f"
+                      : ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : ch == '\t' ? "\\t" : NULL;
+        if (e) {
+            jb_put(b, e, 2);
+        } else {
+            char u[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
+            jb_put(b, u, 6);
+        }
+    }
+    jb_put(b, s + run, len - run);
+    jb_put(b, "\"", 1);
+}
+
+void jb_text(jbuf *b, const char *s, size_t len)
+{
+    jb_room(b, 6 * len + 2);
+    b->p[b->n++] = '"';
+    b->n += json_escape(b->p + b->n, s, len);
+    b->p[b->n++] = '"';
+}
+
+void jb_int(jbuf *b, long long v)
+{
+    jb_room(b, 20);
+    b->n += json_int(b->p + b->n, v);
 }

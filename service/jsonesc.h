@@ -22,4 +22,28 @@ size_t json_escape(char *out, const char *s, size_t len);
  * written. */
 size_t json_int(char *out, long long v);
 
+/* A growing buffer of JSON text (jb_*): zero-initialise it ({0}); p is
+ * xmalloc'd, not NUL-terminated, and the caller frees it. */
+typedef struct jbuf {
+    char *p;
+    size_t n, cap;
+} jbuf;
+
+/* Makes room for k more bytes. */
+void jb_room(jbuf *b, size_t k);
+
+/* Appends s[0..k) as it is. */
+void jb_put(jbuf *b, const char *s, size_t k);
+
+/* Appends s[0..len) as a JSON string, quoted: quotes, backslashes and
+ * control characters escaped, other bytes as they are (s is valid UTF-8). */
+void jb_str(jbuf *b, const char *s, size_t len);
+
+/* Appends s[0..len) as a JSON string, quoted, escaped as json_escape does
+ * (for text that may not be valid UTF-8, such as a truncated message). */
+void jb_text(jbuf *b, const char *s, size_t len);
+
+/* Appends v in decimal. */
+void jb_int(jbuf *b, long long v);
+
 #endif

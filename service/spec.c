@@ -187,57 +187,6 @@ static char *dump(const json_t *j, size_t flags, size_t *len)
  * create costs (perf, workload R). Strings from jansson are valid UTF-8, so
  * only '"', '\\' and control characters need escaping; reals keep jansson's
  * own formatting. */
-typedef struct jbuf {
-    char *p;
-    size_t n, cap;
-} jbuf;
-
-static void jb_room(jbuf *b, size_t k)
-{
-    if (b->n + k <= b->cap)
-        return;
-    b->cap = b->cap * 2 > b->n + k + 64 ? b->cap * 2 : b->n + k + 64;
-    b->p = xrealloc(b->p, b->cap);
-}
-
-static void jb_put(jbuf *b, const char *s, size_t k)
-{
-    jb_room(b, k);
-    memcpy(b->p + b->n, s, k);
-    b->n += k;
-}
-
-static void jb_str(jbuf *b, const char *s, size_t len)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    jb_room(b, len + 2);
-    b->p[b->n++] = '"';
-    size_t run = 0; /* s[run..i) is copied as it is */
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch >= 0x20 && ch != '"' && ch != '\\')
-            continue;
-        jb_put(b, s + run, i - run);
-        run = i + 1;
-        const char *e = ch == '"' ? "\\\"" : ch == '\\' ? "\\\\" : ch == '\b' ? "\\b" : ch == '\f' ? "\\f"
-                      : ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : ch == '\t' ? "\\t" : NULL;
-        if (e) {
-            jb_put(b, e, 2);
-        } else {
-            char u[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
-            jb_put(b, u, 6);
-        }
-    }
-    jb_put(b, s + run, len - run);
-    jb_put(b, "\"", 1);
-}
-
-static void jb_int(jbuf *b, json_int_t v)
-{
-    jb_room(b, 20);
-    b->n += json_int(b->p + b->n, v);
-}
-
 static int key_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static void jb_value(jbuf *b, const json_t *v)

@@ -2,6 +2,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -63,6 +64,33 @@ static void test_utf8_validation_rejects_overlongs_surrogates_and_beyond_the_las
     assert_int_equal(utf8_valid((const unsigned char *)"", 0), 1);
 }
 
+/* The builder: an array of every string form, grown from empty past many
+ * reallocations, reads back in jansson as written. */
+static void test_the_builder_writes_json_jansson_reads_back(void **state)
+{
+    (void)state;
+    jbuf b = {0};
+    jb_put(&b, "[", 1);
+    for (int i = 0; i < 500; i++) {
+        jb_str(&b, "a\"b\\c\n\x01\xc3\xa9", 9);
+        jb_put(&b, ",", 1);
+        jb_text(&b, "cut\xc3", 4);
+        jb_put(&b, ",", 1);
+        jb_int(&b, -1234567890123LL + i);
+        jb_put(&b, i < 499 ? "," : "]", 1);
+    }
+    json_error_t err;
+    json_t *v = json_loadb(b.p, b.n, 0, &err);
+    if (!v)
+        fail_msg("not JSON: %s", err.text);
+    assert_int_equal(json_array_size(v), 1500);
+    assert_string_equal(json_string_value(json_array_get(v, 0)), "a\"b\\c\n\x01\xc3\xa9");
+    assert_string_equal(json_string_value(json_array_get(v, 1)), "cut?");
+    assert_int_equal(json_integer_value(json_array_get(v, 1499)), -1234567890123LL + 499);
+    json_decref(v);
+    free(b.p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -71,6 +99,7 @@ int main(void)
         cmocka_unit_test(test_valid_utf8_is_kept),
         cmocka_unit_test(test_invalid_utf8_becomes_question_marks),
         cmocka_unit_test(test_utf8_validation_rejects_overlongs_surrogates_and_beyond_the_last_code_point),
+        cmocka_unit_test(test_the_builder_writes_json_jansson_reads_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
