@@ -89,15 +89,32 @@ local function head_encode(r)
                      r.plan, r.next, r.tok)
 end
 
+-- The queue of a whole record: after the head, created (6 bytes), the
+-- request id's length and bytes, kind, due time as given and every_ms (13
+-- bytes), the queue's length and bytes (none: 'default').
+local function tail_queue(v)
+  local qat = HEAD + 8 + string.byte(v, HEAD + 7) + 13
+  local qlen = string.byte(v, qat)
+  return qlen > 0 and string.sub(v, qat + 1, qat + qlen) or 'default'
+end
+
 -- The fields of the tail a function may branch on, from the whole record.
 local function tail_decode(v)
   local created, rlen = struct.unpack('<i6B', v, HEAD + 1)
   local p = HEAD + 8 + rlen
   local kind, when, every, qlen = struct.unpack('<Bi6i6B', v, p)
-  return {created = created, rid = string.sub(v, HEAD + 8, p - 1), every = every,
-          queue = qlen > 0 and string.sub(v, p + 14, p + 13 + qlen) or 'default',
+  return {created = created, rid = string.sub(v, HEAD + 8, p - 1), every = every, queue = tail_queue(v),
           same_from = p, -- where what idempotency compares starts
           spec_from = p + 14 + qlen}
+end
+
+-- A new record's head as the service writes it: scheduled, its due time
+-- and owner (this instance's tag when it holds the timer at once), its
+-- counted bit set (create adds the count); only HEAD_FMT's first five
+-- fields are read.
+local function new_head(v)
+  local _, _, _, fire, owner = struct.unpack('<BBHi6c16', v)
+  return {st = 'scheduled', fire = fire, owner = owner}
 end
 
 local upgrade -- below: an older layout is brought to this one on first read

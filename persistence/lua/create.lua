@@ -13,11 +13,8 @@ if v then
   end
   return {2, r.st}
 end
--- A new record's head says scheduled, its due time and its owner (its
--- counted bit is set: the count is added here); the rest is read by nobody here.
-local fire, owner = struct.unpack('<i6c16', ARGV[2], 5)
-r = {st = 'scheduled', fire = fire, owner = owner}
-count_add(KEYS[1], ARGV[1], tail_decode(ARGV[2]).queue, r.st, 1)
+r = new_head(ARGV[2])
+count_add(KEYS[1], ARGV[1], tail_queue(ARGV[2]), r.st, 1)
 redis.call('SET', KEYS[1], ARGV[2])
 place(KEYS[1], ARGV[1], r, r.fire)
 if #ARGV > 2 then labels_index(KEYS[1], ARGV[1], {unpack(ARGV, 3)}, 'ZADD') end
