@@ -112,8 +112,12 @@ end
 -- and owner (this instance's tag when it holds the timer at once), its
 -- counted bit set (create adds the count); only HEAD_FMT's first five
 -- fields are read.
-local function new_head(v)
+local function new_fire_owner(v)
   local _, _, _, fire, owner = struct.unpack('<BBHi6c16', v)
+  return fire, owner
+end
+local function new_head(v)
+  local fire, owner = new_fire_owner(v)
   return {st = 'scheduled', fire = fire, owner = owner}
 end
 
@@ -441,6 +445,7 @@ local function batch_flush()
       for i = 1, #a, k do redis.call(cmd, key, unpack(a, i, math.min(i + k - 1, #a))) end
     end
   end
+  for i = 1, #b.mset, 512 do redis.call('MSET', unpack(b.mset, i, math.min(i + 511, #b.mset))) end
   each(b.zrem, 'ZREM', 512)
   each(b.zadd, 'ZADD', 1024) -- (score, member pairs)
   each(b.sadd, 'SADD', 512)
@@ -454,7 +459,7 @@ local function batch_flush()
 end
 local function batched(loop)
   local function list() return {keys = {}} end
-  BATCH = {zrem = list(), zadd = list(), sadd = list(), hincr = list(), seen = {}}
+  BATCH = {mset = {}, zrem = list(), zadd = list(), sadd = list(), hincr = list(), seen = {}}
   local ok, err = pcall(loop)
   batch_flush()
   if not ok then error(err, 0) end
@@ -468,6 +473,13 @@ local function batch_list(t, key)
     t.keys[#t.keys + 1] = key
   end
   return a
+end
+-- Writes a new record (a key no record is at: the caller checked).
+local function rec_new(key, v)
+  if not BATCH then return redis.call('SET', key, v) end
+  local a = BATCH.mset
+  a[#a + 1] = key
+  a[#a + 1] = v
 end
 local function zs_rem(key, id)
   if not BATCH then return redis.call('ZREM', key, id) end

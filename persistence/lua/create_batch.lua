@@ -10,67 +10,84 @@
 -- timer of the call conflicted). A timer repeating an id of the call is
 -- compared with the first.
 local n = batch_keys(KEYS)
-local items, pos = {}, 2
+-- The items as flat lists (a table an item would cost more than the rest
+-- of its parse): id, record, where its labels start in ARGV and how many.
+local ids, recs, lfrom, lnum, pos = {}, {}, {}, {}, 2
 for i = 1, n do
   local nl = tonumber(ARGV[pos + 2])
-  items[i] = {id = ARGV[pos], rec = ARGV[pos + 1], labels = {unpack(ARGV, pos + 3, pos + 2 + nl)}}
+  ids[i], recs[i], lfrom[i], lnum[i] = ARGV[pos], ARGV[pos + 1], pos + 3, nl
   pos = pos + 3 + nl
 end
 local function same(a, b)
   return string.sub(a, tail_decode(a).same_from) == string.sub(b, tail_decode(b).same_from)
 end
 -- First what each would do: an id stored before, or earlier in the call.
-local out, seen, conflict = {}, {}, false
+-- seen[id]: the index of the call's item that created it, or {rec, state}
+-- of the timer stored before.
+local code, state, of_new, seen, conflict = {}, {}, {}, {}, false
+local stored = n > 0 and redis.call('MGET', unpack(KEYS, 1, n)) or {} -- (one call, not one a timer)
 for i = 1, n do
-  local it = items[i]
-  local prev = seen[it.id]
+  local prev = seen[ids[i]]
   if prev then
-    if same(prev.rec, it.rec) then it.code, it.state = 0, prev.state or 'scheduled'
-    else it.code, it.state = 2, prev.state or 'scheduled' end
-    it.of_new = prev.state == nil -- a repeat of an item of this call, not of a stored timer
+    local mine = type(prev) == 'number' -- a repeat of an item of this call, not of a stored timer
+    code[i] = same(mine and recs[prev] or prev.rec, recs[i]) and 0 or 2
+    state[i], of_new[i] = mine and 'scheduled' or prev.state, mine
   else
-    local r, v = rec_get(KEYS[i])
+    local v = stored[i]
     if v then
-      it.code, it.state = same(v, it.rec) and 0 or 2, r.st
-      seen[it.id] = {rec = v, state = r.st}
+      local r
+      if string.byte(v, 1) == MAGIC then r = head_decode(v) else r, v = rec_get(KEYS[i]) end -- (rec_get upgrades)
+      code[i], state[i] = same(v, recs[i]) and 0 or 2, r.st
+      seen[ids[i]] = {rec = v, state = r.st}
     else
-      it.code, it.state = 1, ''
-      seen[it.id] = {rec = it.rec}
+      code[i], state[i] = 1, ''
+      seen[ids[i]] = i
     end
   end
-  if it.code == 2 then conflict = true end
+  if code[i] == 2 then conflict = true end
 end
 local atomic = ARGV[1] == '1' and conflict
 -- The writes, as create.lua's (place, count_add, labels_index), batched
--- (the prelude's batched: one ZADD per zset, one SADD per registry and one
--- HINCRBY per count field for the whole call). place() and count_add()
--- written out for a new scheduled record, with the partition's key prefix
--- made once: calling them cost Redis about 1.5 us more a timer.
+-- (the prelude's batched: one MSET for the records, one ZADD per zset, one
+-- SADD per registry and one HINCRBY per count field for the whole call).
+-- place() and count_add() written out for a new scheduled record, with the
+-- partition's keys made once a call (or a namespace): calling them cost
+-- Redis about 1.5 us more a timer.
 local base = n > 0 and key_base(KEYS[1]) or ''
+local cn, nss, ix = base .. 'cn', base .. 'nss', {}
 batched(function()
   for i = 1, n do
-    local it = items[i]
-    if it.code == 1 then
+    if code[i] == 1 then
       if atomic then
-        it.code = 3
+        code[i] = 3
       else
-        local r, ns = new_head(it.rec), id_ns(it.id)
-        redis.call('SET', KEYS[i], it.rec)
-        if r.owner ~= NO_OWNER then
-          zs_add(base .. 'cl:' .. r.owner, r.fire, it.id)
-          set_add(base .. 'holders', r.owner)
+        local id, rec = ids[i], recs[i]
+        local fire, owner = new_fire_owner(rec)
+        local ns = id_ns(id)
+        rec_new(KEYS[i], rec)
+        if owner ~= NO_OWNER then
+          zs_add(base .. 'cl:' .. owner, fire, id)
+          set_add(base .. 'holders', owner)
         else
-          zs_add(base .. 'ix:' .. ns .. ':scheduled', r.fire, it.id)
-          set_add(base .. 'nss', ns)
+          local k = ix[ns]
+          if not k then
+            k = base .. 'ix:' .. ns .. ':scheduled'
+            ix[ns] = k
+            set_add(nss, ns)
+          end
+          zs_add(k, fire, id)
         end
-        hash_incr(base .. 'cn', ns .. '/s' .. tail_queue(it.rec), 1)
-        if #it.labels > 0 then labels_index(KEYS[i], it.id, it.labels, 'ZADD') end
+        hash_incr(cn, ns .. '/s' .. tail_queue(rec), 1)
+        if lnum[i] > 0 then labels_index(KEYS[i], id, {unpack(ARGV, lfrom[i], lfrom[i] + lnum[i] - 1)}, 'ZADD') end
       end
-    elseif it.code == 0 and it.of_new and atomic then
-      it.code = 3 -- the item it repeats was not written
+    elseif code[i] == 0 and of_new[i] and atomic then
+      code[i] = 3 -- the item it repeats was not written
     end
-    out[#out + 1] = it.code
-    out[#out + 1] = it.state
   end
 end)
+local out = {}
+for i = 1, n do
+  out[2 * i - 1] = code[i]
+  out[2 * i] = state[i]
+end
 return out

@@ -2,7 +2,7 @@
 and a real receiver."""
 import time
 
-from conftest import scaled, wait_until
+from conftest import CLUSTER_MODE, partition, scaled, wait_until
 from contract import assert_matches_contract
 
 
@@ -81,6 +81,33 @@ def test_an_atomic_batch_stores_a_partition_group_whole_or_not_at_all(hookwheel,
     status, _, body = batch(api, specs)
     assert body["items"][200]["status"] == 409
     assert all(it["status"] in (200, 201) for it in body["items"][:200])
+
+
+def test_an_id_repeated_within_a_batch_is_answered_as_a_repeat_of_its_first_item(hookwheel, receiver):
+    api = hookwheel.api
+    status, _, _ = api.create({"id": "rp-held", "url": receiver.url("/held"), "delay_ms": 60_000})
+    assert status == 201
+    one = {"id": "rp-1", "url": receiver.url("/rp"), "delay_ms": 60_000}
+    other = {**one, "url": receiver.url("/other")}
+    held = {"id": "rp-held", "url": receiver.url("/held"), "delay_ms": 60_000}
+    status, _, body = batch(api, [one, one, other, held, {**held, "delay_ms": 1}])
+    assert status == 200, body
+    assert [(it["status"], it["stored"]) for it in body["items"]] == [
+        (201, True), (200, True), (409, False), (200, True), (409, False)], body["items"]
+    assert body["items"][2]["state"] == "scheduled"
+    status, _, t = api.get("rp-1")
+    assert status == 200 and t["url"] == receiver.url("/rp")
+    # atomic: a conflict in the call leaves its partition's new items unstored, a repeat of one of
+    # them too; another partition's group is stored whole
+    parts = 64 if CLUSTER_MODE else 16
+    same = next(f"rp-s{k}" for k in range(1000) if partition(f"rp-s{k}", parts) == partition("rp-held", parts))
+    apart = next(f"rp-a{k}" for k in range(1000) if partition(f"rp-a{k}", parts) != partition("rp-held", parts))
+    mine = {"id": same, "url": receiver.url("/rp"), "delay_ms": 60_000}
+    theirs = {**mine, "id": apart}
+    status, _, body = batch(api, [mine, theirs, mine, theirs, {**held, "delay_ms": 1}], atomic=True)
+    assert status == 200, body
+    assert [it["status"] for it in body["items"]] == [424, 201, 424, 200, 409], body["items"]
+    assert api.get(same)[0] == 404 and api.get(apart)[0] == 200
 
 
 def test_batch_request_errors(hookwheel, receiver):
