@@ -812,10 +812,11 @@ static int retry_int(parse_ctx *c, json_t *retry, const char *key, int64_t lo, u
                      int64_t *out)
 {
     json_t *v = retry ? json_object_get(retry, key) : NULL;
-    char path[32];
-
+    if (!v)
+        return 0;
+    char path[32]; /* (made only when the key is there: a batch checks thousands of specs) */
     snprintf(path, sizeof path, "retry.%s", key);
-    return v ? get_int(c->err, path, v, lo, hi, out) : 0;
+    return get_int(c->err, path, v, lo, hi, out);
 }
 
 static int parse_retry(parse_ctx *c, const char *name, json_t *v)
