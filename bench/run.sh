@@ -460,7 +460,7 @@ run_l20() { run_lat L20 l20_ "$L20_RATE" "$L20_SECS" "$L20_CONNS" "$1"; }
 run_d() {
     local quiet
     quiet=$(wait_quiet)
-    local run=$1 d lead t lg sk wait_s first last line skp cost0 cost1 n
+    local run=$1 d lead t lg sk wait_s first last line skp cost0 cost1 n mem0 mem1
     d=$WORK/d$run
     start_redis "$d"
     start_hookwheel "d$run"
@@ -473,6 +473,7 @@ run_d() {
     lead=$((3000 + D_N / 5)) # ms: 3 s plus creates at >= 5,000/s
     t=$(($(now_ms) + lead))
     start_sink "d$run" "$D_N" $((lead / 1000 + 180)) "$WORK/d$run.csv"
+    mem0=$(redis_used)
     CMD_D="loadgen --url http://127.0.0.1:$HPORT/timers --sink-url http://127.0.0.1:$SPORT/hook --rate 0 --count $D_N --at-ms <now+${lead}ms> --body-bytes 100 --connections 32 --run-id d$run"
     "$LOADGEN" --url "http://127.0.0.1:$HPORT/timers" --sink-url "http://127.0.0.1:$SPORT/hook" \
         --rate 0 --count "$D_N" --at-ms "$t" --body-bytes 100 --connections 32 \
@@ -490,6 +491,7 @@ run_d() {
     alive "$SPID" && stop_pid "$SPID"
     redis_settle 15
     cost1=$(redis_cost)
+    mem1=$(redis_used) # the delivered timers, kept for the retention (records, histories, index entries)
     redis-cli -p "$RPORT" info commandstats | tr -d '\r' >"$d.cs1"
     sk=$(grep '^SINK ' "$WORK/d$run.sink") || { log "no SINK line"; return 1; }
     first=$(kv "$sk" first_us) last=$(kv "$sk" last_us) n=$(kv "$sk" unique)
@@ -506,7 +508,8 @@ run_d() {
     result "D run=$run $(awk -v a="$cost0" -v b="$cost1" -v n="$n" 'BEGIN {
         split(a, x, " "); split(b, y, " ")
         printf "redis_cmd_us_per_timer=%.2f redis_cpu_us_per_timer=%.2f redis_cmd_usec=%.0f redis_cpu_us=%.0f delivered=%d",
-            (n > 0 ? (y[1] - x[1]) / n : -1), (n > 0 ? (y[2] - x[2]) / n : -1), y[1] - x[1], y[2] - x[2], n }')"
+            (n > 0 ? (y[1] - x[1]) / n : -1), (n > 0 ? (y[2] - x[2]) / n : -1), y[1] - x[1], y[2] - x[2], n }')" \
+        "retained_bytes_per_timer=$(((mem1 - mem0) / (n > 0 ? n : 1)))"
     line=$(cpu_diff "$d.cpu0" "$d.cpu1")
     skp=$(pct_of "$(kv "$sk" cpu_ms)" "$(kv "$line" secs)")
     result "CPU_D run=$run $line cpu_sink=$skp others_pct=$(others "$line" "$skp")"
@@ -784,6 +787,7 @@ write_report() {
         row "D first delivery after T, ms (max = worst run)" D first_ms 3 "≤ 50 in every run" "<=" 50 all
         row "D Redis command µs per delivered timer (Σ cmdstat usec)" D redis_cmd_us_per_timer 2 "≤ 1/3 of base" "x<=" 0.3333
         row "D Redis CPU µs per delivered timer (used_cpu_sys+user)" D redis_cpu_us_per_timer 2 "≤ 1/3 of base" "x<=" 0.3333
+        row "D Redis bytes per delivered timer kept for the retention (D's spec)" D retained_bytes_per_timer 0 "—" - 0
         row "D lost" D lost 0 "0" "==" 0 all
         row "D early" D early 0 "0" "==" 0 all
         row "D all created before T (1 = yes)" D created_before_t 0 "1" "==" 1 all
@@ -891,6 +895,7 @@ write_report() {
         echo "D: ${CMD_D:-not run}"
         echo "   then INFO commandstats (usec summed over cmdstat_*) and INFO cpu (used_cpu_sys+used_cpu_user) after the last"
         echo "   create's answer and again after the drain (the receiver had all, Redis settled: ≤ 100 commands in 0.5 s)"
+        echo "   INFO memory used_memory before the creates and after the drain: the bytes each delivered timer keeps for the retention"
         echo "M: ${CMD_M:-not run}"
         echo "   then INFO memory used_memory and /proc/<pid>/status VmRSS before/after, /proc/<pid>/stat utime+stime over ${M_IDLE_S}s,"
         echo "   ${CMD_M2:-not run}"
