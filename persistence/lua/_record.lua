@@ -234,24 +234,25 @@ end
 -- the bucket's one then (lb_walk).
 local LB_BUCKET_MAX, LB_SEEN = 128, {}
 local function labels_index(tkey, id, labels, op)
-  local base, ns, chunk = key_base(tkey), id_ns(id), lb_chunk(id)
+  local base, ns, chunk = key_base(tkey), id_ns(id), nil -- (the chunk only when an entry goes there)
   for _, l in ipairs(labels) do
-    local big, m = lb_key(base, ns, chunk, l), l .. '\t' .. id
+    local m = l .. '\t' .. id
     local small = #m <= LB_SMALL_MAX and lbs_key(base, ns, l)
-    if op == 'ZADD' then
-      local n = small and (LB_SEEN[small] or redis.call('ZCARD', small))
-      if small and n < LB_BUCKET_MAX then
-        LB_SEEN[small] = n + redis.call('ZADD', small, '0', m)
-      else
-        if small then LB_SEEN[small] = n end
-        redis.call('ZADD', big, '0', id)
-      end
+    local n = op == 'ZADD' and small and (LB_SEEN[small] or redis.call('ZCARD', small))
+    if n and n < LB_BUCKET_MAX then
+      LB_SEEN[small] = n + redis.call('ZADD', small, ZERO, m)
     else
-      if small then
-        redis.call('ZREM', small, m)
-        LB_SEEN[small] = nil
+      chunk = chunk or lb_chunk(id)
+      if op == 'ZADD' then
+        if small then LB_SEEN[small] = n end
+        redis.call('ZADD', lb_key(base, ns, chunk, l), ZERO, id)
+      else
+        if small then
+          redis.call('ZREM', small, m)
+          LB_SEEN[small] = nil
+        end
+        redis.call('ZREM', lb_key(base, ns, chunk, l), id)
       end
-      redis.call('ZREM', big, id)
     end
   end
 end
