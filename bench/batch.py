@@ -9,7 +9,9 @@ binary on loopback ports, then:
 
   B  POSTs --timers timers in batches of --batch over --conns keep-alive
      connections (one thread each, bodies made before the clock starts) and
-     reports accepted timers/s (every item must be 201); a fresh Redis per run.
+     reports accepted timers/s (every item must be 201), and the CPU time
+     hookwheel and redis-server spent per timer meanwhile (/proc/<pid>/stat:
+     an AOF rewrite's forked child is not counted); a fresh Redis per run.
      With --labels N each timer carries N labels of 1,000 values each.
   LB for each of three label shapes, on a fresh Redis, creates 50,000 timers
      without labels and then 50,000 with: one label they all share
@@ -144,16 +146,27 @@ def post_all(port, payloads, conns):
     return time.monotonic() - t0, errors
 
 
+def cpu_ticks(pid):
+    """utime + stime of a process (all its threads), in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def run_b(binary, timers, size, conns, labels=0):
+    """Accepted timers/s, and hookwheel's and Redis's CPU µs per timer."""
     st = Stack(binary)
     try:
         keys = ("customer", "kind", "region", "tier", "team", "env", "app", "zone")[:labels]
         payloads = bodies(timers, size, "b",
                           labels=(lambda k: {key: f"{key}-{k % 1000}" for key in keys}) if labels else None)
+        h0, r0 = cpu_ticks(st.hw.pid), cpu_ticks(st.redis.pid)
         secs, errors = post_all(st.hport, payloads, conns)
+        h1, r1 = cpu_ticks(st.hw.pid), cpu_ticks(st.redis.pid)
         if errors:
             raise RuntimeError(f"batch errors: {errors[:3]}")
-        return timers / secs
+        us = 1e6 / os.sysconf("SC_CLK_TCK") / timers
+        return timers / secs, (h1 - h0) * us, (r1 - r0) * us
     finally:
         st.stop()
 
@@ -194,7 +207,8 @@ def main():
                     help="B's timers each carry this many labels (of 1,000 values each)")
     ap.add_argument("--skip-lb", action="store_true", help="measure B only")
     a = ap.parse_args()
-    rates = [run_b(a.bin, a.timers, a.batch, a.conns, a.labels) for _ in range(a.runs)]
+    bs = [run_b(a.bin, a.timers, a.batch, a.conns, a.labels) for _ in range(a.runs)]
+    rates = [b[0] for b in bs]
     lbs = [] if a.skip_lb else [run_lb(a.bin) for _ in range(a.runs)]
     print(f"# bench/batch.py --timers {a.timers} --batch {a.batch} --conns {a.conns} --labels {a.labels}"
           f" ({a.runs} runs, {a.bin})\n")
@@ -202,6 +216,10 @@ def main():
     print(f"| B: timers/s accepted in batches of {a.batch}{f', {a.labels} labels each' if a.labels else ''} | "
           f"{statistics.median(rates):,.0f} | "
           + ", ".join(f"{r:,.0f}" for r in rates) + " |")
+    for i, who in ((1, "hookwheel"), (2, "redis-server")):
+        vals = [b[i] for b in bs]
+        print(f"| B: {who} CPU µs per accepted timer | {statistics.median(vals):.1f} | "
+              + ", ".join(f"{v:.1f}" for v in vals) + " |")
     for i, name in enumerate(("Redis bytes per pending timer, no labels (200-byte body)",
                               "Redis bytes per label per timer: one label shared by 50,000 timers",
                               "Redis bytes per label per timer: four labels shared by 50,000 timers",
