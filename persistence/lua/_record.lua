@@ -134,15 +134,24 @@ local function head_get(tkey)
   return head_decode(v)
 end
 
--- The whole record (head and tail) and its decoded head, or nil.
-local function rec_get(tkey)
-  local v = redis.call('GET', tkey)
+-- The decoded head of v, the whole record read at tkey (false: none), and
+-- the record; a record of an older layout is upgraded and read again.
+local function rec_decode(tkey, v)
   if not v then return nil end
   if string.byte(v, 1) ~= MAGIC then
     upgrade(tkey)
     v = redis.call('GET', tkey)
   end
   return head_decode(v), v
+end
+
+-- The whole record (head and tail) and its decoded head, or nil.
+local function rec_get(tkey) return rec_decode(tkey, redis.call('GET', tkey)) end
+
+-- Whether two whole records are the same timer as created: the same spec
+-- and due time as the client gave them (what an idempotent repeat compares).
+local function rec_same(a, b)
+  return string.sub(a, tail_decode(a).same_from) == string.sub(b, tail_decode(b).same_from)
 end
 
 -- The decoded head of tkey and a prefix of its record long enough for

@@ -8,7 +8,7 @@
 -- the same due time as given exists; {2, state} another timer holds the id.
 local r, v = rec_get(KEYS[1])
 if v then
-  if string.sub(v, tail_decode(v).same_from) == string.sub(ARGV[2], tail_decode(ARGV[2]).same_from) then
+  if rec_same(v, ARGV[2]) then
     return {0, v, redis.call('GET', hist_key(KEYS[1])) or ''}
   end
   return {2, r.st}

@@ -18,9 +18,6 @@ for i = 1, n do
   ids[i], recs[i], lfrom[i], lnum[i] = ARGV[pos], ARGV[pos + 1], pos + 3, nl
   pos = pos + 3 + nl
 end
-local function same(a, b)
-  return string.sub(a, tail_decode(a).same_from) == string.sub(b, tail_decode(b).same_from)
-end
 -- First what each would do: an id stored before, or earlier in the call.
 -- seen[id]: the index of the call's item that created it, or {rec, state}
 -- of the timer stored before.
@@ -30,14 +27,12 @@ for i = 1, n do
   local prev = seen[ids[i]]
   if prev then
     local mine = type(prev) == 'number' -- a repeat of an item of this call, not of a stored timer
-    code[i] = same(mine and recs[prev] or prev.rec, recs[i]) and 0 or 2
+    code[i] = rec_same(mine and recs[prev] or prev.rec, recs[i]) and 0 or 2
     state[i], of_new[i] = mine and 'scheduled' or prev.state, mine
   else
-    local v = stored[i]
+    local r, v = rec_decode(KEYS[i], stored[i])
     if v then
-      local r
-      if string.byte(v, 1) == MAGIC then r = head_decode(v) else r, v = rec_get(KEYS[i]) end -- (rec_get upgrades)
-      code[i], state[i] = same(v, recs[i]) and 0 or 2, r.st
+      code[i], state[i] = rec_same(v, recs[i]) and 0 or 2, r.st
       seen[ids[i]] = {rec = v, state = r.st}
     else
       code[i], state[i] = 1, ''
