@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""script_cost.py - Redis time per timer of the create, claim, begin and finish functions.
+"""script_cost.py - Redis time per timer of the create, claim, begin and finish functions
+(and of create_batch).
 
 Starts a scratch redis-server (127.0.0.1, AOF everysec, temp dir), loads
 persistence/lua's scripts as the service does (one function library: the prelude, then
@@ -8,12 +9,13 @@ creates N timers with the create function (the D workload's spec: a 100-byte
 json pad and a retry policy; the record laid out as persistence/timers.c
 does), claims them as the sweep does (--claim-batch a call), then begins and
 finishes ("delivered") them in
-batches of --batch timers of one partition, as the engine does, pipelined,
+batches of --batch timers of one partition, as the engine does, pipelined; then
+creates N more with create_batch, --create-batch a call (no labels),
 and reads Redis's own time for each phase from INFO commandstats (usec of
 FCALL / N). This is the functions' cost alone: protocol parsing, replies and
 AOF writes come on top.
 
-Usage: python3 bench/script_cost.py [--lua DIR] [--n N] [--runs R] [--batch B] [--claim-batch C]
+Usage: python3 bench/script_cost.py [--lua DIR] [--n N] [--runs R] [--batch B] [--claim-batch C] [--create-batch K]
 Prints one line per run and the medians."""
 import argparse
 import json
@@ -53,7 +55,7 @@ def record(fire_ms, now, spec, rid="0123456789abcdef", owner=NO_OWNER):
     return head + tail + spec.encode()
 
 
-def one_run(lua, n, batch, claim_batch):
+def one_run(lua, n, batch, claim_batch, create_batch):
     pre = (lua / "_record.lua").read_text()
     d = tempfile.mkdtemp(prefix="hw-script-cost.")
     port = free_port()
@@ -76,9 +78,9 @@ def one_run(lua, n, batch, claim_batch):
         lib = "#!lua name=hwbench\n" + pre + "".join(
             f"redis.register_function('hwbench_{name}', function(KEYS, ARGV)\n{reset}"
             f"{(lua / f'{name}.lua').read_text()}end)\n"
-            for name in ("create", "claim", "begin", "finish"))
+            for name in ("create", "claim", "begin", "finish", "create_batch"))
         c.call("FUNCTION", "LOAD", "REPLACE", lib)
-        sha = {name: f"hwbench_{name}" for name in ("create", "claim", "begin", "finish")}
+        sha = {name: f"hwbench_{name}" for name in ("create", "claim", "begin", "finish", "create_batch")}
 
         def pipeline(cmds, k=500):
             out = []
@@ -123,8 +125,17 @@ def one_run(lua, n, batch, claim_batch):
                       for g in groups], k=50)
         assert all(x[0::5] == [1] * len(g) for x, g in zip(r, groups)), r[:3]
         finish = fcall_usec(c) / n
+        c.call("CONFIG", "RESETSTAT")
+        calls = []
+        for g in range(0, n, create_batch):
+            ids = [f"cb-{i:06d}" for i in range(g, min(g + create_batch, n))]
+            args = [a for k, i in enumerate(ids) for a in (i, record(now + 3_600_000 + g + k, now, spec), 0)]
+            calls.append(["FCALL", sha["create_batch"], len(ids), *[f"hw:{{{P}}}:t:{i}" for i in ids], "0", *args])
+        r = pipeline(calls, k=10)
+        assert all(x[0::2] == [1] * (len(x) // 2) for x in r), r[0][:4]
+        batch_create = fcall_usec(c) / n
         c.close()
-        return create, claim, begin, finish
+        return create, claim, begin, finish, batch_create
     finally:
         p.terminate()
         p.wait(timeout=10)
@@ -138,14 +149,17 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64, help="timers per begin and finish call (the engine: up to 256)")
     ap.add_argument("--claim-batch", type=int, default=128, help="timers per claim call (hookwheel's --claim-batch)")
+    ap.add_argument("--create-batch", type=int, default=1000, help="timers per create_batch call")
     a = ap.parse_args()
     got = []
     for k in range(a.runs):
-        got.append(one_run(pathlib.Path(a.lua), a.n, a.batch, a.claim_batch))
-        print("run %d: create %.2f us, claim %.2f us, begin %.2f us, finish %.2f us per timer" % (k + 1, *got[-1]))
-    print("median: create %.2f us, claim %.2f us, begin %.2f us, finish %.2f us per timer (n=%d, batch=%d,"
-          " claim batch=%d)" % (*(statistics.median(x[i] for x in got) for i in range(4)), a.n, a.batch,
-                                a.claim_batch))
+        got.append(one_run(pathlib.Path(a.lua), a.n, a.batch, a.claim_batch, a.create_batch))
+        print("run %d: create %.2f us, claim %.2f us, begin %.2f us, finish %.2f us, create_batch %.2f us"
+              " per timer" % (k + 1, *got[-1]))
+    print("median: create %.2f us, claim %.2f us, begin %.2f us, finish %.2f us, create_batch %.2f us per timer"
+          " (n=%d, batch=%d, claim batch=%d, create batch=%d)"
+          % (*(statistics.median(x[i] for x in got) for i in range(5)), a.n, a.batch, a.claim_batch,
+             a.create_batch))
 
 
 if __name__ == "__main__":
