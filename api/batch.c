@@ -23,6 +23,7 @@
 
 #include "clock.h"
 #include "jsonesc.h"
+#include "jsonload.h"
 #include "log.h"
 #include "xalloc.h"
 
@@ -243,7 +244,7 @@ static json_t *read_request(http_req *r, const api *a, int *atomic)
     size_t len;
     const char *body = http_req_body(r, &len);
     json_error_t jerr;
-    json_t *root = json_loadb(body, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_load_fast(body, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
     char detail[256];
     if (!root || !json_is_object(root)) {
         snprintf(detail, sizeof detail, root ? "the body must be a JSON object" : "malformed JSON: %s", jerr.text);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "jsonload.h"
 #include "log.h"
 #include "nsgate.h"
 #include "xalloc.h"
@@ -78,7 +79,7 @@ static int parse_body(http_req *r, char *queue, size_t size)
     if (len == 0 || strspn(body, " \t\r\n") == len)
         return 0;
     json_error_t err;
-    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &err);
+    json_t *j = json_load_fast(body, len, JSON_REJECT_DUPLICATES, &err);
     const char *key;
     json_t *v;
     int rc = 0;

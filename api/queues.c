@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "jsonload.h"
 #include "log.h"
 #include "persistence/counts.h"
 #include "persistence/queues.h"
@@ -251,7 +252,7 @@ static int parse_controls(http_req *r, const config *cfg, queue_controls *q, uns
     size_t len;
     const char *body = http_req_body(r, &len);
     json_error_t err;
-    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &err), *v;
+    json_t *j = json_load_fast(body, len, JSON_REJECT_DUPLICATES, &err), *v;
     const char *key;
     int rc = 0;
     *set = 0;

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "jsonload.h"
 #include "log.h"
 #include "nsgate.h"
 #include "xalloc.h"
@@ -279,7 +280,7 @@ static void selector(http_req *r, api *a, const char *op)
         return;
     }
     json_error_t jerr;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_load_fast(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         char detail[200];
         snprintf(detail, sizeof detail, "malformed JSON: %s", jerr.text);

@@ -15,6 +15,7 @@
 
 #include "clock.h"
 #include "jsonesc.h"
+#include "jsonload.h"
 #include "oneshot.h"
 #include "log.h"
 #include "trace.h"
@@ -476,7 +477,7 @@ static int empty_body(http_req *r)
         i++;
     if (i == len)
         return 1;
-    json_t *j = json_loadb(body, len, JSON_DECODE_ANY, NULL);
+    json_t *j = json_load_fast(body, len, JSON_DECODE_ANY, NULL);
     int ok = json_is_object(j) && json_object_size(j) == 0;
     if (!ok) {
         const char *key = json_is_object(j) ? json_object_iter_key(json_object_iter(j)) : NULL;

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "jsonload.h"
 #include "netpolicy.h"
 #include "xalloc.h"
 
@@ -253,7 +254,7 @@ static int check_root(spec_error *err, json_t *root, const char *const *known, s
 static json_t *load(const char *json, size_t len, spec_error *err)
 {
     json_error_t jerr;
-    json_t *root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_load_fast(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         fail(err, "", "malformed JSON: %s at line %d, column %d", jerr.text, jerr.line, jerr.column);
         utf8_trim(err->detail);

@@ -32,6 +32,7 @@
 #include "clock.h"
 #include "cron.h"
 #include "jsonesc.h"
+#include "jsonload.h"
 #include "netpolicy.h"
 #include "tzfile.h"
 #include "xalloc.h"
@@ -1219,7 +1220,7 @@ int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t no
                timer_spec **out, spec_error *err)
 {
     json_error_t jerr;
-    json_t *root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_load_fast(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return fail(err, "", "malformed JSON: %s at line %d, column %d", jerr.text, jerr.line,
                     jerr.column);
@@ -1268,7 +1269,7 @@ int spec_parse_when(const char *json, size_t len, const spec_limits *lim, uint64
     timer_spec s = {0};
     int rc = -EINVAL;
 
-    c.root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    c.root = json_load_fast(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
     if (!c.root)
         return fail(err, "", "malformed JSON: %s at line %d, column %d", jerr.text, jerr.line,
                     jerr.column);

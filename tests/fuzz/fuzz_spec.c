@@ -10,6 +10,9 @@
  * so parsing it (and the canonical form) without limits must give back the
  * same canonical text and the same outbound request.
  *
+ * Each input is also loaded by json_load_fast and by json_loadb, which
+ * must agree (check_loader).
+ *
  * Build and run with tests/fuzz/fuzz.mk (make fuzz, fuzz-ci, fuzz-regress).
  * The clock is fixed so that every run of an input behaves the same. */
 #include <curl/curl.h>
@@ -22,6 +25,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "jsonload.h"
 #include "spec.h"
 
 /* 2026-01-02T03:04:05.678Z, as in tests/unit/test_spec.c. */
@@ -263,8 +267,36 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 /* data[0..size) is exactly the request body; it is not NUL-terminated, so
  * AddressSanitizer catches a parser that reads it as a C string. */
+/* json_load_fast (jsonload.h), which spec_parse reads bodies with, gives
+ * json_loadb's answer for every flag set the API uses: the same tree, keys
+ * in the same order, or the same error. */
+static void check_loader(const uint8_t *data, size_t size)
+{
+    for (int f = 0; f < 4; f++) {
+        size_t flags = (f & 1 ? JSON_REJECT_DUPLICATES : 0) | (f & 2 ? JSON_DECODE_ANY : 0);
+        json_error_t e1, e2;
+        json_t *a = json_load_fast((const char *)data, size, flags, &e1);
+        json_t *b = json_loadb((const char *)data, size, flags, &e2);
+        CHECK(!a == !b);
+        if (a) {
+            char *da = json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY);
+            char *db = json_dumps(b, JSON_COMPACT | JSON_ENCODE_ANY);
+            CHECK(json_equal(a, b));
+            CHECK(da && db && strcmp(da, db) == 0);
+            free(da);
+            free(db);
+        } else {
+            CHECK(strcmp(e1.text, e2.text) == 0);
+            CHECK(e1.line == e2.line && e1.column == e2.column && e1.position == e2.position);
+        }
+        json_decref(a);
+        json_decref(b);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    check_loader(data, size);
     run_one(data, size, &api_limits);
     run_one(data, size, NULL);
     return 0;
