@@ -11,7 +11,7 @@
 # (make -f Makefile -f bench/bench.mk when the main Makefile does not include
 # this file yet), so both targets only need to call it.
 
-BENCH_BINS := $(BUILD)/bench/sink $(BUILD)/bench/loadgen
+BENCH_BINS := $(BUILD)/bench/sink $(BUILD)/bench/loadgen $(BUILD)/bench/wakeup
 
 .PHONY: bench bench-quick bench-tools
 bench-tools: $(BENCH_BINS)
@@ -23,6 +23,11 @@ $(BUILD)/bench/sink: bench/sink.c
 $(BUILD)/bench/loadgen: bench/loadgen.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $<
+
+# What a wake-up and work after a sleep cost on this machine (a report).
+$(BUILD)/bench/wakeup: bench/wakeup.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -lpthread
 
 BENCH_ENV = $(if $(BASE),BASE='$(BASE)')
 # The harness's own tools (run.sh checks for them), installed like make deps.
