@@ -1,5 +1,6 @@
 #include "jsonesc.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,6 +32,36 @@ int utf8_valid(const unsigned char *s, size_t len)
         i += n;
     }
     return 1;
+}
+
+/* Bytes of w (eight bytes, little-endian order) that are zero, flagged by
+ * their top bit; the lowest flagged byte is always a true one (a borrow
+ * only flags bytes above one), which is all json_plain_prefix uses. */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+static uint64_t zero_bytes(uint64_t w) { return (w - ONES) & ~w & HIGHS; }
+
+size_t json_plain_prefix(const unsigned char *s, size_t len, int ascii)
+{
+    size_t i = 0;
+    uint64_t high = ascii ? HIGHS : 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        uint64_t m = zero_bytes(w ^ (ONES * '"')) | zero_bytes(w ^ (ONES * '\\')) |
+                     ((w - ONES * 0x20) & ~w & HIGHS) | (w & high);
+        if (m) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            return i + (size_t)__builtin_ctzll(m) / 8;
+#else
+            break; /* (the bytes below find it) */
+#endif
+        }
+    }
+    for (; i < len; i++)
+        if (s[i] < 0x20 || s[i] == '"' || s[i] == '\\' || (ascii && s[i] >= 0x80))
+            break;
+    return i;
 }
 
 size_t json_escape(char *out, const char *s, size_t len)
@@ -89,9 +120,10 @@ void jb_str(jbuf *b, const char *s, size_t len)
     b->p[b->n++] = '"';
     size_t run = 0; /* s[run..i) is copied as it is */
     for (size_t i = 0; i < len; i++) {
+        i += json_plain_prefix((const unsigned char *)s + i, len - i, 0);
+        if (i == len)
+            break;
         unsigned char ch = (unsigned char)s[i];
-        if (ch >= 0x20 && ch != '"' && ch != '\\')
-            continue;
         jb_put(b, s + run, i - run);
         run = i + 1;
         const char *e = ch == '"' ? "\\\"" : ch == '\\' ? "\\\\" : ch == '\b' ? "\\b" : ch == '\f' ? "\\f"

@@ -12,6 +12,11 @@
  * U+10FFFF), else 0. */
 int utf8_valid(const unsigned char *s, size_t len);
 
+/* How many bytes at the start of s[0..len) a JSON string holds as they are:
+ * the length of the prefix without '"', '\\' or a control character (and,
+ * when ascii is 1, without a byte >= 0x80). Eight bytes a step. */
+size_t json_plain_prefix(const unsigned char *s, size_t len, int ascii);
+
 /* Writes s[0..len) as the inside of a JSON string: quotes, backslashes and
  * control characters escaped; when s is not valid UTF-8, its bytes >= 0x80
  * become '?'. out must have room for 6 * len bytes. Returns the bytes

@@ -134,8 +134,7 @@ static int string(reader *r, const char **s, size_t *n, char **heap)
 
     *heap = NULL;
     for (;;) {
-        while (q < r->end && *q >= 0x20 && *q < 0x80 && *q != '"' && *q != '\\')
-            q++;
+        q += json_plain_prefix(q, (size_t)(r->end - q), 1);
         if (q >= r->end || *q < 0x20)
             return -1; /* unterminated, or a control character */
         if (*q == '"')

@@ -91,6 +91,39 @@ static void test_the_builder_writes_json_jansson_reads_back(void **state)
     free(b.p);
 }
 
+/* json_plain_prefix against the byte-at-a-time rule, for every byte value
+ * at every place of strings up to 40 bytes long (so at every offset within
+ * an eight-byte step, and after a byte that borrows), in both modes. */
+static size_t plain_naive(const unsigned char *s, size_t len, int ascii)
+{
+    size_t i = 0;
+    while (i < len && s[i] >= 0x20 && s[i] != '"' && s[i] != '\\' && !(ascii && s[i] >= 0x80))
+        i++;
+    return i;
+}
+
+static void test_the_plain_prefix_stops_where_a_byte_needs_attention(void **state)
+{
+    (void)state;
+    unsigned char s[41];
+    for (size_t len = 0; len <= 40; len++) {
+        for (size_t at = 0; at < len; at++) {
+            for (int c = 0; c < 256; c++) {
+                for (size_t k = 0; k < len; k++)
+                    s[k] = (unsigned char)('a' + k % 26);
+                s[at] = (unsigned char)c;
+                if (at + 1 < len) /* a byte after it that would borrow, or be special itself */
+                    s[at + 1] = (unsigned char)(c ^ 0x5c);
+                for (int ascii = 0; ascii <= 1; ascii++)
+                    assert_int_equal(json_plain_prefix(s, len, ascii), plain_naive(s, len, ascii));
+            }
+        }
+        for (int ascii = 0; ascii <= 1; ascii++) /* nothing special: the whole string */
+            assert_int_equal(json_plain_prefix((const unsigned char *)"abcdefghijklmnopqrstuvwxyzabcdefghijklmn",
+                                               len, ascii), len);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -100,6 +133,7 @@ int main(void)
         cmocka_unit_test(test_invalid_utf8_becomes_question_marks),
         cmocka_unit_test(test_utf8_validation_rejects_overlongs_surrogates_and_beyond_the_last_code_point),
         cmocka_unit_test(test_the_builder_writes_json_jansson_reads_back),
+        cmocka_unit_test(test_the_plain_prefix_stops_where_a_byte_needs_attention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
