@@ -62,10 +62,17 @@ static const char *const member_name[M_COUNT] = {"body",       "headers",    "js
                                                  "method",     "on_failure", "on_success", "queue",
                                                  "repeat",     "retry",      "timeout_ms", "url"};
 
+/* The request's fields, in the order their handlers run (fields[] below). */
+enum field_key {
+    F_URL, F_METHOD, F_HEADERS, F_BODY, F_JSON, F_DELAY_MS, F_FIRE_AT, F_FIRE_AT_MS, F_ID, F_TIMEOUT_MS,
+    F_RETRY, F_QUEUE, F_REPEAT, F_LABELS, F_ON_SUCCESS, F_ON_FAILURE, F_COUNT
+};
+
 typedef struct parse_ctx {
     const spec_limits *lim; /* never NULL: no_limits stands in */
     uint64_t now_ms;
     json_t *root;           /* the request object, owned */
+    json_t *v[F_COUNT];     /* root's value of each field, NULL: absent (collect_fields) */
     struct member {         /* the canonical form's members, in key order (enum member_key) */
         char *text;         /* "value" as compact sorted JSON; NULL: absent */
         size_t len;
@@ -697,7 +704,7 @@ static int parse_json(parse_ctx *c, const char *name, json_t *v)
 {
     if (!v)
         return 0;
-    if (json_object_get(c->root, "body"))
+    if (c->v[F_BODY])
         return fail(c->err, name, "give either body or json, not both");
     if (c->lim != &no_limits && !depth_within(v, SPEC_MAX_JSON_DEPTH))
         return fail(c->err, name, "json nests arrays and objects more than %d deep", SPEC_MAX_JSON_DEPTH);
@@ -753,10 +760,11 @@ static int time_fire_at_ms(parse_ctx *c, const char *name, json_t *v)
 static const struct {
     const char *name;
     field_fn parse;
+    enum field_key key;
 } time_fields[] = {
-    {"delay_ms", time_delay},
-    {"fire_at", time_fire_at},
-    {"fire_at_ms", time_fire_at_ms},
+    {"delay_ms", time_delay, F_DELAY_MS},
+    {"fire_at", time_fire_at, F_FIRE_AT},
+    {"fire_at_ms", time_fire_at_ms, F_FIRE_AT_MS},
 };
 
 /* Resolves the one time field given. Past due times are allowed: the timer
@@ -769,7 +777,7 @@ static int parse_time(parse_ctx *c, const char *unused_name, json_t *unused_v)
     (void)unused_name;
     (void)unused_v;
     for (size_t i = 0; i < n; i++) {
-        if (!json_object_get(c->root, time_fields[i].name))
+        if (!c->v[time_fields[i].key])
             continue;
         if (chosen < n)
             return fail(c->err, time_fields[i].name,
@@ -780,7 +788,7 @@ static int parse_time(parse_ctx *c, const char *unused_name, json_t *unused_v)
         c->s->fire_at_ms = (int64_t)c->now_ms;
         return 0;
     }
-    json_t *rep = json_object_get(c->root, "repeat");
+    json_t *rep = c->v[F_REPEAT];
     if (json_is_object(rep) && json_object_get(rep, "cron")) { /* parse_calendar sets the first slot */
         if (chosen < n)
             return fail(c->err, time_fields[chosen].name,
@@ -791,7 +799,7 @@ static int parse_time(parse_ctx *c, const char *unused_name, json_t *unused_v)
     if (chosen == n)
         return fail(c->err, "delay_ms", "one of delay_ms, fire_at or fire_at_ms is required");
     const char *name = time_fields[chosen].name;
-    if (time_fields[chosen].parse(c, name, json_object_get(c->root, name)) < 0)
+    if (time_fields[chosen].parse(c, name, c->v[time_fields[chosen].key]) < 0)
         return -EINVAL;
     fire = (uint64_t)c->s->fire_at_ms;
     if (fire > c->now_ms && fire - c->now_ms > c->lim->max_delay_ms)
@@ -1138,31 +1146,55 @@ static int parse_labels(parse_ctx *c, const char *name, json_t *v)
  * fields are resolved together by parse_time under "delay_ms". */
 static const struct {
     const char *name;
+    size_t len;     /* strlen(name) */
     field_fn parse; /* NULL: handled by another entry */
-} fields[] = {
-    {"url", parse_url},
-    {"method", parse_method},
-    {"headers", parse_headers},
-    {"body", parse_body},
-    {"json", parse_json},
-    {"delay_ms", parse_time},
-    {"fire_at", NULL},
-    {"fire_at_ms", NULL},
-    {"id", parse_id},
-    {"timeout_ms", parse_timeout},
-    {"retry", parse_retry},
-    {"queue", parse_queue},
-    {"repeat", parse_repeat},
-    {"labels", parse_labels},
-    {"on_success", parse_callback},
-    {"on_failure", parse_callback},
+} fields[F_COUNT] = {
+#define FIELD(key, name, fn) [key] = {name, sizeof name - 1, fn}
+    FIELD(F_URL, "url", parse_url),
+    FIELD(F_METHOD, "method", parse_method),
+    FIELD(F_HEADERS, "headers", parse_headers),
+    FIELD(F_BODY, "body", parse_body),
+    FIELD(F_JSON, "json", parse_json),
+    FIELD(F_DELAY_MS, "delay_ms", parse_time),
+    FIELD(F_FIRE_AT, "fire_at", NULL),
+    FIELD(F_FIRE_AT_MS, "fire_at_ms", NULL),
+    FIELD(F_ID, "id", parse_id),
+    FIELD(F_TIMEOUT_MS, "timeout_ms", parse_timeout),
+    FIELD(F_RETRY, "retry", parse_retry),
+    FIELD(F_QUEUE, "queue", parse_queue),
+    FIELD(F_REPEAT, "repeat", parse_repeat),
+    FIELD(F_LABELS, "labels", parse_labels),
+    FIELD(F_ON_SUCCESS, "on_success", parse_callback),
+    FIELD(F_ON_FAILURE, "on_failure", parse_callback),
+#undef FIELD
 };
 
-static int is_field(const char *key)
+/* The field key names, or -1 (lengths and first bytes compared before
+ * the bytes: this runs for every member of every spec). */
+static int field_of(const char *key)
 {
-    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
-        if (strcmp(key, fields[i].name) == 0)
-            return 1;
+    size_t len = strlen(key);
+    for (int i = 0; i < F_COUNT; i++)
+        if (fields[i].len == len && fields[i].name[0] == key[0] && memcmp(fields[i].name, key, len) == 0)
+            return i;
+    return -1;
+}
+
+static int is_field(const char *key) { return field_of(key) >= 0; }
+
+/* Fills c->v from c->root's members in one pass (rather than a lookup a
+ * field) and rejects a member known() does not accept, as check_keys
+ * does. */
+static int collect_fields(parse_ctx *c, int (*known)(const char *))
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(c->root, key, v) {
+        int i = field_of(key);
+        if (i < 0 || (known != is_field && !known(key)))
+            return check_keys(c->err, c->root, "", known); /* (names the first unknown member) */
+        c->v[i] = v;
+    }
     return 0;
 }
 
@@ -1170,13 +1202,11 @@ static int parse_root(parse_ctx *c)
 {
     if (!json_is_object(c->root))
         return fail(c->err, "", "request body must be a JSON object");
-    if (check_keys(c->err, c->root, "", is_field) < 0)
+    if (collect_fields(c, is_field) < 0)
         return -EINVAL;
-    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
-        json_t *v = json_object_get(c->root, fields[i].name);
-        if (fields[i].parse && fields[i].parse(c, fields[i].name, v) < 0)
+    for (int i = 0; i < F_COUNT; i++)
+        if (fields[i].parse && fields[i].parse(c, fields[i].name, c->v[i]) < 0)
             return -EINVAL;
-    }
     return 0;
 }
 
@@ -1276,7 +1306,7 @@ int spec_parse_when(const char *json, size_t len, const spec_limits *lim, uint64
     c.s = &s;
     if (!json_is_object(c.root))
         rc = fail(err, "", "request body must be a JSON object");
-    else if (check_keys(err, c.root, "", is_time_field) == 0 && parse_time(&c, NULL, NULL) == 0) {
+    else if (collect_fields(&c, is_time_field) == 0 && parse_time(&c, NULL, NULL) == 0) {
         *fire_ms = s.fire_at_ms;
         rc = 0;
     }
