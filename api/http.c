@@ -81,6 +81,7 @@
 #include <microhttpd.h>
 
 #include "auth.h"
+#include "hex.h"
 
 #include "list.h"
 #include "problem.h"
@@ -175,17 +176,6 @@ static uint64_t mono_us(void)
 
 /* ---- percent-decoding, paths and routes ---------------------------------- */
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Decodes %HH escapes of the NUL-terminated s in place. Returns 0, or -1 for
  * a malformed escape or %00 (which would silently cut the value short). */
 static int pct_decode(char *s)
@@ -196,7 +186,7 @@ static int pct_decode(char *s)
             *o++ = *p;
             continue;
         }
-        int hi = hexval(p[1]), lo = hi < 0 ? -1 : hexval(p[2]);
+        int hi = hex_value(p[1]), lo = hi < 0 ? -1 : hex_value(p[2]);
         if (lo < 0 || (hi | lo) == 0)
             return -1;
         *o++ = (char)(hi * 16 + lo);

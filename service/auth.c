@@ -12,6 +12,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "hex.h"
 #include "xalloc.h"
 
 #define NS_MAX 64
@@ -44,14 +45,6 @@ static void sha256(const char *s, size_t len, unsigned char out[32])
         abort(); /* only out of memory: SHA-256 is always there */
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = tolower(c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /* The digest a line's token field stands for; -EINVAL when malformed. */
 static int token_digest(const char *tok, unsigned char out[32], const char **why)
 {
@@ -62,7 +55,7 @@ static int token_digest(const char *tok, unsigned char out[32], const char **why
             return -EINVAL;
         }
         for (int i = 0; i < 32; i++) {
-            int hi = hexval(h[2 * i]), lo = hexval(h[2 * i + 1]);
+            int hi = hex_value(h[2 * i]), lo = hex_value(h[2 * i + 1]);
             if (hi < 0 || lo < 0) {
                 *why = "sha256: needs 64 hex digits";
                 return -EINVAL;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hex.h"
 #include "jsonesc.h"
 
 /* Deeper documents go to jansson (its own limit is JSON_PARSER_MAX_DEPTH). */
@@ -38,16 +39,10 @@ static int hex4(const unsigned char *p, unsigned *out)
 {
     unsigned v = 0;
     for (int i = 0; i < 4; i++) {
-        unsigned c = p[i], d;
-        if (c >= '0' && c <= '9')
-            d = c - '0';
-        else if (c >= 'a' && c <= 'f')
-            d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F')
-            d = c - 'A' + 10;
-        else
+        int d = hex_value(p[i]);
+        if (d < 0)
             return -1;
-        v = v << 4 | d;
+        v = v << 4 | (unsigned)d;
     }
     *out = v;
     return 0;

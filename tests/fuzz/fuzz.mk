@@ -19,7 +19,7 @@ FUZZ_DIR      := tests/fuzz
 FUZZ_BIN      := $(BUILD)/fuzz/fuzz_spec
 FUZZ_SRCS     := $(FUZZ_DIR)/fuzz_spec.c service/spec.c service/netpolicy.c service/xalloc.c service/clock.c \
                  service/jsonesc.c service/jsonload.c service/cron.c service/tzfile.c
-FUZZ_HDRS     := service/spec.h service/netpolicy.h service/xalloc.h service/clock.h service/jsonesc.h service/jsonload.h \
+FUZZ_HDRS     := service/spec.h service/netpolicy.h service/xalloc.h service/clock.h service/jsonesc.h service/jsonload.h service/hex.h \
                  service/cron.h service/tzfile.h service/civil.h
 FUZZ_CFLAGS   = -std=gnu11 -g -O1 -fno-omit-frame-pointer $(WARN) -D_GNU_SOURCE -Iservice \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
