@@ -202,17 +202,18 @@ static json_t *object(reader *r)
         char *heap;
         if (r->p >= r->end || *r->p != '"' || string(r, &k, &kn, &heap) < 0)
             break;
-        /* A repeated key (an error with JSON_REJECT_DUPLICATES, else its
-         * last value wins) is left to jansson. */
-        int dup = json_object_getn(o, k, kn) != NULL;
         skip_ws(r);
         json_t *v = NULL;
-        if (!dup && r->p < r->end && *r->p == ':') {
+        if (r->p < r->end && *r->p == ':') {
             r->p++;
             skip_ws(r);
             v = value(r);
         }
-        int ok = v && json_object_setn_new_nocheck(o, k, kn, v) == 0;
+        /* A repeated key (an error with JSON_REJECT_DUPLICATES, else its
+         * last value wins) is left to jansson: the set then replaced a
+         * member rather than adding one (one lookup a key, not two). */
+        size_t had = json_object_size(o);
+        int ok = v && json_object_setn_new_nocheck(o, k, kn, v) == 0 && json_object_size(o) > had;
         free(heap);
         if (!ok)
             break;
