@@ -149,11 +149,13 @@ def post_all(port, payloads, conns):
 
 def cpu_ticks(pid, children=False):
     """utime + stime of a process (all its threads), in clock ticks; with
-    children, also those of its children it has waited for (cutime + cstime:
-    Redis's AOF rewrites, a forked child each, once it has reaped them)."""
+    children, also (as a second value) cutime + cstime, those of the
+    children it has waited for: Redis's AOF rewrites, a forked child each,
+    once it has reaped them."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
+    own = int(fields[11]) + int(fields[12])
+    return (own, int(fields[13]) + int(fields[14])) if children else own
 
 
 def rewriting(port):
@@ -171,7 +173,7 @@ def run_b(binary, timers, size, conns, labels=0):
         keys = ("customer", "kind", "region", "tier", "team", "env", "app", "zone")[:labels]
         payloads = bodies(timers, size, "b",
                           labels=(lambda k: {key: f"{key}-{k % 1000}" for key in keys}) if labels else None)
-        h0, r0, c0 = cpu_ticks(st.hw.pid), cpu_ticks(st.redis.pid), cpu_ticks(st.redis.pid, True)
+        h0, (r0, c0) = cpu_ticks(st.hw.pid), cpu_ticks(st.redis.pid, True)
         secs, errors = post_all(st.hport, payloads, conns)
         h1, r1 = cpu_ticks(st.hw.pid), cpu_ticks(st.redis.pid)
         for _ in range(300):  # a rewrite the run started counts once Redis has reaped it
@@ -179,11 +181,11 @@ def run_b(binary, timers, size, conns, labels=0):
                 break
             time.sleep(0.1)
         time.sleep(0.2)
-        c1 = cpu_ticks(st.redis.pid, True) - (cpu_ticks(st.redis.pid) - r1)  # (not Redis's own CPU since)
+        c1 = cpu_ticks(st.redis.pid, True)[1]  # (the children's only: Redis's own CPU ends at r1)
         if errors:
             raise RuntimeError(f"batch errors: {errors[:3]}")
         us = 1e6 / os.sysconf("SC_CLK_TCK") / timers
-        return timers / secs, (h1 - h0) * us, (r1 - r0) * us, (c1 - c0) * us
+        return timers / secs, (h1 - h0) * us, (r1 - r0) * us, (r1 - r0 + c1 - c0) * us
     finally:
         st.stop()
 
