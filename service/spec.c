@@ -1191,7 +1191,7 @@ static int collect_fields(parse_ctx *c, int (*known)(const char *))
     json_t *v;
     json_object_foreach(c->root, key, v) {
         int i = field_of(key);
-        if (i < 0 || (known != is_field && !known(key)))
+        if (i < 0 || (known != is_field && !known(key))) /* (is_field: field_of just said yes) */
             return check_keys(c->err, c->root, "", known); /* (names the first unknown member) */
         c->v[i] = v;
     }

@@ -860,7 +860,7 @@ static void test_start_refuses_bad_addresses_and_busy_ports(void **state)
     http_config c = config;
     c.listen = busy;
     assert_null(http_start(&c, routes, 1, NULL));
-    http_route bad_route = {"GET", "no-slash", h_sync, 0, 0};
+    http_route bad_route = {"GET", "no-slash", h_sync, 0, 0, 0};
     assert_null(http_start(&config, &bad_route, 1, NULL));
 }
 
