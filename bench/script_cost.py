@@ -10,12 +10,14 @@ json pad and a retry policy; the record laid out as persistence/timers.c
 does), claims them as the sweep does (--claim-batch a call), then begins and
 finishes ("delivered") them in
 batches of --batch timers of one partition, as the engine does, pipelined; then
-creates N more with create_batch, --create-batch a call (no labels),
+creates N more with create_batch, --create-batch a call (no labels; a plain
+call as the service makes one, or with --general each item on its own),
 and reads Redis's own time for each phase from INFO commandstats (usec of
 FCALL / N). This is the functions' cost alone: protocol parsing, replies and
 AOF writes come on top.
 
 Usage: python3 bench/script_cost.py [--lua DIR] [--n N] [--runs R] [--batch B] [--claim-batch C] [--create-batch K]
+                                   [--general]
 Prints one line per run and the medians."""
 import argparse
 import json
@@ -55,7 +57,7 @@ def record(fire_ms, now, spec, rid="0123456789abcdef", owner=NO_OWNER):
     return head + tail + spec.encode()
 
 
-def one_run(lua, n, batch, claim_batch, create_batch):
+def one_run(lua, n, batch, claim_batch, create_batch, general):
     pre = (lua / "_record.lua").read_text()
     d = tempfile.mkdtemp(prefix="hw-script-cost.")
     port = free_port()
@@ -129,10 +131,17 @@ def one_run(lua, n, batch, claim_batch, create_batch):
         calls = []
         for g in range(0, n, create_batch):
             ids = [f"cb-{i:06d}" for i in range(g, min(g + create_batch, n))]
-            args = [a for k, i in enumerate(ids) for a in (i, record(now + 3_600_000 + g + k, now, spec), 0)]
-            calls.append(["FCALL", sha["create_batch"], len(ids), *[f"hw:{{{P}}}:t:{i}" for i in ids], "0", *args])
+            if general:  # each item with its label count (the layout of a call with labels)
+                head = ["0"]
+                args = [a for k, i in enumerate(ids) for a in (i, record(now + 3_600_000 + g + k, now, spec), 0)]
+            else:  # a plain call, as persistence/timers.c sends one without labels: none held at once
+                head = ["P0", "", "/sdefault", len(ids), TAG]
+                args = [a for k, i in enumerate(ids)
+                        for a in (i, record(now + 3_600_000 + g + k, now, spec), now + 3_600_000 + g + k)]
+            calls.append(["FCALL", sha["create_batch"], len(ids), *[f"hw:{{{P}}}:t:{i}" for i in ids], *head, *args])
         r = pipeline(calls, k=10)
-        assert all(x[0::2] == [1] * (len(x) // 2) for x in r), r[0][:4]
+        assert all(x[0::2] == [1] * (len(x) // 2) if general else x == [call[2]]
+                   for x, call in zip(r, calls)), r[0][:4]
         batch_create = fcall_usec(c) / n
         c.close()
         return create, claim, begin, finish, batch_create
@@ -149,11 +158,14 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64, help="timers per begin and finish call (the engine: up to 256)")
     ap.add_argument("--claim-batch", type=int, default=128, help="timers per claim call (hookwheel's --claim-batch)")
-    ap.add_argument("--create-batch", type=int, default=1000, help="timers per create_batch call")
+    ap.add_argument("--create-batch", type=int, default=128,
+                    help="timers per create_batch call (the service: up to 128)")
+    ap.add_argument("--general", action="store_true",
+                    help="create_batch's layout for items with labels (each item on its own) instead of a plain call")
     a = ap.parse_args()
     got = []
     for k in range(a.runs):
-        got.append(one_run(pathlib.Path(a.lua), a.n, a.batch, a.claim_batch, a.create_batch))
+        got.append(one_run(pathlib.Path(a.lua), a.n, a.batch, a.claim_batch, a.create_batch, a.general))
         print("run %d: create %.2f us, claim %.2f us, begin %.2f us, finish %.2f us, create_batch %.2f us"
               " per timer" % (k + 1, *got[-1]))
     print("median: create %.2f us, claim %.2f us, begin %.2f us, finish %.2f us, create_batch %.2f us per timer"

@@ -748,27 +748,91 @@ int timers_select(timers *t, uint32_t partition, const char *ns, const timer_sel
     return submit_batch(t, SCRIPT_SELECT, 1, &a, select_done, batch_new((void *)cb, arg, 0));
 }
 
+/* A create_batch call in flight: its items' places in the caller's array,
+ * in the call's order. */
+typedef struct create_batch_ctx {
+    timers_create_batch_cb cb;
+    void *arg;
+    size_t n;
+    size_t order[];
+} create_batch_ctx;
+
 static void create_batch_done(void *arg, const redisReply *r)
 {
-    batch_ctx *c = arg;
-    timers_create_batch_cb cb = (timers_create_batch_cb)c->cb;
+    create_batch_ctx *c = arg;
     int st = reply_status(r, "create_batch");
-    if (st == TIMERS_OK && r->elements != 2 * c->n)
+    /* {n}: a plain call that created every timer; else {code, state} per timer */
+    int all = st == TIMERS_OK && r->elements == 1 && store_reply_int(r, 0, -1) == (long long)c->n;
+    if (st == TIMERS_OK && !all && r->elements != 2 * c->n)
         st = TIMERS_FAILED;
     timer_created *res = xmalloc(c->n * sizeof *res);
-    for (size_t i = 0; i < c->n; i++) {
-        long long code = st == TIMERS_OK ? store_reply_int(r, (int)(2 * i), -1) : -1;
-        res[i].status = st != TIMERS_OK ? st
-                        : code == 1     ? TIMERS_OK
-                        : code == 0     ? TIMERS_EXISTS
-                        : code == 2     ? TIMERS_CONFLICT
-                        : code == 3     ? TIMERS_NOT_STORED
-                                        : TIMERS_FAILED;
-        res[i].state = st == TIMERS_OK ? store_reply_str(r, (int)(2 * i + 1), NULL) : NULL;
+    for (size_t j = 0; j < c->n; j++) {
+        long long code = all ? 1 : st == TIMERS_OK ? store_reply_int(r, (int)(2 * j), -1) : -1;
+        timer_created *o = &res[c->order[j]];
+        o->status = st != TIMERS_OK ? st
+                    : code == 1     ? TIMERS_OK
+                    : code == 0     ? TIMERS_EXISTS
+                    : code == 2     ? TIMERS_CONFLICT
+                    : code == 3     ? TIMERS_NOT_STORED
+                                    : TIMERS_FAILED;
+        o->state = all ? "" : st == TIMERS_OK ? store_reply_str(r, (int)(2 * j + 1), NULL) : NULL;
     }
-    cb(c->arg, st, c->n, res);
+    c->cb(c->arg, st, c->n, res);
     free(res);
     free(c);
+}
+
+/* Whether an id comes twice among the items (an open-addressing set of
+ * their FNV-1a hashes, the ids compared on equal hashes). */
+static int id_twice(size_t n, const timer_new *items)
+{
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    struct slot {
+        uint64_t h;
+        const char *id;
+    } *set = xcalloc(cap, sizeof *set);
+    int twice = 0;
+    for (size_t i = 0; i < n && !twice; i++) {
+        uint64_t h = 14695981039346656037u;
+        for (const unsigned char *p = (const unsigned char *)items[i].id; *p; p++)
+            h = (h ^ *p) * 1099511628211u;
+        size_t k = (size_t)(h ^ h >> 32) & (cap - 1);
+        while (set[k].id && !(twice = set[k].h == h && strcmp(set[k].id, items[i].id) == 0))
+            k = (k + 1) & (cap - 1);
+        set[k] = (struct slot){h, items[i].id};
+    }
+    free(set);
+    return twice;
+}
+
+/* The namespace of a key id: what comes before its '/' ("" when none), as
+ * _record.lua's id_ns. */
+static size_t id_ns_len(const char *id)
+{
+    const char *slash = strchr(id, '/');
+    return slash ? (size_t)(slash - id) : 0;
+}
+
+/* The queue as a record stores it ("" for the default). */
+static const char *record_queue(const timer_new *n)
+{
+    return n->queue && strcmp(n->queue, "default") ? n->queue : "";
+}
+
+/* Whether the items can go as a plain call (create_batch.lua): no labels,
+ * one namespace and one queue, and no id twice. */
+static int batch_plain(size_t n, const timer_new *items)
+{
+    size_t nslen = id_ns_len(items[0].id);
+    const char *q = record_queue(&items[0]);
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].nlabels || id_ns_len(items[i].id) != nslen || memcmp(items[i].id, items[0].id, nslen) ||
+            strcmp(record_queue(&items[i]), q))
+            return 0;
+    }
+    return !id_twice(n, items);
 }
 
 int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new *items, int atomic,
@@ -783,22 +847,53 @@ int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new
         argc += 3 + items[i].nlabels;
         arena += 24;
     }
-    args a;
-    args_init(&a, (int)argc, arena);
-    arg_timer_keys(&a, partition, n, items, sizeof *items);
-    arg_str(&a, atomic ? "1" : "0");
-    unsigned char **recs = xmalloc(n * sizeof *recs);
-    for (size_t i = 0; i < n; i++) {
-        arg_str(&a, items[i].id);
-        size_t len = record_new(t, &items[i], &recs[i]);
-        add_arg(&a, (const char *)recs[i], len);
-        arg_u64(&a, items[i].nlabels);
-        for (uint32_t k = 0; k < items[i].nlabels; k++)
-            arg_str(&a, items[i].labels[k]);
-    }
-    int rc = submit_batch(t, SCRIPT_CREATE_BATCH, (int)n, &a, create_batch_done, batch_new((void *)cb, arg, n));
+    create_batch_ctx *c = xmalloc(sizeof *c + n * sizeof c->order[0]);
+    *c = (create_batch_ctx){cb, arg, n};
+    int plain = batch_plain(n, items);
+    /* A plain call lists the timers no instance holds first, then the ones
+     * this instance holds at once; any other call keeps the caller's order. */
+    size_t nfree = 0;
     for (size_t i = 0; i < n; i++)
-        free(recs[i]);
+        if (!plain || !items[i].hold)
+            c->order[nfree++] = i;
+    for (size_t i = 0, k = nfree; i < n && plain; i++)
+        if (items[i].hold)
+            c->order[k++] = i;
+    args a;
+    args_init(&a, (int)argc + 4, arena + KEYS_MAX + FIELD_MAX + 64);
+    for (size_t j = 0; j < n; j++)
+        arg_built(&a, keys_timer(arena_end(&a), partition, items[c->order[j]].id));
+    if (plain) {
+        const timer_new *f = &items[0];
+        const char *q = record_queue(f);
+        arg_str(&a, atomic ? "P1" : "P0");
+        add_arg(&a, f->id, id_ns_len(f->id));
+        /* create's count field: "<namespace>/s<queue>" (_record.lua: count_add) */
+        arg_fmt(&a, "%.*s/s%.255s", (int)id_ns_len(f->id), f->id, *q ? q : "default");
+        arg_u64(&a, nfree);
+        add_arg(&a, t->tag, 16);
+    } else {
+        arg_str(&a, atomic ? "1" : "0");
+    }
+    unsigned char **recs = xmalloc(n * sizeof *recs);
+    for (size_t j = 0; j < n; j++) {
+        const timer_new *it = &items[c->order[j]];
+        arg_str(&a, it->id);
+        size_t len = record_new(t, it, &recs[j]);
+        add_arg(&a, (const char *)recs[j], len);
+        if (plain) {
+            arg_i64(&a, it->fire_ms);
+        } else {
+            arg_u64(&a, it->nlabels);
+            for (uint32_t k = 0; k < it->nlabels; k++)
+                arg_str(&a, it->labels[k]);
+        }
+    }
+    int rc = submit(t, SCRIPT_CREATE_BATCH, (int)n, &a, create_batch_done, c);
+    if (rc < 0)
+        free(c);
+    for (size_t j = 0; j < n; j++)
+        free(recs[j]);
     free(recs);
     return rc;
 }

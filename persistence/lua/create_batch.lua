@@ -3,20 +3,63 @@
 -- KEYS: the timer keys, one per timer
 -- ARGV: 1 atomic ('1': when any timer conflicts, none is written), then per
 --       timer: its id, its record (as create's), the number of its labels,
---       then its labels
+--       then its labels.
+--       Or, for a plain call (persistence/timers.c: no labels, one namespace
+--       and queue, no id twice): 1 'P0' or 'P1' (atomic as above), 2 the
+--       namespace, 3 the count field of its queue (create's), 4 how many of
+--       the timers, first in the call, are in no instance's hands (the
+--       others: held by this instance at once), 5 this instance's owner tag,
+--       then per timer: its id, its record, its due time (the zset score).
 -- Returns {code, state} per timer, in order: code 1 created, 0 a timer
 -- with the same spec and due time exists (an idempotent repeat), 2 another
 -- timer holds the id (state: its state), 3 not written (atomic: another
 -- timer of the call conflicted). A timer repeating an id of the call is
--- compared with the first.
+-- compared with the first. A plain call whose timers are all new returns
+-- {n} instead: all n created.
 local n = batch_keys(KEYS)
 -- The items as flat lists (a table an item would cost more than the rest
 -- of its parse): id, record, where its labels start in ARGV and how many.
 local ids, recs, lfrom, lnum, pos = {}, {}, {}, {}, 2
-for i = 1, n do
-  local nl = tonumber(ARGV[pos + 2])
-  ids[i], recs[i], lfrom[i], lnum[i] = ARGV[pos], ARGV[pos + 1], pos + 3, nl
-  pos = pos + 3 + nl
+local plain = string.sub(ARGV[1], 1, 1) == 'P'
+if plain then
+  -- All new (the usual case): one MSETNX writes every record or none, and
+  -- what create would index and count is written per call, not per timer.
+  local mset, free, held, nfree, nf, nh = {}, {}, {}, tonumber(ARGV[4]), 0, 0
+  pos = 6
+  for i = 1, n do
+    mset[2 * i - 1], mset[2 * i] = KEYS[i], ARGV[pos + 1]
+    if i <= nfree then
+      free[nf + 1], free[nf + 2], nf = ARGV[pos + 2], ARGV[pos], nf + 2
+    else
+      held[nh + 1], held[nh + 2], nh = ARGV[pos + 2], ARGV[pos], nh + 2
+    end
+    pos = pos + 3
+  end
+  if n > 0 and redis.call('MSETNX', unpack(mset)) == 1 then
+    local base, ns, me = key_base(KEYS[1]), ARGV[2], ARGV[5]
+    if nf > 0 then
+      redis.call('ZADD', base .. 'ix:' .. ns .. ':scheduled', unpack(free))
+      redis.call('SADD', base .. 'nss', ns)
+    end
+    if nh > 0 then
+      redis.call('ZADD', base .. 'cl:' .. me, unpack(held))
+      redis.call('SADD', base .. 'holders', me)
+    end
+    redis.call('HINCRBY', base .. 'cn', ARGV[3], n)
+    return {n}
+  end
+  -- Some id is taken: each timer as below (nothing was written).
+  pos = 6
+  for i = 1, n do
+    ids[i], recs[i], lfrom[i], lnum[i] = ARGV[pos], ARGV[pos + 1], pos + 3, 0
+    pos = pos + 3
+  end
+else
+  for i = 1, n do
+    local nl = tonumber(ARGV[pos + 2])
+    ids[i], recs[i], lfrom[i], lnum[i] = ARGV[pos], ARGV[pos + 1], pos + 3, nl
+    pos = pos + 3 + nl
+  end
 end
 -- First what each would do: an id stored before, or earlier in the call.
 -- seen[id]: the index of the call's item that created it, or {rec, state}
@@ -41,7 +84,7 @@ for i = 1, n do
   end
   if code[i] == 2 then conflict = true end
 end
-local atomic = ARGV[1] == '1' and conflict
+local atomic = (ARGV[1] == '1' or ARGV[1] == 'P1') and conflict
 -- The writes, as create.lua's (place, count_add, labels_index), batched
 -- (the prelude's batched: one MSET for the records, one ZADD per zset, one
 -- SADD per registry and one HINCRBY per count field for the whole call).

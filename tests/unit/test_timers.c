@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 
 #include "clock.h"
 #include "keys.h"
@@ -64,6 +65,8 @@ typedef struct result {
     timer_revoked rev[8];
     char rev_ids[8][64];
     long long count;
+    int created[16];
+    char cstate[16][16];
 } result;
 
 static result res;
@@ -108,6 +111,19 @@ static void create_cb(void *arg, int status, const timer_view *v, const char *st
     res.status = status;
     keep_view(v);
     snprintf(res.state, sizeof res.state, "%s", state ? state : "");
+    signal_done();
+}
+
+static void create_batch_cb(void *arg, int status, size_t n, const timer_created *r)
+{
+    (void)arg;
+    memset(&res, 0, sizeof res);
+    res.status = status;
+    res.n = n;
+    for (size_t i = 0; i < n && i < 16; i++) {
+        res.created[i] = r[i].status;
+        snprintf(res.cstate[i], sizeof res.cstate[i], "%s", r[i].state ? r[i].state : "(null)");
+    }
     signal_done();
 }
 
@@ -608,6 +624,135 @@ static void test_the_holder_learns_at_its_next_claim_which_held_timers_were_take
     assert_int_equal(res.nrev, 0);
 }
 
+/* ---- batch creates ---- */
+
+/* A plain hiredis connection to the fixture's Redis, for what no verb reads. */
+static redisContext *raw(fixture *f)
+{
+    struct timeval tv = {5, 0};
+    redisContext *c = redisConnectUnixWithTimeout(redis_child_socket(f->rc), tv);
+    assert_non_null(c);
+    assert_int_equal(c->err, 0);
+    return c;
+}
+
+static long long raw_int(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    assert_non_null(r);
+    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer
+                  : r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10)
+                  : r->type == REDIS_REPLY_NIL    ? -1
+                                                  : -2;
+    freeReplyObject(r);
+    return v;
+}
+
+/* A batch item due at fire (as given: "fire_at_ms=<fire>", written into when). */
+static timer_new batch_item(const char *id, int64_t fire, int hold, char when[32])
+{
+    snprintf(when, 32, "fire_at_ms=%lld", (long long)fire);
+    return (timer_new){id, SPEC, strlen(SPEC), when, fire, 0, "q7", "req-b", clock_now_ms(), hold, .trace = {0}};
+}
+
+/* Writes n items as one call and expects status TIMERS_OK. */
+static void create_batch(timers *t, size_t n, const timer_new *items, int atomic)
+{
+    assert_int_equal(timers_create_batch(t, timers_partition(t, items[0].id), n, items, atomic, create_batch_cb, NULL),
+                     0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+    assert_int_equal(res.n, n);
+}
+
+static void test_a_batch_create_answers_each_item_in_order_however_it_is_written(void **state)
+{
+    fixture *f = *state;
+    redisContext *c = raw(f);
+    char ids[12][16];
+    same_partition(f->a, ids, 12);
+    uint32_t p = timers_partition(f->a, ids[0]);
+    char cn[KEYS_MAX], ix[KEYS_MAX], cl[KEYS_MAX], tag[17];
+    snprintf(cn, sizeof cn, "hw:{%u}:cn", p);
+    keys_index(ix, p, "", "scheduled");
+    keys_owner_tag(tag, "box-a");
+    keys_claimed(cl, p, tag);
+    int64_t fire = (int64_t)clock_now_ms() + 60000;
+
+    /* all new, held and not held mixed (a plain call: one MSETNX) */
+    int hold[6] = {0, 1, 0, 0, 1, 0};
+    timer_new items[6];
+    char when[6][32];
+    for (int i = 0; i < 6; i++)
+        items[i] = batch_item(ids[i], fire + i, hold[i], when[i]);
+    create_batch(f->a, 6, items, 0);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(res.created[i], TIMERS_OK);
+        assert_string_equal(res.cstate[i], "");
+    }
+    for (int i = 0; i < 6; i++) {
+        get(f->a, ids[i]);
+        assert_int_equal(res.status, TIMERS_OK);
+        assert_string_equal(res.v.state, "scheduled");
+        assert_int_equal(res.v.fire_ms, fire + i);
+        assert_string_equal(res.spec, SPEC);
+        /* each in the zset of who holds it, at its due time */
+        assert_int_equal(raw_int(c, "ZSCORE %s %s", hold[i] ? cl : ix, ids[i]), fire + i);
+        assert_int_equal(raw_int(c, "ZSCORE %s %s", hold[i] ? ix : cl, ids[i]), -1);
+    }
+    /* counted where create counts: one create more makes 7 */
+    assert_int_equal(raw_int(c, "HGET %s %s", cn, "/sq7"), 6);
+    create(f->a, ids[6], fire, 0, NULL, TIMERS_OK);
+    assert_int_equal(raw_int(c, "HGET %s %s", cn, "/sq7"), 7);
+    assert_int_equal(raw_int(c, "SISMEMBER hw:{%u}:nss %s", p, ""), 1);
+    assert_int_equal(raw_int(c, "SISMEMBER hw:{%u}:holders %s", p, tag), 1);
+
+    /* taken ids among new ones: each answered on its own, in order */
+    char mix[5][16];
+    memcpy(mix[0], ids[7], 16);
+    memcpy(mix[1], ids[0], 16); /* the same spec and due time: a repeat */
+    memcpy(mix[2], ids[8], 16);
+    memcpy(mix[3], ids[4], 16); /* another due time: a conflict */
+    memcpy(mix[4], ids[9], 16);
+    int hold2[5] = {1, 0, 0, 1, 0};
+    int64_t due[5] = {fire, fire + 0, fire, fire + 99, fire};
+    for (int i = 0; i < 5; i++)
+        items[i] = batch_item(mix[i], due[i], hold2[i], when[i]);
+    /* atomic: the conflict keeps every new one out */
+    create_batch(f->a, 5, items, 1);
+    int want_atomic[5] = {TIMERS_NOT_STORED, TIMERS_EXISTS, TIMERS_NOT_STORED, TIMERS_CONFLICT, TIMERS_NOT_STORED};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(res.created[i], want_atomic[i]);
+    assert_string_equal(res.cstate[3], "scheduled");
+    get(f->a, ids[7]);
+    assert_int_equal(res.status, TIMERS_UNKNOWN);
+    /* not atomic: the new ones are written */
+    create_batch(f->a, 5, items, 0);
+    int want[5] = {TIMERS_OK, TIMERS_EXISTS, TIMERS_OK, TIMERS_CONFLICT, TIMERS_OK};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(res.created[i], want[i]);
+    assert_int_equal(raw_int(c, "ZSCORE %s %s", cl, ids[7]), fire);
+    assert_int_equal(raw_int(c, "ZSCORE %s %s", ix, ids[8]), fire);
+    assert_int_equal(raw_int(c, "HGET %s %s", cn, "/sq7"), 10);
+
+    /* an id twice in one call: the second repeats the first */
+    char twice[3][16];
+    memcpy(twice[0], ids[10], 16);
+    memcpy(twice[1], ids[11], 16);
+    memcpy(twice[2], ids[10], 16);
+    for (int i = 0; i < 3; i++)
+        items[i] = batch_item(twice[i], fire, 0, when[i]);
+    create_batch(f->a, 3, items, 0);
+    assert_int_equal(res.created[0], TIMERS_OK);
+    assert_int_equal(res.created[1], TIMERS_OK);
+    assert_int_equal(res.created[2], TIMERS_EXISTS);
+    assert_int_equal(raw_int(c, "HGET %s %s", cn, "/sq7"), 12);
+    redisFree(c);
+}
+
 static void test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable(void **state)
 {
     (void)state;
@@ -779,6 +924,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_what_does_not_fit_beside_the_request_id_is_dropped_and_the_id_kept_whole,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_batch_create_answers_each_item_in_order_however_it_is_written, setup,
+                                        teardown),
         cmocka_unit_test(test_a_request_id_field_splits_at_its_blanks_only_into_whole_parts),
         cmocka_unit_test(test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable),
         cmocka_unit_test(test_a_record_of_another_layout_does_not_decode),
