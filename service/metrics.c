@@ -219,10 +219,12 @@ void metrics_free(metrics *m)
     free(m);
 }
 
-void metrics_count(metrics *m, const char *queue, enum metrics_timer_event ev)
+void metrics_count(metrics *m, const char *queue, enum metrics_timer_event ev) { metrics_count_n(m, queue, ev, 1); }
+
+void metrics_count_n(metrics *m, const char *queue, enum metrics_timer_event ev, uint64_t n)
 {
-    if (m)
-        atomic_fetch_add_explicit(&m->events[ev][slot_of(m, queue)], 1, memory_order_relaxed);
+    if (m && n)
+        atomic_fetch_add_explicit(&m->events[ev][slot_of(m, queue)], n, memory_order_relaxed);
 }
 
 void metrics_attempt(metrics *m, const char *queue, enum metrics_attempt_class c)

@@ -101,6 +101,8 @@ void metrics_free(metrics *m);
 
 /* Counts one timer event on queue's label. */
 void metrics_count(metrics *m, const char *queue, enum metrics_timer_event ev);
+/* n events at once (a batch's items of one queue). */
+void metrics_count_n(metrics *m, const char *queue, enum metrics_timer_event ev, uint64_t n);
 
 /* Counts one finished HTTP attempt on queue's label. */
 void metrics_attempt(metrics *m, const char *queue, enum metrics_attempt_class c);
