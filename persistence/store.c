@@ -1285,16 +1285,20 @@ uint32_t store_queued(store *s)
     return n;
 }
 
+uint32_t store_max_queued(const store *s) { return s->max_queued; }
+
 /* ---- submit ---- */
 
-static int submit(store *s, char *buf, int len, int slot, int writes, store_reply_cb cb, void *arg)
+/* admitted: the command carries writes admitted before (store_eval_admitted),
+ * so a full queue does not refuse it. */
+static int submit(store *s, char *buf, int len, int slot, int writes, int admitted, store_reply_cb cb, void *arg)
 {
     if (len < 0)
         return -ENOMEM;
     cmd *c = xmalloc(sizeof *c);
     *c = (cmd){NULL, buf, len, slot, 0, writes, NULL, cb, arg};
     pthread_mutex_lock(&s->mu);
-    int rc = s->stopping ? -ESHUTDOWN : s->queued >= s->max_queued ? -EAGAIN : 0;
+    int rc = s->stopping ? -ESHUTDOWN : s->queued >= s->max_queued && !admitted ? -EAGAIN : 0;
     if (rc == 0) {
         *s->tail = c;
         s->tail = &c->next;
@@ -1346,16 +1350,16 @@ static int key_slot(const store *s, int argc, const char **argv, const size_t *l
 }
 
 static int command_at(store *s, int argc, const char **argv, const size_t *lens, int slot, int writes,
-                      store_reply_cb cb, void *arg)
+                      int admitted, store_reply_cb cb, void *arg)
 {
     char *buf = NULL;
     int len = format_resp(&buf, argc, argv, lens);
-    return submit(s, buf, len, slot, writes, cb, arg);
+    return submit(s, buf, len, slot, writes, admitted, cb, arg);
 }
 
 int store_command(store *s, int argc, const char **argv, const size_t *lens, store_reply_cb cb, void *arg)
 {
-    return command_at(s, argc, argv, lens, key_slot(s, argc, argv, lens, 1), 0, cb, arg);
+    return command_at(s, argc, argv, lens, key_slot(s, argc, argv, lens, 1), 0, 0, cb, arg);
 }
 
 /* The migration guard of a cluster call whose first key is key: a key of
@@ -1374,8 +1378,8 @@ static size_t migration_guard(char *out, size_t size, const char *key, size_t le
     return n > 0 && (size_t)n < size ? (size_t)n : 0;
 }
 
-int store_eval(store *s, enum store_script script, int nkeys, int argc, const char **argv,
-               const size_t *lens, store_reply_cb cb, void *arg)
+static int eval(store *s, enum store_script script, int nkeys, int argc, const char **argv, const size_t *lens,
+                int admitted, store_reply_cb cb, void *arg)
 {
     enum { SMALL = 24 }; /* arguments kept on the stack; batches (timers.c) take more */
     if (argc < 0 || nkeys < 0 || nkeys > argc || script < 0 || script >= SCRIPT_COUNT)
@@ -1413,14 +1417,28 @@ int store_eval(store *s, enum store_script script, int nkeys, int argc, const ch
      * (claim, begin, finish, release...) do not: a step lost in a failover
      * repeats an attempt (at least once), and deliveries go on while a
      * replica is away. */
-    int writes = script == SCRIPT_CREATE || script == SCRIPT_CANCEL || script == SCRIPT_CONTROL ||
-                 script == SCRIPT_QUEUES || script == SCRIPT_LEASE || script == SCRIPT_DEADLETTERS;
-    int rc = command_at(s, total, v, l, nkeys > 0 ? key_slot(s, argc, argv, lens, 0) : -1, writes, cb, arg);
+    int writes = script == SCRIPT_CREATE || script == SCRIPT_CREATE_BATCH || script == SCRIPT_SELECT ||
+                 script == SCRIPT_CANCEL || script == SCRIPT_CONTROL || script == SCRIPT_QUEUES ||
+                 script == SCRIPT_LEASE || script == SCRIPT_DEADLETTERS;
+    int rc = command_at(s, total, v, l, nkeys > 0 ? key_slot(s, argc, argv, lens, 0) : -1, writes, admitted, cb,
+                        arg);
     if (v != vs) {
         free(v);
         free(l);
     }
     return rc;
+}
+
+int store_eval(store *s, enum store_script script, int nkeys, int argc, const char **argv, const size_t *lens,
+               store_reply_cb cb, void *arg)
+{
+    return eval(s, script, nkeys, argc, argv, lens, 0, cb, arg);
+}
+
+int store_eval_admitted(store *s, enum store_script script, int nkeys, int argc, const char **argv,
+                        const size_t *lens, store_reply_cb cb, void *arg)
+{
+    return eval(s, script, nkeys, argc, argv, lens, 1, cb, arg);
 }
 
 /* ---- reply helpers ---- */

@@ -148,12 +148,21 @@ void store_get_stats(const store *s, store_stats *out);
  * the submit lock only to read one number. */
 uint32_t store_queued(store *s);
 
+/* The cap on queued commands (store_create's max_queued). Any thread. */
+uint32_t store_max_queued(const store *s);
+
 /* Queues FCALL of script with nkeys keys followed by the other arguments
  * (argv[0..argc) holds keys then args; lens may be NULL for C strings).
  * Returns 0, and cb is called exactly once later; or -EAGAIN when the queue
  * is full, or -ESHUTDOWN after store_free began, and cb is never called. */
 int store_eval(store *s, enum store_script script, int nkeys, int argc, const char **argv,
                const size_t *lens, store_reply_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* store_eval for a command that carries writes admitted earlier within the
+ * cap (timers.c: creates that waited for their partition's call): a full
+ * queue does not refuse it, so it can exceed the cap by what was admitted. */
+int store_eval_admitted(store *s, enum store_script script, int nkeys, int argc, const char **argv,
+                        const size_t *lens, store_reply_cb cb, void *arg) __attribute__((warn_unused_result));
 
 /* Queues a plain command (argv[0] is the command name); same contract as
  * store_eval. */

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,8 @@
 #define FIELD_MAX 255    /* the request id field: a length byte's worth */
 #define PARENT_MAX 55    /* a traceparent (service/trace.h) */
 
+struct pending;
+
 struct timers {
     store *st;
     uint32_t partitions;
@@ -36,6 +39,15 @@ struct timers {
     char tag[17];        /* this instance's owner tag */
     char retention[24];  /* ms, as text */
     char history[24];
+    /* timers_create's writes, per partition: while one create_batch call of
+     * a partition is in flight, the creates that come meanwhile wait, and
+     * its reply sends them as the next call (creates.c's comment below) */
+    pthread_mutex_t cmu;
+    uint32_t waiting; /* creates waiting, all partitions' */
+    struct create_queue {
+        int busy;
+        struct pending *head, **tail;
+    } *cq;
 };
 
 /* ---- the record ---- */
@@ -277,6 +289,10 @@ timers *timers_new(store *st, const timers_config *c)
     keys_owner_tag(t->tag, c->instance_id);
     snprintf(t->retention, sizeof t->retention, "%" PRIu64, c->retention_ms);
     snprintf(t->history, sizeof t->history, "%" PRIu32, c->history);
+    pthread_mutex_init(&t->cmu, NULL);
+    t->cq = xcalloc(t->partitions, sizeof *t->cq);
+    for (uint32_t p = 0; p < t->partitions; p++)
+        t->cq[p].tail = &t->cq[p].head;
     return t;
 }
 
@@ -284,6 +300,8 @@ void timers_free(timers *t)
 {
     if (!t)
         return;
+    free(t->cq); /* (its store has stopped: no call is in flight, none waits) */
+    pthread_mutex_destroy(&t->cmu);
     free(t->instance);
     free(t);
 }
@@ -349,23 +367,23 @@ static void create_done(one_ctx *c, const redisReply *r)
         c->cb.create(c->arg, TIMERS_FAILED, NULL, NULL);
 }
 
-int timers_create(timers *t, const timer_new *n, timers_create_cb cb, void *arg)
+/* Sends one create through create.lua, which answers a repeat with the
+ * timer it repeats. */
+static int create_single(timers *t, uint32_t p, const char *id, const unsigned char *rec, size_t len,
+                         char *const *labels, uint32_t nlabels, timers_create_cb cb, void *arg)
 {
-    unsigned char *rec;
-    size_t len = record_new(t, n, &rec);
     char tk[KEYS_MAX];
-    size_t tklen = keys_timer(tk, timers_partition(t, n->id), n->id);
+    size_t tklen = keys_timer(tk, p, id);
     one_ctx *c = one_new("create", create_done, arg);
     c->cb.create = cb;
-    const char *argv[3 + TIMERS_LABELS_MAX] = {tk, n->id, (const char *)rec};
-    size_t lens[3 + TIMERS_LABELS_MAX] = {tklen, strlen(n->id), len};
+    const char *argv[3 + TIMERS_LABELS_MAX] = {tk, id, (const char *)rec};
+    size_t lens[3 + TIMERS_LABELS_MAX] = {tklen, strlen(id), len};
     int argc = 3;
-    for (uint32_t i = 0; i < n->nlabels && i < TIMERS_LABELS_MAX; i++, argc++) {
-        argv[argc] = n->labels[i];
-        lens[argc] = strlen(n->labels[i]);
+    for (uint32_t i = 0; i < nlabels && i < TIMERS_LABELS_MAX; i++, argc++) {
+        argv[argc] = labels[i];
+        lens[argc] = strlen(labels[i]);
     }
-    int rc = store_eval(t->st, SCRIPT_CREATE, 1, argc, argv, lens, one_cb, c);
-    free(rec);
+    int rc = store_eval_admitted(t->st, SCRIPT_CREATE, 1, argc, argv, lens, one_cb, c);
     if (rc < 0)
         free(c);
     return rc;
@@ -748,43 +766,25 @@ int timers_select(timers *t, uint32_t partition, const char *ns, const timer_sel
     return submit_batch(t, SCRIPT_SELECT, 1, &a, select_done, batch_new((void *)cb, arg, 0));
 }
 
-/* A create_batch call in flight: its items' places in the caller's array,
- * in the call's order. */
-typedef struct create_batch_ctx {
-    timers_create_batch_cb cb;
-    void *arg;
-    size_t n;
-    size_t order[];
-} create_batch_ctx;
+/* ---- create_batch ---- */
 
-static void create_batch_done(void *arg, const redisReply *r)
-{
-    create_batch_ctx *c = arg;
-    int st = reply_status(r, "create_batch");
-    /* {n}: a plain call that created every timer; else {code, state} per timer */
-    int all = st == TIMERS_OK && r->elements == 1 && store_reply_int(r, 0, -1) == (long long)c->n;
-    if (st == TIMERS_OK && !all && r->elements != 2 * c->n)
-        st = TIMERS_FAILED;
-    timer_created *res = xmalloc(c->n * sizeof *res);
-    for (size_t j = 0; j < c->n; j++) {
-        long long code = all ? 1 : st == TIMERS_OK ? store_reply_int(r, (int)(2 * j), -1) : -1;
-        timer_created *o = &res[c->order[j]];
-        o->status = st != TIMERS_OK ? st
-                    : code == 1     ? TIMERS_OK
-                    : code == 0     ? TIMERS_EXISTS
-                    : code == 2     ? TIMERS_CONFLICT
-                    : code == 3     ? TIMERS_NOT_STORED
-                                    : TIMERS_FAILED;
-        o->state = all ? "" : st == TIMERS_OK ? store_reply_str(r, (int)(2 * j + 1), NULL) : NULL;
-    }
-    c->cb(c->arg, st, c->n, res);
-    free(res);
-    free(c);
-}
+/* A timer ready for create_batch: its record made (record_new). */
+typedef struct prepared {
+    const char *id;
+    const unsigned char *rec;
+    size_t len;
+    int64_t fire_ms;
+    int hold;
+    const char *queue; /* as the record stores it: "" for the default */
+    char *const *labels;
+    uint32_t nlabels;
+} prepared;
+
+static const char *record_queue(const char *queue) { return queue && strcmp(queue, "default") ? queue : ""; }
 
 /* Whether an id comes twice among the items (an open-addressing set of
  * their FNV-1a hashes, the ids compared on equal hashes). */
-static int id_twice(size_t n, const timer_new *items)
+static int id_twice(size_t n, const prepared *items)
 {
     size_t cap = 16;
     while (cap < 2 * n)
@@ -815,72 +815,58 @@ static size_t id_ns_len(const char *id)
     return slash ? (size_t)(slash - id) : 0;
 }
 
-/* The queue as a record stores it ("" for the default). */
-static const char *record_queue(const timer_new *n)
-{
-    return n->queue && strcmp(n->queue, "default") ? n->queue : "";
-}
-
 /* Whether the items can go as a plain call (create_batch.lua): no labels,
  * one namespace and one queue, and no id twice. */
-static int batch_plain(size_t n, const timer_new *items)
+static int batch_plain(size_t n, const prepared *items)
 {
     size_t nslen = id_ns_len(items[0].id);
-    const char *q = record_queue(&items[0]);
     for (size_t i = 0; i < n; i++) {
         if (items[i].nlabels || id_ns_len(items[i].id) != nslen || memcmp(items[i].id, items[0].id, nslen) ||
-            strcmp(record_queue(&items[i]), q))
+            strcmp(items[i].queue, items[0].queue))
             return 0;
     }
     return !id_twice(n, items);
 }
 
-int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new *items, int atomic,
-                        timers_create_batch_cb cb, void *arg)
+/* Sends one create_batch call for n prepared timers of partition p. A
+ * plain call lists the timers no instance holds first, then the ones this
+ * instance holds at once; any other call keeps the items' order. order
+ * (n places) gets the items' places in the call's order. */
+static int send_create_batch(timers *t, uint32_t p, size_t n, const prepared *items, int atomic, int admitted,
+                             size_t *order, store_reply_cb done, void *ctx)
 {
-    if (n == 0 || n > TIMERS_CREATE_BATCH_MAX)
-        return -EINVAL;
-    size_t argc = 1 + n, arena = n * KEYS_MAX + 64;
+    size_t argc = 6 + n, arena = n * KEYS_MAX + KEYS_MAX + FIELD_MAX + 128;
     for (size_t i = 0; i < n; i++) {
-        if (timers_partition(t, items[i].id) != partition || items[i].nlabels > TIMERS_LABELS_MAX)
-            return -EINVAL;
         argc += 3 + items[i].nlabels;
         arena += 24;
     }
-    create_batch_ctx *c = xmalloc(sizeof *c + n * sizeof c->order[0]);
-    *c = (create_batch_ctx){cb, arg, n};
     int plain = batch_plain(n, items);
-    /* A plain call lists the timers no instance holds first, then the ones
-     * this instance holds at once; any other call keeps the caller's order. */
     size_t nfree = 0;
     for (size_t i = 0; i < n; i++)
         if (!plain || !items[i].hold)
-            c->order[nfree++] = i;
+            order[nfree++] = i;
     for (size_t i = 0, k = nfree; i < n && plain; i++)
         if (items[i].hold)
-            c->order[k++] = i;
+            order[k++] = i;
     args a;
-    args_init(&a, (int)argc + 4, arena + KEYS_MAX + FIELD_MAX + 64);
+    args_init(&a, (int)argc, arena);
     for (size_t j = 0; j < n; j++)
-        arg_built(&a, keys_timer(arena_end(&a), partition, items[c->order[j]].id));
+        arg_built(&a, keys_timer(arena_end(&a), p, items[order[j]].id));
     if (plain) {
-        const timer_new *f = &items[0];
-        const char *q = record_queue(f);
+        const char *id = items[0].id, *q = items[0].queue;
         arg_str(&a, atomic ? "P1" : "P0");
-        add_arg(&a, f->id, id_ns_len(f->id));
+        add_arg(&a, id, id_ns_len(id));
         /* create's count field: "<namespace>/s<queue>" (_record.lua: count_add) */
-        arg_fmt(&a, "%.*s/s%.255s", (int)id_ns_len(f->id), f->id, *q ? q : "default");
+        arg_fmt(&a, "%.*s/s%.255s", (int)id_ns_len(id), id, *q ? q : "default");
         arg_u64(&a, nfree);
         add_arg(&a, t->tag, 16);
     } else {
         arg_str(&a, atomic ? "1" : "0");
     }
-    unsigned char **recs = xmalloc(n * sizeof *recs);
     for (size_t j = 0; j < n; j++) {
-        const timer_new *it = &items[c->order[j]];
+        const prepared *it = &items[order[j]];
         arg_str(&a, it->id);
-        size_t len = record_new(t, it, &recs[j]);
-        add_arg(&a, (const char *)recs[j], len);
+        add_arg(&a, (const char *)it->rec, it->len);
         if (plain) {
             arg_i64(&a, it->fire_ms);
         } else {
@@ -889,12 +875,251 @@ int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new
                 arg_str(&a, it->labels[k]);
         }
     }
-    int rc = submit(t, SCRIPT_CREATE_BATCH, (int)n, &a, create_batch_done, c);
+    int rc = (admitted ? store_eval_admitted : store_eval)(t->st, SCRIPT_CREATE_BATCH, (int)n, a.n, a.v, a.len, done,
+                                                           ctx);
+    args_free(&a);
+    return rc;
+}
+
+/* A create_batch reply for n timers sent in order (send_create_batch):
+ * its status, and each timer's result at its item's place in res. */
+static int created_results(const redisReply *r, size_t n, const size_t *order, timer_created *res)
+{
+    int st = reply_status(r, "create_batch");
+    /* {n}: a plain call that created every timer; else {code, state} per timer */
+    int all = st == TIMERS_OK && r->elements == 1 && store_reply_int(r, 0, -1) == (long long)n;
+    if (st == TIMERS_OK && !all && r->elements != 2 * n)
+        st = TIMERS_FAILED;
+    for (size_t j = 0; j < n; j++) {
+        long long code = all ? 1 : st == TIMERS_OK ? store_reply_int(r, (int)(2 * j), -1) : -1;
+        timer_created *o = &res[order[j]];
+        o->status = st != TIMERS_OK ? st
+                    : code == 1     ? TIMERS_OK
+                    : code == 0     ? TIMERS_EXISTS
+                    : code == 2     ? TIMERS_CONFLICT
+                    : code == 3     ? TIMERS_NOT_STORED
+                                    : TIMERS_FAILED;
+        o->state = all ? "" : st == TIMERS_OK ? store_reply_str(r, (int)(2 * j + 1), NULL) : NULL;
+    }
+    return st;
+}
+
+/* A timers_create_batch call in flight. */
+typedef struct create_batch_ctx {
+    timers_create_batch_cb cb;
+    void *arg;
+    size_t n;
+    size_t order[];
+} create_batch_ctx;
+
+static void create_batch_done(void *arg, const redisReply *r)
+{
+    create_batch_ctx *c = arg;
+    timer_created *res = xmalloc(c->n * sizeof *res);
+    int st = created_results(r, c->n, c->order, res);
+    c->cb(c->arg, st, c->n, res);
+    free(res);
+    free(c);
+}
+
+int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new *items, int atomic,
+                        timers_create_batch_cb cb, void *arg)
+{
+    if (n == 0 || n > TIMERS_CREATE_BATCH_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (timers_partition(t, items[i].id) != partition || items[i].nlabels > TIMERS_LABELS_MAX)
+            return -EINVAL;
+    prepared *pr = xmalloc(n * sizeof *pr);
+    unsigned char **recs = xmalloc(n * sizeof *recs);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = record_new(t, &items[i], &recs[i]);
+        pr[i] = (prepared){items[i].id,    recs[i],       len, items[i].fire_ms, items[i].hold,
+                           record_queue(items[i].queue), items[i].labels, items[i].nlabels};
+    }
+    create_batch_ctx *c = xmalloc(sizeof *c + n * sizeof c->order[0]);
+    *c = (create_batch_ctx){cb, arg, n};
+    int rc = send_create_batch(t, partition, n, pr, atomic, 0, c->order, create_batch_done, c);
     if (rc < 0)
         free(c);
-    for (size_t j = 0; j < n; j++)
-        free(recs[j]);
+    for (size_t i = 0; i < n; i++)
+        free(recs[i]);
     free(recs);
+    free(pr);
+    return rc;
+}
+
+/* ---- timers_create: creates of one partition share a call ----
+ *
+ * A create is sent at once when no create call of its partition is in
+ * flight; else it waits, and the reply of the call in flight sends every
+ * create that waits for the partition (up to CREATES_MAX) as one
+ * create_batch call. So under load many creates share one call (Redis's
+ * work per timer is a third of create.lua's), and an idle instance sends
+ * each at once, as before. A create that finds its id taken is sent again
+ * alone through create.lua, which answers a repeat with the timer it
+ * repeats. The record is made on the caller's thread; the writer thread
+ * only lays the call's arguments out. */
+#define CREATES_MAX 128
+
+typedef struct pending {
+    struct pending *next;
+    char *id;
+    unsigned char *rec;
+    size_t len;
+    int64_t fire_ms;
+    int hold;
+    char *queue; /* as the record stores it */
+    char **labels;
+    uint32_t nlabels;
+    timers_create_cb cb;
+    void *arg;
+} pending;
+
+typedef struct creates_ctx {
+    timers *t;
+    uint32_t p;
+    size_t n;
+    pending **items;
+    size_t *order;
+} creates_ctx;
+
+static void pending_free(pending *w)
+{
+    free(w->id);
+    free(w->rec);
+    free(w->queue);
+    for (uint32_t i = 0; i < w->nlabels; i++)
+        free(w->labels[i]);
+    free(w->labels);
+    free(w);
+}
+
+static int creates_send(timers *t, uint32_t p, pending *list, int admitted);
+
+/* Takes what waits for partition p, or marks it idle when nothing does. */
+static pending *creates_take(timers *t, uint32_t p)
+{
+    struct create_queue *q = &t->cq[p];
+    pthread_mutex_lock(&t->cmu);
+    pending *list = q->head;
+    size_t k = 0;
+    pending **cut = &q->head;
+    while (*cut && k < CREATES_MAX) {
+        cut = &(*cut)->next;
+        k++;
+    }
+    q->head = *cut;
+    *cut = NULL;
+    if (!q->head)
+        q->tail = &q->head;
+    q->busy = list != NULL;
+    t->waiting -= (uint32_t)k;
+    pthread_mutex_unlock(&t->cmu);
+    return list;
+}
+
+/* Sends what waits for p; when the store refuses it, fails it, and so on
+ * until nothing waits (the partition idle again). */
+static void creates_next(timers *t, uint32_t p)
+{
+    for (pending *list; (list = creates_take(t, p));) {
+        int rc = creates_send(t, p, list, 1); /* (admitted: refused only once the store stops) */
+        if (rc == 0)
+            return;
+        for (pending *w = list, *nx; w; w = nx) {
+            nx = w->next;
+            w->cb(w->arg, TIMERS_UNREACHABLE, NULL, NULL);
+            pending_free(w);
+        }
+    }
+}
+
+static void creates_done(void *arg, const redisReply *r)
+{
+    creates_ctx *c = arg;
+    timer_created *res = xmalloc(c->n * sizeof *res);
+    int st = created_results(r, c->n, c->order, res);
+    for (size_t i = 0; i < c->n; i++) {
+        pending *w = c->items[i];
+        int s = st == TIMERS_OK ? res[i].status : st;
+        if (s == TIMERS_EXISTS || s == TIMERS_CONFLICT) {
+            /* taken: create.lua answers with the timer (or its state) */
+            if (create_single(c->t, c->p, w->id, w->rec, w->len, w->labels, w->nlabels, w->cb, w->arg) < 0)
+                w->cb(w->arg, TIMERS_UNREACHABLE, NULL, NULL);
+        } else {
+            w->cb(w->arg, s == TIMERS_OK ? TIMERS_OK : s == TIMERS_NOT_STORED ? TIMERS_FAILED : s, NULL, NULL);
+        }
+        pending_free(w);
+    }
+    free(res);
+    timers *t = c->t;
+    uint32_t p = c->p;
+    free(c->items);
+    free(c->order);
+    free(c);
+    creates_next(t, p);
+}
+
+/* Sends list (of partition p) as one create_batch call. */
+static int creates_send(timers *t, uint32_t p, pending *list, int admitted)
+{
+    size_t n = 0;
+    for (pending *w = list; w; w = w->next)
+        n++;
+    creates_ctx *c = xmalloc(sizeof *c);
+    *c = (creates_ctx){t, p, n, xmalloc(n * sizeof *c->items), xmalloc(n * sizeof *c->order)};
+    prepared *pr = xmalloc(n * sizeof *pr);
+    size_t i = 0;
+    for (pending *w = list; w; w = w->next, i++) {
+        c->items[i] = w;
+        pr[i] = (prepared){w->id, w->rec, w->len, w->fire_ms, w->hold, w->queue, w->labels, w->nlabels};
+    }
+    int rc = send_create_batch(t, p, n, pr, 0, admitted, c->order, creates_done, c);
+    free(pr);
+    if (rc < 0) {
+        free(c->items);
+        free(c->order);
+        free(c);
+    }
+    return rc;
+}
+
+int timers_create(timers *t, const timer_new *n, timers_create_cb cb, void *arg)
+{
+    uint32_t p = timers_partition(t, n->id);
+    pending *w = xmalloc(sizeof *w);
+    *w = (pending){.id = xstrdup(n->id), .fire_ms = n->fire_ms, .hold = n->hold,
+                   .queue = xstrdup(record_queue(n->queue)), .cb = cb, .arg = arg};
+    w->len = record_new(t, n, &w->rec);
+    w->nlabels = n->nlabels < TIMERS_LABELS_MAX ? n->nlabels : TIMERS_LABELS_MAX;
+    w->labels = w->nlabels ? xmalloc(w->nlabels * sizeof *w->labels) : NULL;
+    for (uint32_t i = 0; i < w->nlabels; i++)
+        w->labels[i] = xstrdup(n->labels[i]);
+    struct create_queue *q = &t->cq[p];
+    pthread_mutex_lock(&t->cmu);
+    int wait = q->busy;
+    /* Waiting creates are queued writes too: with the store's queue they
+     * stay within its cap (past it: -EAGAIN, as a full queue). */
+    int full = wait && t->waiting + store_queued(t->st) >= store_max_queued(t->st);
+    if (wait && !full) {
+        *q->tail = w;
+        q->tail = &w->next;
+        t->waiting++;
+    }
+    q->busy = 1;
+    pthread_mutex_unlock(&t->cmu);
+    if (full) {
+        pending_free(w);
+        return -EAGAIN;
+    }
+    if (wait)
+        return 0;
+    int rc = creates_send(t, p, w, 0);
+    if (rc < 0) {
+        pending_free(w);
+        creates_next(t, p); /* (what came meanwhile goes, or fails likewise) */
+    }
     return rc;
 }
 

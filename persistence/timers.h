@@ -118,7 +118,13 @@ typedef struct timer_new {
                              * TIMERS_TRACESTATE_MAX bytes; else they are dropped) */
 } timer_new;
 
-/* status TIMERS_OK (created), TIMERS_EXISTS (v: the existing timer),
+/* Creates one timer. Creates of one partition that come while one of its
+ * create calls is in flight wait and go together as the next call, so cb
+ * may run on the writer's thread or, when the store refuses that call, on
+ * the thread of a later timers_create. Returns 0 (cb is called once), or
+ * -EAGAIN when the store's queue with the waiting creates is full, or
+ * -ESHUTDOWN (cb is not called).
+ * status TIMERS_OK (created), TIMERS_EXISTS (v: the existing timer),
  * TIMERS_CONFLICT (state: the holder's state), or an error status. */
 typedef void (*timers_create_cb)(void *arg, int status, const timer_view *v, const char *state);
 int timers_create(timers *t, const timer_new *n, timers_create_cb cb, void *arg)

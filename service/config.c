@@ -127,7 +127,8 @@ static const setting settings[] = {
     U("max-resident", max_resident, "1000000", 1, 100000000,
       "timers held in memory at most; beyond it due timers wait in Redis until there is room"),
     U("max-queued-writes", max_queued_writes, "100000", 1, 10000000,
-      "Redis commands waiting to be sent; beyond it the API answers 429 with Retry-After"),
+      "Redis commands waiting to be sent, creates waiting for their partition's call included; beyond it the API "
+      "answers 429 with Retry-After"),
     U("lease-ttl-ms", lease_ttl_ms, "10000", 300, 600000,
       "instance lease TTL: renewed every ttl/3; another instance takes the claims over after it lapses"),
     S("lease-prefix", lease_prefix, "lease:",

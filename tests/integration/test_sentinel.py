@@ -77,6 +77,11 @@ def test_without_a_replica_to_acknowledge_creates_answer_503_and_a_retry_succeed
         text = text.decode() if isinstance(text, bytes) else text
         assert "\nhookwheel_redis_replica_ack_timeouts_total 0\n" not in text
         assert "\nhookwheel_redis_replica_ack_timeouts_total " in text
+        # a batch's items wait for the replica too: none is answered as stored
+        status, _, answer = hw.api.request("POST", "/timers/batch", json_body={"timers": [
+            {"id": f"needs-replica-{i}", "url": receiver.url("/r"), "delay_ms": 1000} for i in range(3)]})
+        assert status == 200, answer
+        assert [it["status"] for it in answer["items"]] == [503] * 3, answer
         # reads and deliveries do not wait for replicas
         status, _, _ = hw.get("needs-replica")
         assert status in (200, 404)

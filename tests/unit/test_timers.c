@@ -753,6 +753,75 @@ static void test_a_batch_create_answers_each_item_in_order_however_it_is_written
     redisFree(c);
 }
 
+/* Counts create callbacks (any thread), each one's status in order. */
+static pthread_mutex_t many_mu = PTHREAD_MUTEX_INITIALIZER;
+static int many_status[64], many_done;
+static char many_state[64][16];
+static int64_t many_fire[64];
+
+static void many_cb(void *arg, int status, const timer_view *v, const char *state)
+{
+    int i = (int)(intptr_t)arg;
+    pthread_mutex_lock(&many_mu);
+    many_status[i] = status;
+    many_fire[i] = v ? v->fire_ms : -1;
+    snprintf(many_state[i], sizeof many_state[i], "%s", state ? state : "");
+    if (++many_done == 40)
+        signal_done();
+    pthread_mutex_unlock(&many_mu);
+}
+
+static long long fcalls(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    assert_non_null(r);
+    const char *at = strstr(r->str, "cmdstat_fcall:calls=");
+    long long n = at ? strtoll(at + 20, NULL, 10) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+static void test_creates_of_a_partition_that_come_while_its_call_is_in_flight_go_as_one_call(void **state)
+{
+    fixture *f = *state;
+    redisContext *c = raw(f);
+    char ids[40][16];
+    same_partition(f->a, ids, 40);
+    int64_t fire = (int64_t)clock_now_ms() + 60000;
+    create(f->a, ids[0], fire, 0, "delay_ms=60000", TIMERS_OK);
+    create(f->a, ids[1], fire, 0, "delay_ms=60000", TIMERS_OK);
+    freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
+    /* Redis holds writes for 300 ms: the first create's call waits there,
+     * and the 39 that come meanwhile wait for it */
+    freeReplyObject(redisCommand(c, "CLIENT PAUSE 300 WRITE"));
+    many_done = 0;
+    for (int i = 0; i < 40; i++) {
+        /* ids[0]: a repeat (the same spec and delay); ids[1]: another delay */
+        timer_new n = {ids[i], SPEC,           strlen(SPEC), i == 1 ? "delay_ms=60001" : "delay_ms=60000",
+                       fire,   0,              "q7",         "req-1",
+                       clock_now_ms(),         i % 3 == 0,   .trace = {0}};
+        assert_int_equal(timers_create(f->a, &n, many_cb, (void *)(intptr_t)i), 0);
+    }
+    wait_done();
+    /* one call for the first, one for the 39 that waited, and create.lua for
+     * each of the two taken ids (a repeat is answered with its timer) */
+    assert_int_equal(fcalls(c), 4);
+    assert_int_equal(many_status[0], TIMERS_EXISTS);
+    assert_int_equal(many_fire[0], fire);
+    assert_int_equal(many_status[1], TIMERS_CONFLICT);
+    assert_string_equal(many_state[1], "scheduled");
+    for (int i = 2; i < 40; i++) {
+        assert_int_equal(many_status[i], TIMERS_OK);
+        get(f->a, ids[i]);
+        assert_int_equal(res.status, TIMERS_OK);
+        assert_string_equal(res.v.state, "scheduled");
+    }
+    char cn[KEYS_MAX];
+    snprintf(cn, sizeof cn, "hw:{%u}:cn", timers_partition(f->a, ids[0]));
+    assert_int_equal(raw_int(c, "HGET %s %s", cn, "/sq7"), 40);
+    redisFree(c);
+}
+
 static void test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable(void **state)
 {
     (void)state;
@@ -926,6 +995,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_batch_create_answers_each_item_in_order_however_it_is_written, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            test_creates_of_a_partition_that_come_while_its_call_is_in_flight_go_as_one_call, setup, teardown),
         cmocka_unit_test(test_a_request_id_field_splits_at_its_blanks_only_into_whole_parts),
         cmocka_unit_test(test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable),
         cmocka_unit_test(test_a_record_of_another_layout_does_not_decode),
