@@ -954,9 +954,10 @@ int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new
  * A create is sent at once when no create call of its partition is in
  * flight; else it waits, and the reply of the call in flight sends every
  * create that waits for the partition (up to CREATES_MAX) as one
- * create_batch call. So under load many creates share one call (Redis's
- * work per timer is a third of create.lua's), and an idle instance sends
- * each at once, as before. A create that finds its id taken is sent again
+ * create_batch call. So under load many creates share one call (a plain
+ * call of 128 costs Redis about a third of what 128 create.lua calls do;
+ * R's load, 64 connections over 16 partitions, makes calls of two or
+ * three and saves a quarter), and an idle instance sends each at once. A create that finds its id taken is sent again
  * alone through create.lua, which answers a repeat with the timer it
  * repeats. The record is made on the caller's thread; the writer thread
  * only lays the call's arguments out. */

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,13 +80,22 @@ static void signal_done(void)
     pthread_mutex_unlock(&mu);
 }
 
+/* Waits for the callback; one that never comes fails the test (60 s)
+ * rather than hanging the suite. */
 static void wait_done(void)
 {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
     pthread_mutex_lock(&mu);
-    while (!done)
-        pthread_cond_wait(&cv, &mu);
+    int rc = 0;
+    while (!done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&cv, &mu, &until);
+    int got = done;
     done = 0;
     pthread_mutex_unlock(&mu);
+    if (!got)
+        fail_msg("no callback within 60 s");
 }
 
 static void keep_view(const timer_view *v)
@@ -822,6 +832,87 @@ static void test_creates_of_a_partition_that_come_while_its_call_is_in_flight_go
     redisFree(c);
 }
 
+/* ---- creates from many threads at once ---- */
+
+#define RACE_THREADS 4
+#define RACE_EACH 600
+#define RACE_IDS 300
+
+static atomic_int race_calls[RACE_THREADS * RACE_EACH];
+static atomic_int race_ok[RACE_IDS], race_exists[RACE_IDS], race_other, race_left, race_refused;
+
+typedef struct race_arg {
+    timers *t;
+    int thread;
+} race_arg;
+
+static void race_cb(void *arg, int status, const timer_view *v, const char *state)
+{
+    (void)v, (void)state;
+    int k = (int)(intptr_t)arg, id = k % RACE_IDS;
+    atomic_fetch_add(&race_calls[k], 1);
+    if (status == TIMERS_OK)
+        atomic_fetch_add(&race_ok[id], 1);
+    else if (status == TIMERS_EXISTS)
+        atomic_fetch_add(&race_exists[id], 1);
+    else
+        atomic_fetch_add(&race_other, 1);
+    if (atomic_fetch_sub(&race_left, 1) == 1)
+        signal_done();
+}
+
+static void *race_thread(void *p)
+{
+    race_arg *a = p;
+    int64_t fire = 4102444800000; /* 2100: none falls due during the test */
+    for (int i = 0; i < RACE_EACH; i++) {
+        int k = a->thread * RACE_EACH + i;
+        char id[16];
+        snprintf(id, sizeof id, "race-%d", k % RACE_IDS);
+        timer_new n = {id, SPEC, strlen(SPEC), "fire_at_ms=4102444800000", fire, 0, "q7", "req-1", clock_now_ms(),
+                       0, .trace = {0}};
+        int rc;
+        while ((rc = timers_create(a->t, &n, race_cb, (void *)(intptr_t)k)) == -EAGAIN)
+            usleep(100); /* (the store's queue is full: the API would answer 429) */
+        if (rc != 0) { /* (no cmocka assertion off the test's thread) */
+            atomic_fetch_add(&race_refused, 1);
+            if (atomic_fetch_sub(&race_left, 1) == 1)
+                signal_done();
+        }
+    }
+    return NULL;
+}
+
+static void test_creates_from_many_threads_are_each_answered_once_and_each_id_created_once(void **state)
+{
+    fixture *f = *state;
+    atomic_store(&race_left, RACE_THREADS * RACE_EACH);
+    pthread_t th[RACE_THREADS];
+    race_arg args[RACE_THREADS];
+    for (int i = 0; i < RACE_THREADS; i++) {
+        args[i] = (race_arg){f->a, i};
+        assert_int_equal(pthread_create(&th[i], NULL, race_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < RACE_THREADS; i++)
+        pthread_join(th[i], NULL);
+    wait_done();
+    assert_int_equal(atomic_load(&race_refused), 0);
+    for (int k = 0; k < RACE_THREADS * RACE_EACH; k++)
+        assert_int_equal(atomic_load(&race_calls[k]), 1);
+    assert_int_equal(atomic_load(&race_other), 0);
+    /* each id: one create made it, every other one is its repeat */
+    for (int id = 0; id < RACE_IDS; id++) {
+        assert_int_equal(atomic_load(&race_ok[id]), 1);
+        assert_int_equal(atomic_load(&race_exists[id]), RACE_THREADS * RACE_EACH / RACE_IDS - 1);
+    }
+    redisContext *c = raw(f);
+    long long counted = 0;
+    for (uint32_t p = 0; p < 16; p++)
+        counted += raw_int(c, "HGET hw:{%u}:cn /sq7", p) > 0 ? raw_int(c, "HGET hw:{%u}:cn /sq7", p) : 0;
+    assert_int_equal(counted, RACE_IDS);
+    redisFree(c);
+}
+
 static void test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable(void **state)
 {
     (void)state;
@@ -997,6 +1088,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(
             test_creates_of_a_partition_that_come_while_its_call_is_in_flight_go_as_one_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_creates_from_many_threads_are_each_answered_once_and_each_id_created_once, setup, teardown),
         cmocka_unit_test(test_a_request_id_field_splits_at_its_blanks_only_into_whole_parts),
         cmocka_unit_test(test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable),
         cmocka_unit_test(test_a_record_of_another_layout_does_not_decode),
