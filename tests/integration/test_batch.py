@@ -214,7 +214,7 @@ def test_finished_timers_leave_the_label_index_when_they_expire(hookwheel_factor
             n += int(redis.cmd("ZLEXCOUNT", key, "[batch:e\t", "(batch:e\n"))
         return n
     assert index_entries() == 40
-    wait_until(lambda: index_entries() == 0, timeout=scaled(20))
+    assert wait_until(lambda: index_entries() == 0, timeout=scaled(20)), index_entries()
     assert not redis.keys("*:t:e-*") and not redis.keys("*:lx")
 
 

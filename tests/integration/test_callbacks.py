@@ -80,5 +80,5 @@ def test_on_failure_survives_a_kill_between_the_failure_and_the_callback(redis, 
     n = len(receiver.requests("/failed"))
     assert n == 1 or arrived_before > 0, n  # exactly once unless it had begun before the kill
     assert json.loads(receiver.requests("/failed")[0].body)["id"] == "cb-kill"
-    wait_until(lambda: b.api.get(quote("cb-kill#on_failure.0"))[2].get("state") == "delivered",
+    assert wait_until(lambda: b.api.get(quote("cb-kill#on_failure.0"))[2].get("state") == "delivered",
                timeout=scaled(10))
