@@ -204,7 +204,7 @@ int timers_list(timers *t, uint32_t partition, const char *ns, const char *state
  * budget entries examined. With sel->idem (an Idempotency-Key), the answer
  * is kept for 24 h by (ns, idem, chunk, after) and a repeat gets it again
  * (replayed 1), or TIMERS_CONFLICT when it came with another fingerprint. */
-#define TIMERS_SELECT_CHUNKS 65 /* select.lua's places: 64 chunks, then the small bucket */
+#define TIMERS_SELECT_CHUNKS 66 /* select.lua's places: 64 chunks, then the bucket's packed and long entries */
 typedef struct timer_selector {
     const char *op;
     char *const *labels; /* "key:value", 1 to TIMERS_LABELS_MAX */

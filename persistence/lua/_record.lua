@@ -183,12 +183,18 @@ end
 -- A label "key:value" of namespace ns is indexed per partition in one of
 -- two places, a timer's entry for it in one (but see labels_index):
 -- - a bucket: one of LB_BUCKETS zsets the partition's labels share,
---   hw:{P}:lbs:<ns>:<bucket> (bucket: a hash of the label), members
---   "<label>\t<id>" at score 0, so a label's entries are one ZRANGEBYLEX
---   range; while the bucket has room (labels_index). A label of few timers
---   would otherwise pay a Redis key (~100 bytes) per timer. A member longer
---   than LB_SMALL_MAX (Redis's zset-max-listpack-value) would turn the
---   bucket into a skiplist, so such entries always go to the chunks.
+--   hw:{P}:lbs:<ns>:<bucket> (bucket: a hash of the label), members at
+--   score 0, so a label's entries are ZRANGEBYLEX ranges; while the bucket
+--   has room (labels_index). A label of few timers would otherwise pay a
+--   Redis key (~100 bytes) per timer. A member is "<label>\1<16 bytes>"
+--   when the id (after its namespace, which the key names) is 32 lowercase
+--   hex digits (id_packed: the ids hookwheel makes, and UUIDs without
+--   dashes), the digits packed two to a byte, else "<label>\t<id>" (the
+--   key id); neither \1 nor \t is in a label's alphabet. Builds before
+--   the packed form wrote every entry the long way: such entries are read
+--   and removed too. A member longer than LB_SMALL_MAX (Redis's
+--   zset-max-listpack-value) would turn the bucket into a skiplist, so such
+--   entries always go to the chunks.
 -- - chunks: else LB_CHUNKS zsets per label and partition,
 --   hw:{P}:lb:<ns>:<chunk>:<key:value>, members the key ids of its timers at
 --   score 0 (ZRANGEBYLEX pages them exactly), a timer's in chunk lb_chunk(id).
@@ -200,6 +206,32 @@ end
 -- expires), and the partition's claims drop them from the index once that
 -- passes (labels_trim).
 local LB_CHUNKS, LB_BUCKETS, LB_SMALL_MAX = 64, 256, 64
+local LB_LAST = LB_CHUNKS + 1 -- a walk's last place (lb_walk)
+
+-- The 32 hex digits ending a key id, as 16 bytes (nil: the id is not
+-- "[<ns>/]<32 lowercase hex digits>"), and back (id_unpacked: the key id,
+-- its namespace prefix given). The tables are made at the first use (a
+-- library's load runs without the globals they need).
+local HEX_BYTE, BYTE_HEX
+local function hex_tables()
+  HEX_BYTE, BYTE_HEX = {}, {}
+  for b = 0, 255 do
+    local h, c = string.format('%02x', b), string.char(b)
+    HEX_BYTE[h], BYTE_HEX[c] = c, h
+  end
+end
+local function id_packed(id)
+  local n = #id
+  if n < 32 or (n > 32 and string.byte(id, n - 32) ~= 47) then return nil end -- 47: '/'
+  local hex = n == 32 and id or string.sub(id, n - 31)
+  if string.find(hex, '[^0-9a-f]') then return nil end
+  if not HEX_BYTE then hex_tables() end
+  return (string.gsub(hex, '..', HEX_BYTE))
+end
+local function id_unpacked(prefix, packed)
+  if not BYTE_HEX then hex_tables() end
+  return prefix .. string.gsub(packed, '.', BYTE_HEX)
+end
 local function lb_hash(s) -- (modulo a prime: a power of two would keep only the low bits' parity pattern)
   -- h = (h * 31 + byte) % 1000003 for every byte, six bytes a step: the
   -- modulo taken once per six is the same number (a double holds
@@ -244,8 +276,9 @@ end
 local LB_BUCKET_MAX, LB_SEEN = 128, {}
 local function labels_index(tkey, id, labels, op)
   local base, ns, chunk = key_base(tkey), id_ns(id), nil -- (the chunk only when an entry goes there)
+  local pk = id_packed(id)
   for _, l in ipairs(labels) do
-    local m = l .. '\t' .. id
+    local m = pk and l .. '\1' .. pk or l .. '\t' .. id
     local small = #m <= LB_SMALL_MAX and lbs_key(base, ns, l)
     local n = op == 'ZADD' and small and (LB_SEEN[small] or redis.call('ZCARD', small))
     if n and n < LB_BUCKET_MAX then
@@ -257,7 +290,8 @@ local function labels_index(tkey, id, labels, op)
         redis.call('ZADD', lb_key(base, ns, chunk, l), ZERO, id)
       else
         if small then
-          redis.call('ZREM', small, m)
+          if pk then redis.call('ZREM', small, m, l .. '\t' .. id) -- (and an entry of an older build)
+          else redis.call('ZREM', small, m) end
           LB_SEEN[small] = nil
         end
         redis.call('ZREM', lb_key(base, ns, chunk, l), id)
@@ -268,28 +302,51 @@ end
 
 -- Whether the timer id has label l in the index (its entry's score, or false).
 local function lb_has(base, ns, id, l)
-  local m = l .. '\t' .. id
-  return (#m <= LB_SMALL_MAX and redis.call('ZSCORE', lbs_key(base, ns, l), m))
-      or redis.call('ZSCORE', lb_key(base, ns, lb_chunk(id), l), id)
+  local pk = id_packed(id)
+  local m = pk and l .. '\1' .. pk or l .. '\t' .. id
+  if #m <= LB_SMALL_MAX then
+    local s
+    if pk then
+      s = redis.call('ZMSCORE', lbs_key(base, ns, l), m, l .. '\t' .. id)
+      s = s[1] or s[2]
+    else
+      s = redis.call('ZSCORE', lbs_key(base, ns, l), m)
+    end
+    if s then return s end
+  end
+  return redis.call('ZSCORE', lb_key(base, ns, lb_chunk(id), l), id)
 end
 
 -- Up to `want` ids of label l after id `after` ('' from the start) in
 -- place `chunk` of the walk: 0 .. LB_CHUNKS - 1 the chunks, LB_CHUNKS the
--- label's bucket; each in id order. Returns the ids, the last id read and
--- how many entries were read (the bucket's entries of ids also in a chunk
--- are read, not returned).
+-- label's packed entries in its bucket, LB_LAST its long ones; each in id
+-- order. Returns the ids, the last id read and how many entries were read.
+-- An id also in a chunk, or (a long entry an older build wrote) also
+-- packed, is read in the bucket but not returned: a walk meets it once.
+-- `after` in the packed place is an id with a packed form.
 local function lb_walk(base, ns, l, chunk, after, want)
   if chunk < LB_CHUNKS then
     local ids = redis.call('ZRANGEBYLEX', lb_key(base, ns, chunk, l), after == '' and '-' or '(' .. after, '+',
                            'LIMIT', '0', want)
     return ids, ids[#ids], #ids
   end
-  local ms = redis.call('ZRANGEBYLEX', lbs_key(base, ns, l), after == '' and '[' .. l .. '\t' or '(' .. l .. '\t' .. after,
-                        '(' .. l .. '\n', 'LIMIT', '0', want)
-  local ids, last = {}, nil
+  local key, ids, last = lbs_key(base, ns, l), {}, nil
+  local packed, ms = chunk == LB_CHUNKS, nil
+  if packed then
+    ms = redis.call('ZRANGEBYLEX', key, after == '' and '[' .. l .. '\1' or '(' .. l .. '\1' .. id_packed(after),
+                    '(' .. l .. '\2', 'LIMIT', '0', want)
+  else
+    ms = redis.call('ZRANGEBYLEX', key, after == '' and '[' .. l .. '\t' or '(' .. l .. '\t' .. after,
+                    '(' .. l .. '\n', 'LIMIT', '0', want)
+  end
+  local prefix = ns ~= '' and ns .. '/' or ''
   for _, m in ipairs(ms) do
-    last = string.sub(m, #l + 2)
-    if not redis.call('ZSCORE', lb_key(base, ns, lb_chunk(last), l), last) then ids[#ids + 1] = last end
+    last = packed and id_unpacked(prefix, string.sub(m, #l + 2)) or string.sub(m, #l + 2)
+    local pk = not packed and id_packed(last)
+    if not (redis.call('ZSCORE', lb_key(base, ns, lb_chunk(last), l), last) or
+            (pk and redis.call('ZSCORE', key, l .. '\1' .. pk))) then
+      ids[#ids + 1] = last
+    end
   end
   return ids, last, #ms
 end

@@ -1,12 +1,12 @@
 -- select: one partition's part of a selector operation (POST /timers/cancel,
 -- pause, resume, reschedule; dry_run lists): the namespace's timers that
 -- have every label given, walked in the first label's index (chunk by
--- chunk, then its bucket, each in id order (lb_walk), so a cursor
--- (chunk, id) is exact: every timer that keeps the label is met once),
--- filtered by queue and state, and each
--- match given the instruction exactly as the one-timer call would
--- (cancel_one, control_one: an instruction to a timer in its attempt is too
--- late, or waits for the run's end). At most `limit` matches and `budget`
+-- chunk, then its bucket's packed entries, then its long ones, each in id
+-- order (lb_walk), so a cursor (chunk, id) is exact: every timer that keeps
+-- the label is met once), filtered by queue and state, and each match given
+-- the instruction exactly as the one-timer call would (cancel_one,
+-- control_one: an instruction to a timer in its attempt is too late, or
+-- waits for the run's end). At most `limit` matches and `budget`
 -- index entries a call, so one call holds Redis for about a millisecond.
 -- KEYS: 1 the idempotency record of this call (hw:{P}:ik:<ns>:<key>:<cursor>;
 --       not read without a key)
@@ -35,8 +35,11 @@ local prefix, ns, op, queue, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local limit, budget, now, retention = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
 local fire = tonumber(ARGV[12])
 local base, labels = key_base(prefix), {unpack(ARGV, 15)}
-local out, found, examined = {0, LB_CHUNKS + 1, '', 0}, 0, 0
+local out, found, examined = {0, LB_LAST + 1, '', 0}, 0, 0
 local chunk, after = tonumber(ARGV[6]), ARGV[7]
+-- A cursor of a build before packed entries: its bucket place held every
+-- entry the long way, which is the long entries' place now.
+if chunk == LB_CHUNKS and after ~= '' and not id_packed(after) then chunk = LB_LAST end
 
 local function matches(id, r, v)
   if r.lb ~= 1 then return false end -- (an entry of an expired timer whose id has no labels now)
@@ -57,7 +60,7 @@ local function apply(tkey, id, r, v)
   return (control_one(tkey, id, r, v, op, now, fire, -1, NO_OWNER)), ''
 end
 
-while chunk <= LB_CHUNKS and found < limit and examined < budget do
+while chunk <= LB_LAST and found < limit and examined < budget do
   local want = math.min(200, budget - examined)
   local ids, last, read = lb_walk(base, ns, labels[1], chunk, after, want)
   for _, id in ipairs(ids) do
@@ -86,7 +89,7 @@ if out[4] == 1 and after ~= '' then
   -- a stop at a chunk's last entry: the walk goes on at the next chunk
   if #lb_walk(base, ns, labels[1], chunk, after, 1) == 0 then
     out[2], out[3] = chunk + 1, ''
-    if chunk + 1 > LB_CHUNKS then out[4] = 0 end
+    if chunk + 1 > LB_LAST then out[4] = 0 end
   end
 end
 if ARGV[13] ~= '' then

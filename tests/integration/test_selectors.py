@@ -2,10 +2,11 @@
 reschedule): exact receipts, paging, Idempotency-Key, against a real
 redis-server, the real binary and a real receiver."""
 import time
+import uuid
 
 import pytest
 
-from conftest import CLUSTER_MODE, SLOW, Reply, partition, scaled, wait_until
+from conftest import CLUSTER_MODE, SLOW, Reply, RespClient, partition, scaled, wait_until
 from contract import assert_matches_contract
 
 
@@ -256,3 +257,60 @@ def test_a_labels_first_timers_of_a_partition_share_a_bucket_and_a_walk_meets_ea
     # ... and so does a listing by the label
     status, _, page = hw.api.request("GET", "/timers?state=scheduled&label=few:1&limit=100")
     assert status == 200 and sorted(t["id"] for t in page["items"]) == sorted(met)
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="reads one Redis's keys")
+def test_hex_ids_are_packed_in_a_bucket_and_entries_of_the_long_form_are_still_met_once(
+        tmp_path, hookwheel_factory, redis, receiver):
+    hw = hookwheel_factory(redis, args=["--retention-s=1"])
+    # 30 timers of one partition with ids of 32 hex digits (the form hookwheel makes) and the
+    # label hx:1: a bucket has room for them all, each entry "hx:1\x01" and the id's 16 bytes
+    ids = []
+    while len(ids) < 30:
+        i = uuid.uuid4().hex
+        if not ids or partition(i) == partition(ids[0]):
+            ids.append(i)
+    p = partition(ids[0])
+    bucket = f"hw:{{{p}}}:lbs::{lb_hash('hx:1') % 256}"
+    short = set(ids[:4])  # delivered at once, then expire
+    batch(hw.api, [{"id": i, "url": receiver.url("/hx"), "delay_ms": 200 if i in short else 600_000,
+                    "labels": {"hx": "1"}} for i in ids])
+
+    def entries():
+        with RespClient(redis.port) as c:
+            return c.call("ZRANGEBYLEX", bucket, "[hx:1\x01", "(hx:1\n")
+    assert sorted(entries()) == sorted(b"hx:1\x01" + bytes.fromhex(i) for i in ids)
+    # The entries a build before the packed form wrote: "<label>\t<id>". Ten of them (two of
+    # them short ones) as such a build left them, and one id with an entry of each form.
+    with RespClient(redis.port) as c:
+        for i in ids[2:12]:
+            c.call("ZREM", bucket, b"hx:1\x01" + bytes.fromhex(i))
+            c.call("ZADD", bucket, 0, f"hx:1\t{i}")
+        c.call("ZADD", bucket, 0, f"hx:1\t{ids[12]}")
+    assert len(entries()) == 31
+    receiver.wait_for(len(short), timeout=scaled(15), path="/hx")
+    # A walk of small pages crosses the packed entries and the long ones and meets every timer once
+    pages = walk(hw.api, "cancel", {"labels": {"hx": "1"}, "dry_run": True, "limit": 3})
+    met = [m["id"] for page in pages for m in page["matches"]]
+    assert len(pages) >= 10 and sorted(met) == sorted(ids), met
+    # ... and a listing by the label finds the scheduled ones of either form
+    status, _, page = hw.api.request("GET", "/timers?state=scheduled&label=hx:1&limit=100")
+    assert status == 200 and sorted(t["id"] for t in page["items"]) == sorted(set(ids) - short)
+    # The expired ones leave the index, from either form
+    want = sorted([b"hx:1\x01" + bytes.fromhex(i) for i in ids[12:]] + [f"hx:1\t{i}".encode() for i in ids[4:13]])
+    assert wait_until(lambda: sorted(entries()) == want, timeout=scaled(20)), entries()
+    status, _, answer = select(hw.api, "cancel", {"labels": {"hx": "1"}})
+    assert status == 200 and sorted(answer["cancelled"]) == sorted(set(ids) - short), answer
+    # A namespace's hex ids: the entry holds the packed digits, a walk gives back the whole id
+    tokens = tmp_path / "tokens"
+    tokens.write_text("team-a token-a-0123456789abcdef\n")
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens)})
+    team = {"Authorization": "Bearer token-a-0123456789abcdef"}
+    nids = [uuid.uuid4().hex for _ in range(5)]
+    batch(hw.api, [{"id": i, "url": receiver.url("/hx"), "delay_ms": 600_000, "labels": {"hx": "1"}}
+                   for i in nids], headers=team)
+    pages = walk(hw.api, "cancel", {"labels": {"hx": "1"}, "limit": 2}, headers=team)
+    assert sorted(i for page in pages for i in page["cancelled"]) == sorted(nids)
+    for i in nids:
+        status, _, t = hw.api.request("GET", f"/timers/{i}", headers=team)
+        assert status == 200 and t["state"] == "cancelled"
