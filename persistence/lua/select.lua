@@ -87,7 +87,9 @@ while chunk <= LB_LAST and found < limit and examined < budget do
 end
 if out[4] == 1 and after ~= '' then
   -- a stop at a chunk's last entry: the walk goes on at the next chunk
-  if #lb_walk(base, ns, labels[1], chunk, after, 1) == 0 then
+  -- (an entry read but not returned, of an id met elsewhere, is an entry)
+  local _, _, read = lb_walk(base, ns, labels[1], chunk, after, 1)
+  if read == 0 then
     out[2], out[3] = chunk + 1, ''
     if chunk + 1 > LB_LAST then out[4] = 0 end
   end
