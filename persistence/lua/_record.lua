@@ -210,27 +210,18 @@ local LB_LAST = LB_CHUNKS + 1 -- a walk's last place (lb_walk)
 
 -- The 32 hex digits ending a key id, as 16 bytes (nil: the id is not
 -- "[<ns>/]<32 lowercase hex digits>"), and back (id_unpacked: the key id,
--- its namespace prefix given). The tables are made at the first use (a
--- library's load runs without the globals they need).
-local HEX_BYTE, BYTE_HEX
-local function hex_tables()
-  HEX_BYTE, BYTE_HEX = {}, {}
-  for b = 0, 255 do
-    local h, c = string.format('%02x', b), string.char(b)
-    HEX_BYTE[h], BYTE_HEX[c] = c, h
-  end
-end
+-- its namespace prefix given); four big-endian 32-bit words, so the bytes
+-- sort as the digits do.
 local function id_packed(id)
-  local n = #id
+  local n, sub = #id, string.sub
   if n < 32 or (n > 32 and string.byte(id, n - 32) ~= 47) then return nil end -- 47: '/'
-  local hex = n == 32 and id or string.sub(id, n - 31)
+  local hex = n == 32 and id or sub(id, n - 31)
   if string.find(hex, '[^0-9a-f]') then return nil end
-  if not HEX_BYTE then hex_tables() end
-  return (string.gsub(hex, '..', HEX_BYTE))
+  return struct.pack('>I4I4I4I4', tonumber(sub(hex, 1, 8), 16), tonumber(sub(hex, 9, 16), 16),
+                     tonumber(sub(hex, 17, 24), 16), tonumber(sub(hex, 25, 32), 16))
 end
 local function id_unpacked(prefix, packed)
-  if not BYTE_HEX then hex_tables() end
-  return prefix .. string.gsub(packed, '.', BYTE_HEX)
+  return prefix .. string.format('%08x%08x%08x%08x', struct.unpack('>I4I4I4I4', packed))
 end
 local function lb_hash(s) -- (modulo a prime: a power of two would keep only the low bits' parity pattern)
   -- h = (h * 31 + byte) % 1000003 for every byte, six bytes a step: the
@@ -274,11 +265,14 @@ end
 -- have an entry in both places: a removal removes both, and a walk skips
 -- the bucket's one then (lb_walk).
 local LB_BUCKET_MAX, LB_SEEN = 128, {}
+-- The bucket entry of id (pk: id_packed(id)) for label l.
+local function lb_member(l, id, pk) return pk and l .. '\1' .. pk or l .. '\t' .. id end
+
 local function labels_index(tkey, id, labels, op)
   local base, ns, chunk = key_base(tkey), id_ns(id), nil -- (the chunk only when an entry goes there)
   local pk = id_packed(id)
   for _, l in ipairs(labels) do
-    local m = pk and l .. '\1' .. pk or l .. '\t' .. id
+    local m = lb_member(l, id, pk)
     local small = #m <= LB_SMALL_MAX and lbs_key(base, ns, l)
     local n = op == 'ZADD' and small and (LB_SEEN[small] or redis.call('ZCARD', small))
     if n and n < LB_BUCKET_MAX then
@@ -303,7 +297,7 @@ end
 -- Whether the timer id has label l in the index (its entry's score, or false).
 local function lb_has(base, ns, id, l)
   local pk = id_packed(id)
-  local m = pk and l .. '\1' .. pk or l .. '\t' .. id
+  local m = lb_member(l, id, pk)
   if #m <= LB_SMALL_MAX then
     local s
     if pk then
@@ -344,7 +338,7 @@ local function lb_walk(base, ns, l, chunk, after, want)
     last = packed and id_unpacked(prefix, string.sub(m, #l + 2)) or string.sub(m, #l + 2)
     local pk = not packed and id_packed(last)
     if not (redis.call('ZSCORE', lb_key(base, ns, lb_chunk(last), l), last) or
-            (pk and redis.call('ZSCORE', key, l .. '\1' .. pk))) then
+            (pk and redis.call('ZSCORE', key, lb_member(l, last, pk)))) then
       ids[#ids + 1] = last
     end
   end

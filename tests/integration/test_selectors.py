@@ -316,6 +316,10 @@ def test_hex_ids_are_packed_in_a_bucket_and_entries_of_the_long_form_are_still_m
     nids = [uuid.uuid4().hex for _ in range(5)]
     batch(hw.api, [{"id": i, "url": receiver.url("/hx"), "delay_ms": 600_000, "labels": {"hx": "1"}}
                    for i in nids], headers=team)
+    with RespClient(redis.port) as c:
+        held = [m for key in c.call("KEYS", "hw:*:lbs:team-a:*")
+                for m in c.call("ZRANGEBYLEX", key, "[hx:1\x01", "(hx:1\n")]
+    assert sorted(held) == sorted(b"hx:1\x01" + bytes.fromhex(i) for i in nids)
     pages = walk(hw.api, "cancel", {"labels": {"hx": "1"}, "limit": 2}, headers=team)
     assert sorted(i for page in pages for i in page["cancelled"]) == sorted(nids)
     for i in nids:
