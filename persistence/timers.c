@@ -154,6 +154,16 @@ int timers_decode(const char *rec, size_t rec_len, const char *history, size_t h
     v->spec_len = rec_len - (at + 14 + qlen);
     v->history = history ? history : "";
     v->history_len = history ? history_len : 0;
+    /* A finished timer's record may hold its history after its spec, past a
+     * byte 0 (never in compact JSON; _record.lua); then it has no history key. */
+    const char *z = memchr(v->spec, '\0', v->spec_len);
+    if (z) {
+        if (!v->history_len) {
+            v->history = z + 1;
+            v->history_len = (size_t)(v->spec + v->spec_len - (z + 1));
+        }
+        v->spec_len = (size_t)(z - v->spec);
+    }
     return 0;
 }
 

@@ -72,8 +72,10 @@ typedef struct timer_view {
     int with_skipped;      /* 1: skipped was read (timers_get) */
 } timer_view;
 
-/* Decodes a record and its history (history may be NULL). Returns 0, or
- * -EINVAL when rec is not a record of this layout. Any thread; pure. */
+/* Decodes a record and its history key's value (history may be NULL); a
+ * finished timer's record may hold its history itself, which is used when
+ * history is empty. Returns 0, or -EINVAL when rec is not a record of this
+ * layout. Any thread; pure. */
 int timers_decode(const char *rec, size_t rec_len, const char *history, size_t history_len, timer_view *v);
 
 typedef struct timers_config {

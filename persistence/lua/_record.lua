@@ -32,12 +32,21 @@
 --     schedule's first slot, value i6; 0 for 'c'), every_ms (i6; 0: one-shot,
 --     -1: a calendar schedule, whose next slots the engine computes), the
 --     queue (length byte + name; empty: default) and
---     the stored spec (compact JSON, the rest of the string).
+--     the stored spec (compact JSON), then, in a finished timer's record
+--     only, a byte 0 (never in compact JSON) and its attempt history.
 -- So the hot functions read and write HEAD bytes, and no function decodes
 -- user JSON: what they branch on (every_ms, queue) has a field of its own.
 -- The attempt history (newest first, compact JSON objects separated by
 -- tabs, at most attempt_history of them) is a key of its own,
--- hw:{P}:h:<id>, written by finish and release only.
+-- hw:{P}:h:<id>, while the timer runs (written by finish and release
+-- only, so a retry or a recurring run never rewrites the record). When
+-- finish ends the timer it writes the record once more, with the history
+-- at its end and its retention expiry, and deletes the key: a finished
+-- timer kept for the retention is one key, not two (about 150 bytes less).
+-- A record longer than HIST_INLINE_MAX keeps its history key instead (the
+-- copy is bounded), and so do timers finished by a cancel or by a build
+-- before this one. A history is in one of the two places, never both:
+-- a dead letter run again moves it back to its key (keep_forever).
 local MAGIC = 178
 local HEAD_FMT, HEAD = '<BBHi6c16I4I4Bi6i6I4', 51
 -- Offsets given to redis.call as strings: a Lua number argument is
@@ -148,9 +157,19 @@ end
 -- The whole record (head and tail) and its decoded head, or nil.
 local function rec_get(tkey) return rec_decode(tkey, redis.call('GET', tkey)) end
 
+-- A record of this layout without the history it holds, and that history
+-- (nil: it holds none). timers.c splits a record the same way.
+local HIST_INLINE_MAX = 4096
+local function rec_split(v)
+  local z = string.find(v, '\0', tail_decode(v).spec_from, true)
+  if not z then return v, nil end
+  return string.sub(v, 1, z - 1), string.sub(v, z + 1)
+end
+
 -- Whether two whole records are the same timer as created: the same spec
 -- and due time as the client gave them (what an idempotent repeat compares).
 local function rec_same(a, b)
+  a, b = rec_split(a), rec_split(b)
   return string.sub(a, tail_decode(a).same_from) == string.sub(b, tail_decode(b).same_from)
 end
 
@@ -245,6 +264,7 @@ local function lbs_key(base, ns, label) return base .. 'lbs:' .. ns .. ':' .. (l
 
 -- The labels of a record ("key:value" strings, sorted), {} when it has none.
 local function labels_of(v)
+  v = rec_split(v)
   local ok, s = pcall(cjson.decode, string.sub(v, tail_decode(v).spec_from))
   local out = {}
   if ok and type(s) == 'table' and type(s.labels) == 'table' then
@@ -402,23 +422,30 @@ labels_trim = function(base, now, max)
   end
 end
 
--- The timer runs again (retry of a dead letter): it no longer expires.
-local function keep_forever(tkey)
+-- The timer r runs again (retry of a dead letter): it no longer expires. A
+-- history its record holds goes back to its key (r.hist is set: the caller
+-- puts r's head after this).
+local function keep_forever(tkey, r)
   local v = redis.call('GET', tkey)
-  if v and head_decode(v).lb == 1 then
-    labels_unfinal(tkey, string.sub(tkey, #key_base(tkey) + 3), v)
+  if not v then return end
+  local body, h = rec_split(v)
+  if h then
+    redis.call('SET', tkey, body) -- (no expiry)
+    redis.call('SET', hist_key(tkey), h)
+    r.hist = 1
+  end
+  if head_decode(v).lb == 1 then
+    labels_unfinal(tkey, string.sub(tkey, #key_base(tkey) + 3), body)
   end
   redis.call('PERSIST', tkey)
   redis.call('PERSIST', hist_key(tkey)) -- (a no-op when there is no history)
 end
 
--- Puts attempt a first in the history of r, keeping at most `keep`
--- attempts; px: the timer has finished, its history expires after px ms.
-local function hist_add(tkey, r, a, keep, px)
-  local hk, n, pos = hist_key(tkey), 1, 0
+-- Attempt a, then the history of r, at most `keep` attempts in all.
+local function hist_join(tkey, r, a, keep)
+  local n, pos = 1, 0
   keep = tonumber(keep)
-  local h = r.hist == 1 and keep > 1 and redis.call('GET', hk) or false
-  r.hist = 1
+  local h = r.hist == 1 and keep > 1 and redis.call('GET', hist_key(tkey)) or false
   if h and h ~= '' then
     while true do
       local t = string.find(h, '\t', pos + 1, true)
@@ -432,13 +459,29 @@ local function hist_add(tkey, r, a, keep, px)
     end
     a = a .. '\t' .. h
   end
-  if px then redis.call('SET', hk, a, 'PX', px) else redis.call('SET', hk, a, 'KEEPTTL') end
+  return a
 end
 
--- The newest attempt of the history ('' when none).
+-- Puts attempt a first in the history key of r, keeping at most `keep`
+-- attempts; px: the timer has finished, its history expires after px ms.
+local function hist_add(tkey, r, a, keep, px)
+  local h, hk = hist_join(tkey, r, a, keep), hist_key(tkey)
+  r.hist = 1
+  if px then redis.call('SET', hk, h, 'PX', px) else redis.call('SET', hk, h, 'KEEPTTL') end
+end
+
+-- The newest attempt of the history ('' when none), from its key or the
+-- record (of this layout).
 local function hist_last(tkey)
   local h = redis.call('GET', hist_key(tkey))
-  if not h then return '' end
+  if not h then
+    local v = redis.call('GET', tkey)
+    if v then
+      local _, held = rec_split(v)
+      h = held
+    end
+    if not h then return '' end
+  end
   local t = string.find(h, '\t', 1, true)
   return t and string.sub(h, 1, t - 1) or h
 end
@@ -633,10 +676,12 @@ end
 
 -- A finished timer: out of its place, into the final state's index, its
 -- retention countdown started (hist_set: as hist_add's px did for the
--- history).
+-- history; inline: {body = the record after its head, without a history,
+-- hist = its history}: the record is written whole with its history at
+-- its end, and its history key is deleted).
 local function skipped_key(tkey) return key_base(tkey) .. 'sk' end
 
-local function to_final(tkey, id, r, state, now, retention, hist_set)
+local function to_final(tkey, id, r, state, now, retention, hist_set, inline)
   if r.sk == 1 then -- its count of skipped slots goes with the schedule
     redis.call('HDEL', skipped_key(tkey), id)
     r.sk = 0
@@ -647,8 +692,14 @@ local function to_final(tkey, id, r, state, now, retention, hist_set)
   place(tkey, id, r, now)
   ix_trim(tkey, id, state, now, retention)
   if state == 'failed' then redis.call('ZADD', key_base(tkey) .. 'failed', now, id) end
-  head_put(tkey, r)
-  expire_after(tkey, r, retention, hist_set)
+  if inline then
+    if r.hist == 1 then redis.call('DEL', hist_key(tkey)) end
+    r.hist = 0
+    redis.call('SET', tkey, head_encode(r) .. inline.body .. '\0' .. inline.hist, 'PX', retention)
+  else
+    head_put(tkey, r)
+    expire_after(tkey, r, retention, hist_set)
+  end
   if r.lb == 1 then labels_final(tkey, id, now, retention) end
 end
 
@@ -800,7 +851,7 @@ local function control_one(tkey, id, r, v, op, now, fire, horizon, owner)
   if op == 'retry' then
     if st ~= 'failed' then return 0, 0 end
     redis.call('ZREM', key_base(tkey) .. 'failed', id)
-    keep_forever(tkey)
+    keep_forever(tkey, r)
     replay_run(r)
     return wait_at(now)
   end
@@ -853,7 +904,7 @@ end
 -- context. It is as durable as the outcome, and is claimed by the next
 -- sweep of any instance. It has no callbacks of its own.
 local function callback_create(tkey, id, r, final, now, attempt)
-  local v = redis.call('GET', tkey)
+  local v = rec_split(redis.call('GET', tkey))
   local t = tail_decode(v)
   local ok, spec = pcall(cjson.decode, string.sub(v, t.spec_from))
   if not ok or type(spec) ~= 'table' then return end

@@ -32,8 +32,8 @@ while done < limit and examined < budget do
         count_step(tk, id, tail_decode(v).queue, r, r.st, 'scheduled')
         r.st, r.owner = 'scheduled', NO_OWNER
         place(tk, id, r, ARGV[4])
+        keep_forever(tk, r)
         head_put(tk, r)
-        keep_forever(tk)
       end
       done = done + 1
     else

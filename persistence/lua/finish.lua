@@ -71,8 +71,16 @@ local function one(tk, a)
   local queue, from = tail_decode(v).queue, count_bucket('firing', r.att)
   if final then
     count_step(tk, id, queue, r, from, final)
-    hist_add(tk, r, attempt, keep_hist, retention)
-    to_final(tk, id, r, final, now_s, retention, true)
+    -- the record, written whole once more with its history at its end
+    -- (_record.lua), unless it is long (the peek holds a short one whole)
+    local whole = #v < PEEK and v or redis.call('STRLEN', tk) <= HIST_INLINE_MAX and redis.call('GET', tk)
+    if whole then
+      to_final(tk, id, r, final, now_s, retention, false,
+               {body = string.sub(whole, HEAD + 1), hist = hist_join(tk, r, attempt, keep_hist)})
+    else
+      hist_add(tk, r, attempt, keep_hist, retention)
+      to_final(tk, id, r, final, now_s, retention, true)
+    end
     if r.cb == 1 and final ~= 'cancelled' then callback_create(tk, id, r, final, now, attempt) end
     return answer(r)
   end

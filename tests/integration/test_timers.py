@@ -11,7 +11,8 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
-from conftest import Reply, assert_created, create_many, free_port, media_type, now_ms, scaled, wait_until
+from conftest import (CLUSTER_MODE, Reply, assert_created, create_many, free_port, media_type, now_ms, partition,
+                      scaled, wait_until)
 
 # An attempt may not start before fire_at_ms; allow 1 ms for clock rounding
 # (fire_at_ms is an integer, arrival times are floats).
@@ -668,3 +669,66 @@ def test_the_attempt_history_keeps_the_latest_attempts_newest_first(redis, recei
     assert history[0]["at"] >= history[1]["at"]
     status, _, fresh = hw.create({"url": receiver.url("/later"), "delay_ms": 60000})
     assert status == 201 and fresh["attempt_history"] == [] and fresh["last_attempt"] is None, fresh
+
+
+def timer_keys(tid):
+    """The record and history keys of a timer of the default namespace (_record.lua)."""
+    p = partition(tid, 64 if CLUSTER_MODE else 16)
+    return f"hw:{{{p}}}:t:{tid}", f"hw:{{{p}}}:h:{tid}"
+
+
+def test_a_finished_timer_holds_its_history_in_its_record_and_a_long_one_in_a_key(redis, receiver,
+                                                                                  hookwheel_factory):
+    # A timer that ends is one key for its retention: finish writes the record
+    # once more with the history at its end (after a byte 0) and deletes the
+    # history key the retries wrote. A record over 4 KB keeps its history key.
+    hw = hookwheel_factory(redis, args=["--retention-s", "600"])
+    receiver.plan("/inl", [500, 503])  # then 204
+    retry = {"max_attempts": 3, "min_backoff_ms": 10, "max_backoff_ms": 20}
+    spec = {"id": "inl", "url": receiver.url("/inl"), "delay_ms": 0, "body": "b" * 200, "retry": retry}
+    assert_created(*hw.create(spec))
+    done = hw.wait_state("inl", "delivered", timeout=scaled(5))
+    assert [a["status"] for a in done["attempt_history"]] == [204, 503, 500], done
+    assert done["last_attempt"] == done["attempt_history"][0] and done["body"] == "b" * 200, done
+    rec, hist = timer_keys("inl")
+    assert redis.cmd("EXISTS", hist) == 0
+    # (the head and tail before the spec hold zero bytes too: the history is after the last)
+    spec_part, held = redis.cmd("GET", rec).rsplit("\x00", 1)
+    assert spec_part.endswith('"}') and [json.loads(a)["status"] for a in held.split("\t")] == [204, 503, 500]
+    assert 0 < redis.cmd("PTTL", rec) <= 600_000
+    # the same create again is still an idempotent repeat, not a conflict
+    status, _, again = hw.create(spec)
+    assert status == 200 and again["state"] == "delivered" and again["attempt_history"] == done["attempt_history"]
+    status, _, other = hw.create(dict(spec, body="c"))
+    assert status == 409, other
+
+    receiver.plan("/long", [500])
+    long_spec = {"id": "long", "url": receiver.url("/long"), "delay_ms": 0, "body": "L" * 5000, "retry": retry}
+    assert_created(*hw.create(long_spec))
+    done = hw.wait_state("long", "delivered", timeout=scaled(5))
+    assert [a["status"] for a in done["attempt_history"]] == [204, 500] and done["body"] == "L" * 5000, done
+    rec, hist = timer_keys("long")
+    assert json.loads(redis.cmd("GET", rec).rsplit("\x00", 1)[1])["body"] == "L" * 5000  # the spec ends it
+    assert [json.loads(a)["status"] for a in redis.cmd("GET", hist).split("\t")] == [204, 500]
+    assert 0 < redis.cmd("PTTL", hist) <= 600_000 and 0 < redis.cmd("PTTL", rec) <= 600_000
+
+
+def test_a_dead_letter_run_again_keeps_the_history_its_record_held(redis, receiver, hookwheel_factory):
+    hw = hookwheel_factory(redis, args=["--retention-s", "600", "--attempt-history", "3"])
+    receiver.plan("/dl", [500, 502])  # then 204
+    retry = {"max_attempts": 2, "min_backoff_ms": 10, "max_backoff_ms": 20}
+    assert_created(*hw.create({"id": "dl-inl", "url": receiver.url("/dl"), "delay_ms": 0, "retry": retry,
+                               "labels": {"team": "x"}}))
+    failed = hw.wait_state("dl-inl", "failed", timeout=scaled(5))
+    assert [a["status"] for a in failed["attempt_history"]] == [502, 500], failed
+    rec, hist = timer_keys("dl-inl")
+    assert redis.cmd("EXISTS", hist) == 0 and "\x00" in redis.cmd("GET", rec)
+    status, _, body = hw.request("POST", "/timers/dl-inl/retry")
+    assert status == 200, body
+    done = hw.wait_state("dl-inl", "delivered", timeout=scaled(5))
+    # the replayed run's attempt first, then the ones the record held (3 kept)
+    assert [a["status"] for a in done["attempt_history"]] == [204, 502, 500], done
+    assert redis.cmd("EXISTS", hist) == 0 and 0 < redis.cmd("PTTL", rec) <= 600_000
+    status, _, page = hw.request("GET", "/timers?state=delivered&label=team:x")
+    assert status == 200 and [t["id"] for t in page["items"]] == ["dl-inl"], page
+    assert [a["status"] for a in page["items"][0]["attempt_history"]] == [204, 502, 500], page
