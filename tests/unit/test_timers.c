@@ -1048,6 +1048,32 @@ static void test_a_request_id_field_splits_at_its_blanks_only_into_whole_parts(v
     }
 }
 
+/* A finished timer's record holds its history after its spec, past a byte 0;
+ * the history key's value, when a reply carries one, is used instead. */
+static void test_a_finished_record_splits_into_its_spec_and_the_history_it_holds(void **state)
+{
+    (void)state;
+    unsigned char rec[160];
+    timer_view v;
+    size_t len = record_with_field(rec, "req-1");
+    static const char held[] = "{\"status\":204}\t{\"status\":500}";
+    rec[len] = '\0';
+    memcpy(rec + len + 1, held, sizeof held - 1);
+    size_t whole = len + 1 + sizeof held - 1;
+    assert_int_equal(timers_decode((const char *)rec, whole, NULL, 0, &v), 0);
+    assert_int_equal(v.spec_len, 2);
+    assert_memory_equal(v.spec, "{}", 2);
+    assert_int_equal(v.history_len, sizeof held - 1);
+    assert_memory_equal(v.history, held, sizeof held - 1);
+    assert_int_equal(timers_decode((const char *)rec, whole, "{\"status\":404}", 14, &v), 0);
+    assert_int_equal(v.spec_len, 2);
+    assert_int_equal(v.history_len, 14);
+    assert_memory_equal(v.history, "{\"status\":404}", 14);
+    assert_int_equal(timers_decode((const char *)rec, len, NULL, 0, &v), 0); /* none held */
+    assert_int_equal(v.spec_len, 2);
+    assert_int_equal(v.history_len, 0);
+}
+
 static void test_a_record_of_another_layout_does_not_decode(void **state)
 {
     (void)state;
@@ -1092,6 +1118,7 @@ int main(void)
             test_creates_from_many_threads_are_each_answered_once_and_each_id_created_once, setup, teardown),
         cmocka_unit_test(test_a_request_id_field_splits_at_its_blanks_only_into_whole_parts),
         cmocka_unit_test(test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable),
+        cmocka_unit_test(test_a_finished_record_splits_into_its_spec_and_the_history_it_holds),
         cmocka_unit_test(test_a_record_of_another_layout_does_not_decode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
