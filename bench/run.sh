@@ -1049,15 +1049,11 @@ build() {
 
 main() {
     local run w
-    local tools=(wrk redis-server redis-cli gnuplot curl python3 top git)
-    for w in "${tools[@]}"; do
+    for w in wrk redis-server redis-cli gnuplot curl python3 top git; do
         command -v "$w" >/dev/null && continue
         # what make bench would have installed first (Debian's packages, as make deps)
         log "missing tool: $w; installing the harness's tools (make bench-deps)"
         make -s -C "$ROOT" deps bench-deps >&2 || { log "make bench-deps failed"; exit 1; }
-        break
-    done
-    for w in "${tools[@]}"; do
         command -v "$w" >/dev/null || { log "missing tool: $w"; exit 1; }
     done
     mkdir -p "$RESULTS"

@@ -167,9 +167,10 @@ local function rec_split(v)
 end
 
 -- Whether two whole records are the same timer as created: the same spec
--- and due time as the client gave them (what an idempotent repeat compares).
+-- and due time as the client gave them (what an idempotent repeat compares;
+-- a is the stored one, which may hold a history, b a new one).
 local function rec_same(a, b)
-  a, b = rec_split(a), rec_split(b)
+  a = rec_split(a)
   return string.sub(a, tail_decode(a).same_from) == string.sub(b, tail_decode(b).same_from)
 end
 
@@ -429,16 +430,17 @@ local function keep_forever(tkey, r)
   local v = redis.call('GET', tkey)
   if not v then return end
   local body, h = rec_split(v)
-  if h then
-    redis.call('SET', tkey, body) -- (no expiry)
-    redis.call('SET', hist_key(tkey), h)
-    r.hist = 1
-  end
   if head_decode(v).lb == 1 then
     labels_unfinal(tkey, string.sub(tkey, #key_base(tkey) + 3), body)
   end
-  redis.call('PERSIST', tkey)
-  redis.call('PERSIST', hist_key(tkey)) -- (a no-op when there is no history)
+  if h then -- both written without an expiry
+    redis.call('SET', tkey, body)
+    redis.call('SET', hist_key(tkey), h)
+    r.hist = 1
+  else
+    redis.call('PERSIST', tkey)
+    redis.call('PERSIST', hist_key(tkey)) -- (a no-op when there is no history)
+  end
 end
 
 -- Attempt a, then the history of r, at most `keep` attempts in all.
