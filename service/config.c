@@ -51,6 +51,9 @@ static const setting settings[] = {
       "CIDRs, addresses and host names (comma-separated) that timers may call although they are "
       "loopback, private, link-local or otherwise internal; unset: public addresses only"),
     U("tick-ms", tick_ms, "1", 1, 1000, "timing wheel tick"),
+    U("begin-lead-ms", begin_lead_ms, "10", 0, 1000,
+      "a due timer's begin step (after which a cancel answers 409) is sent this long before its due time, so its "
+      "Redis round trip is not part of its lateness; the attempt still starts at the due time, never earlier"),
     U("wheel-slots", wheel_slots, "4096", 2, 1u << 22, "timing wheel slots (a power of two)"),
     U("window-ms", window_ms, "5000", 100, 600000,
       "timers due within this window are claimed into memory; the loader sweeps every window/2"),

@@ -25,6 +25,7 @@ typedef struct config {
     char *namespace_secrets_file; /* NULL: every namespace uses signing_secret */
     char *destination_allowlist; /* NULL: only public addresses may be called */
     uint64_t tick_ms;
+    uint64_t begin_lead_ms; /* begins are sent this long before the due time */
     uint64_t wheel_slots;
     uint64_t window_ms;
     uint64_t claim_batch;

@@ -12,12 +12,14 @@
  * attempt ends, so the caps bound attempts, not just requests. Durable state
  * only advances through the scripts: begin marks the timer firing (after it,
  * cancel answers 409), finish records the outcome. An attempt never starts
- * before its due time: the wheel expires a timer no earlier than its due
- * time, and the begin step only follows expiry.
+ * before its due time: a begun job waits in e->held until then (start_some).
  *
- * Trade-off. The begin step costs one Redis round trip between the due time
- * and the attempt; it is what makes cancel exact, and its cost is shared by
- * every timer due at the same moment (the store pipelines them). */
+ * Trade-off. The begin step is one Redis round trip; it is what makes cancel
+ * exact, and its cost is shared by every timer due at the same moment (the
+ * store pipelines them). The wheel runs begin_lead_ms ahead of the clock, so
+ * the round trip happens before the due time instead of after it: a timer is
+ * committed (firing, a cancel answers 409) up to begin_lead_ms before its
+ * attempt starts, and its lateness does not include Redis. */
 #include "engine.h"
 
 #include <errno.h>
@@ -118,7 +120,8 @@ struct engine {
     dispatch *d;
     timers *tm;           /* the timer verbs (persistence/timers.h) */
     job *backlog, **backlog_tail; /* claimed, not yet in the wheel (absorb) */
-    job *starting, **starting_tail; /* begun, not yet handed to curl (start_some) */
+    job *starting, **starting_tail; /* begun, due, not yet handed to curl (start_some) */
+    job *held, *held_tail; /* begun ahead of their due time (begin_lead_ms), in due order */
     struct list_node all; /* every job held */
     strtab byid;          /* the jobs taken from the inbox, by timer id */
     uint32_t store_jobs;  /* jobs whose begin or finish call is in flight */
@@ -702,6 +705,25 @@ static void start_attempt(engine *e, job *j)
     }
 }
 
+/* Keeps a job begun before its due time in e->held, in due order. Begins
+ * answer roughly in due order, so it is nearly always appended. */
+static void hold(engine *e, job *j)
+{
+    if (!e->held || e->held_tail->due_ms <= j->due_ms) {
+        if (e->held)
+            e->held_tail->inbox_next = j;
+        else
+            e->held = j;
+        e->held_tail = j;
+        return;
+    }
+    job **at = &e->held;
+    while ((*at)->due_ms <= j->due_ms)
+        at = &(*at)->inbox_next;
+    j->inbox_next = *at;
+    *at = j;
+}
+
 static void on_begun(engine *e, job *j)
 {
     e->store_jobs--;
@@ -718,8 +740,12 @@ static void on_begun(engine *e, job *j)
         pump(e);
         return;
     }
-    j->inbox_next = NULL; /* started a slice a turn (start_some) */
-    *e->starting_tail = j;
+    j->inbox_next = NULL;
+    if (j->due_ms * 1000u > clock_now_us()) { /* begun ahead (begin_lead_ms): held until due */
+        hold(e, j);
+        return;
+    }
+    *e->starting_tail = j; /* started a slice a turn (start_some) */
     e->starting_tail = &j->inbox_next;
 }
 
@@ -729,6 +755,14 @@ static void on_begun(engine *e, job *j)
  * the first request back until the last was added. */
 static void start_some(engine *e)
 {
+    uint64_t now_us = clock_now_us();
+    while (e->held && e->held->due_ms * 1000u <= now_us) { /* never before its due time */
+        job *j = e->held;
+        e->held = j->inbox_next;
+        j->inbox_next = NULL;
+        *e->starting_tail = j;
+        e->starting_tail = &j->inbox_next;
+    }
     for (int k = 0; k < START_MAX && e->starting; k++) {
         job *j = e->starting;
         e->starting = j->inbox_next;
@@ -1113,7 +1147,7 @@ static void release_all(engine *e)
 static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
 {
     uint64_t until = e->next_sweep_ms < chores_ms ? e->next_sweep_ms : chores_ms;
-    int64_t w = wheel_next_ms(e->w, now_ms);
+    int64_t w = wheel_next_ms(e->w, now_ms + e->cfg->begin_lead_ms); /* the wheel runs ahead (expire) */
     if (w >= 0 && now_ms + (uint64_t)w < until)
         until = now_ms + (uint64_t)w;
     if (until > now_ms + 60000)
@@ -1123,6 +1157,8 @@ static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
     if (e->backlog || e->starting) /* claimed timers to absorb, attempts to start: no sleep */
         until = now_ms;
     uint64_t wake = until * 1000u, cd = dispatch_deadline_us(e->d);
+    if (e->held && e->held->due_ms * 1000u < wake) /* a held attempt falls due */
+        wake = e->held->due_ms * 1000u;
     uint64_t token = e->limiter_next_us, soonest = clock_now_us() + e->cfg->tick_ms * 1000u;
     if (token < soonest)
         token = soonest;
@@ -1180,7 +1216,7 @@ static void run(engine *e)
         }
         apply_queue_settings(e);
         apply_permits(e);
-        expire(e, now);
+        expire(e, now + e->cfg->begin_lead_ms);
         absorb(e);
         flush(e);
         atomic_store_explicit(&e->in_wheel, (long)wheel_count(e->w), memory_order_relaxed);
@@ -1531,7 +1567,7 @@ static void shutdown_engine(engine *e)
             job_free(e, j);
     }
     uint64_t deadline = clock_now_ms() + e->cfg->shutdown_grace_ms;
-    while ((dispatch_running(e->d) || e->store_jobs || e->starting || atomic_load(&e->pending_ops)) &&
+    while ((dispatch_running(e->d) || e->store_jobs || e->starting || e->held || atomic_load(&e->pending_ops)) &&
            clock_now_ms() < deadline)
         poll_once(e, clock_now_us() + 10000);
     dispatch_abort_all(e->d, abandon_cb, e);

@@ -226,6 +226,48 @@ def test_a_cancelled_timer_never_arrives_and_cancel_is_exact(hookwheel, receiver
     assert body["state"] == "cancelled", body
 
 
+def test_a_timer_is_committed_begin_lead_ms_before_it_is_due_yet_arrives_at_its_due_time(
+        redis, hookwheel_factory, receiver):
+    # With a lead of 1 s the begin step (firing; a cancel answers 409) runs
+    # about a second before the due time; the attempt waits for the due time.
+    hw = hookwheel_factory(redis, args=["--begin-lead-ms", "1000"])
+    early_cancel = assert_created(*hw.create({"url": receiver.url("/lead/cancelled"), "delay_ms": 3000}))
+    committed = assert_created(*hw.create({"url": receiver.url("/lead/committed"), "delay_ms": 3000}))
+    many = [assert_created(*hw.create({"url": receiver.url("/lead/many"), "delay_ms": 2500 + 10 * i}))
+            for i in range(50)]
+
+    # before the lead: still scheduled, and a cancel is exact
+    sleep_until_ms(early_cancel["fire_at_ms"] - 1800)
+    status, _, body = hw.get(early_cancel["id"])
+    assert status == 200 and body["state"] == "scheduled", (status, body)
+    status, _, body = hw.cancel(early_cancel["id"])
+    assert status == 200 and body["state"] == "cancelled", (status, body)
+
+    # within the lead: firing before its due time, so a cancel answers 409
+    sleep_until_ms(committed["fire_at_ms"] - 600)
+    status, _, body = hw.get(committed["id"])
+    assert now_ms() < committed["fire_at_ms"], "the check came too late to mean anything"
+    assert status == 200 and body["state"] == "firing", (status, body)
+    status, headers, body = hw.cancel(committed["id"])
+    assert_problem(status, headers, body, 409)
+    assert body.get("state") == "firing", body
+    assert receiver.requests("/lead/committed") == [], "an attempt started before its due time"
+
+    got = receiver.wait_for(1, path="/lead/committed", timeout=scaled(10))
+    assert len(got) == 1, got
+    assert got[0].wall_ms >= committed["fire_at_ms"] - ROUNDING_MS, (got[0].wall_ms, committed["fire_at_ms"])
+    got = receiver.wait_for(len(many), path="/lead/many", timeout=scaled(10))
+    fire_at = {t["id"]: t["fire_at_ms"] for t in many}
+    assert sorted(r.timer_id for r in got) == sorted(fire_at), got
+    early = [(r.timer_id, fire_at[r.timer_id] - r.wall_ms) for r in got
+             if r.wall_ms < fire_at[r.timer_id] - ROUNDING_MS]
+    assert not early, f"arrived early (id, ms early): {early[:10]}"
+    done = hw.wait_state(committed["id"], ("delivered", "failed"), timeout=scaled(5))
+    assert done.get("state") == "delivered" and done.get("attempts") == 1, done
+    sleep_until_ms(early_cancel["fire_at_ms"] + 500)
+    assert receiver.requests("/lead/cancelled") == []
+
+
 # --------------------------------------------------------------------------
 # 4. retries
 
