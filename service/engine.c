@@ -705,6 +705,14 @@ static void start_attempt(engine *e, job *j)
     }
 }
 
+/* Queues a begun, due job's attempt to be started (start_some). */
+static void to_start(engine *e, job *j)
+{
+    j->inbox_next = NULL;
+    *e->starting_tail = j;
+    e->starting_tail = &j->inbox_next;
+}
+
 /* Keeps a job begun before its due time in e->held, in due order. Begins
  * answer roughly in due order, so it is nearly always appended. */
 static void hold(engine *e, job *j)
@@ -741,12 +749,10 @@ static void on_begun(engine *e, job *j)
         return;
     }
     j->inbox_next = NULL;
-    if (j->due_ms * 1000u > clock_now_us()) { /* begun ahead (begin_lead_ms): held until due */
+    if (j->due_ms * 1000u > clock_now_us()) /* begun ahead (begin_lead_ms): held until due */
         hold(e, j);
-        return;
-    }
-    *e->starting_tail = j; /* started a slice a turn (start_some) */
-    e->starting_tail = &j->inbox_next;
+    else
+        to_start(e, j); /* started a slice a turn */
 }
 
 /* Starts up to START_MAX of the attempts whose begin Redis confirmed. A
@@ -759,9 +765,7 @@ static void start_some(engine *e)
     while (e->held && e->held->due_ms * 1000u <= now_us) { /* never before its due time */
         job *j = e->held;
         e->held = j->inbox_next;
-        j->inbox_next = NULL;
-        *e->starting_tail = j;
-        e->starting_tail = &j->inbox_next;
+        to_start(e, j);
     }
     for (int k = 0; k < START_MAX && e->starting; k++) {
         job *j = e->starting;
