@@ -121,7 +121,7 @@ struct engine {
     timers *tm;           /* the timer verbs (persistence/timers.h) */
     job *backlog, **backlog_tail; /* claimed, not yet in the wheel (absorb) */
     job *starting, **starting_tail; /* begun, due, not yet handed to curl (start_some) */
-    job *held, *held_tail; /* begun ahead of their due time (begin_lead_ms), in due order */
+    struct list_node held; /* begun ahead of their due time (begin_lead_ms), in due order (by wt.node) */
     struct list_node all; /* every job held */
     strtab byid;          /* the jobs taken from the inbox, by timer id */
     uint32_t store_jobs;  /* jobs whose begin or finish call is in flight */
@@ -713,23 +713,22 @@ static void to_start(engine *e, job *j)
     e->starting_tail = &j->inbox_next;
 }
 
-/* Keeps a job begun before its due time in e->held, in due order. Begins
- * answer roughly in due order, so it is nearly always appended. */
+/* The held job due first, or NULL. */
+static job *held_first(engine *e)
+{
+    return list_empty(&e->held) ? NULL : container_of(e->held.next, job, wt.node);
+}
+
+/* Keeps a job begun before its due time in e->held, in due order, linked by
+ * its wheel node (out of the wheel since it expired; job_free's wheel_cancel
+ * unlinks it from here too). Begins answer nearly in due order (a turn's
+ * calls go partition by partition), so the walk from the tail is short. */
 static void hold(engine *e, job *j)
 {
-    if (!e->held || e->held_tail->due_ms <= j->due_ms) {
-        if (e->held)
-            e->held_tail->inbox_next = j;
-        else
-            e->held = j;
-        e->held_tail = j;
-        return;
-    }
-    job **at = &e->held;
-    while ((*at)->due_ms <= j->due_ms)
-        at = &(*at)->inbox_next;
-    j->inbox_next = *at;
-    *at = j;
+    struct list_node *at = e->held.prev;
+    while (at != &e->held && container_of(at, job, wt.node)->due_ms > j->due_ms)
+        at = at->prev;
+    list_insert_tail(at->next, &j->wt.node); /* after at */
 }
 
 static void on_begun(engine *e, job *j)
@@ -748,7 +747,6 @@ static void on_begun(engine *e, job *j)
         pump(e);
         return;
     }
-    j->inbox_next = NULL;
     if (j->due_ms * 1000u > clock_now_us()) /* begun ahead (begin_lead_ms): held until due */
         hold(e, j);
     else
@@ -762,13 +760,13 @@ static void on_begun(engine *e, job *j)
 static void start_some(engine *e)
 {
     uint64_t now_us = clock_now_us();
-    while (e->held && e->held->due_ms * 1000u <= now_us) { /* never before its due time */
-        job *j = e->held;
-        e->held = j->inbox_next;
+    job *j;
+    while ((j = held_first(e)) && j->due_ms * 1000u <= now_us) { /* never before its due time */
+        list_remove(&j->wt.node);
         to_start(e, j);
     }
     for (int k = 0; k < START_MAX && e->starting; k++) {
-        job *j = e->starting;
+        j = e->starting;
         e->starting = j->inbox_next;
         if (!e->starting)
             e->starting_tail = &e->starting;
@@ -1161,8 +1159,9 @@ static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
     if (e->backlog || e->starting) /* claimed timers to absorb, attempts to start: no sleep */
         until = now_ms;
     uint64_t wake = until * 1000u, cd = dispatch_deadline_us(e->d);
-    if (e->held && e->held->due_ms * 1000u < wake) /* a held attempt falls due */
-        wake = e->held->due_ms * 1000u;
+    job *h = held_first(e);
+    if (h && h->due_ms * 1000u < wake) /* a held attempt falls due */
+        wake = h->due_ms * 1000u;
     uint64_t token = e->limiter_next_us, soonest = clock_now_us() + e->cfg->tick_ms * 1000u;
     if (token < soonest)
         token = soonest;
@@ -1571,7 +1570,8 @@ static void shutdown_engine(engine *e)
             job_free(e, j);
     }
     uint64_t deadline = clock_now_ms() + e->cfg->shutdown_grace_ms;
-    while ((dispatch_running(e->d) || e->store_jobs || e->starting || e->held || atomic_load(&e->pending_ops)) &&
+    while ((dispatch_running(e->d) || e->store_jobs || e->starting || !list_empty(&e->held) ||
+            atomic_load(&e->pending_ops)) &&
            clock_now_ms() < deadline)
         poll_once(e, clock_now_us() + 10000);
     dispatch_abort_all(e->d, abandon_cb, e);
@@ -1608,6 +1608,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     e->inbox_tail = &e->inbox;
     e->backlog_tail = &e->backlog;
     e->starting_tail = &e->starting;
+    list_init(&e->held);
     list_init(&e->all);
     strtab_init(&e->byid);
     pthread_mutex_init(&e->mu, NULL);

@@ -57,7 +57,7 @@ typedef struct attempt_result {
 } attempt_result;
 
 typedef struct job {
-    wtimer wt;                 /* wheel link; wt.due_ms is the due time */
+    wtimer wt;                 /* wheel link (and the engine's held list's, begun ahead); wt.due_ms is the due time */
     ljob lj;                   /* limiter link */
     struct list_node all_node; /* the engine's list of every job it holds */
     strtab_node byid;          /* the engine's index by timer id (engine thread) */
