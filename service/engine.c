@@ -960,11 +960,15 @@ static void apply_revocations(engine *e, struct revocation *r)
 
 /* ---- wheel expiry ---- */
 
+/* The wheel's time at wall time now_ms: begin_lead_ms ahead, so a timer
+ * expires (and its begin is sent) that long before it is due. */
+static uint64_t wheel_time(const engine *e, uint64_t now_ms) { return now_ms + e->cfg->begin_lead_ms; }
+
 static void expire(engine *e, uint64_t now)
 {
     struct list_node expired, *n;
     list_init(&expired);
-    wheel_advance(e->w, now, &expired);
+    wheel_advance(e->w, wheel_time(e, now), &expired);
     while ((n = list_pop_head(&expired))) {
         job *j = container_of(n, job, wt.node);
         if (j->phase == JOB_PARKED && j->last_json)
@@ -1149,7 +1153,7 @@ static void release_all(engine *e)
 static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
 {
     uint64_t until = e->next_sweep_ms < chores_ms ? e->next_sweep_ms : chores_ms;
-    int64_t w = wheel_next_ms(e->w, now_ms + e->cfg->begin_lead_ms); /* the wheel runs ahead (expire) */
+    int64_t w = wheel_next_ms(e->w, wheel_time(e, now_ms)); /* ms from now_ms, as the wheel runs ahead */
     if (w >= 0 && now_ms + (uint64_t)w < until)
         until = now_ms + (uint64_t)w;
     if (until > now_ms + 60000)
@@ -1219,7 +1223,7 @@ static void run(engine *e)
         }
         apply_queue_settings(e);
         apply_permits(e);
-        expire(e, now + e->cfg->begin_lead_ms);
+        expire(e, now);
         absorb(e);
         flush(e);
         atomic_store_explicit(&e->in_wheel, (long)wheel_count(e->w), memory_order_relaxed);
