@@ -275,6 +275,19 @@ local function labels_of(v)
   return out
 end
 
+-- Whether the record v (whole) has every label in ls ("key:value"). The
+-- index alone cannot say: an id created again after its record expired has
+-- the entries of its former labels until a claim drops them (labels_trim),
+-- so a timer met in a label's index is a match only if its record agrees.
+local function labels_hold(v, ls)
+  local own = {}
+  for _, l in ipairs(labels_of(v)) do own[l] = true end
+  for _, l in ipairs(ls) do
+    if not own[l] then return false end
+  end
+  return true
+end
+
 -- Adds (op 'ZADD') or removes ('ZREM') the timer's entries in its labels'
 -- index. An entry goes to its label's bucket while the bucket has fewer
 -- than LB_BUCKET_MAX entries (Redis's zset-max-listpack-entries: beyond it

@@ -17,7 +17,8 @@
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 'asc' | 'desc', 3 cursor score
 --       ('' for the first page), 4 cursor key id, 5 limit, 6 queue ('' any),
 --       7 budget, 8 the namespace, 9 the state, 10 max_bytes, 11 label
---       ("key:value", '' any: a timer with it is in its label index)
+--       ("key:value", '' any: a timer with it is in its label index, and
+--       its record has it)
 -- Returns {more, last_score, last_id, id, score, record, history, ...} for up
 -- to limit matches; more is 1 when the sources hold entries after the
 -- last one examined (last_score, last_id; '' when none was).
@@ -100,10 +101,11 @@ while found < limit and scanned < budget and bytes < max_bytes do
   if not r then
     if not best.held then stale[#stale + 1] = bid end -- its record expired: drop the entry after the scan
   elseif belongs(r, best.held, bid) then
-    if (ARGV[6] == '' or tail_decode(pre).queue == ARGV[6]) and
-        (ARGV[11] == '' or (r.lb == 1 and
-         lb_has(key_base(ARGV[1]), ARGV[8], bid, ARGV[11]))) then
-      local raw = redis.call('GET', ARGV[1] .. bid)
+    local raw = (ARGV[6] == '' or tail_decode(pre).queue == ARGV[6]) and
+                (ARGV[11] == '' or (r.lb == 1 and lb_has(key_base(ARGV[1]), ARGV[8], bid, ARGV[11]))) and
+                redis.call('GET', ARGV[1] .. bid)
+    -- (with a label, the record decides: labels_hold)
+    if raw and (ARGV[11] == '' or labels_hold(raw, {ARGV[11]})) then
       local hist = redis.call('GET', hist_key(ARGV[1] .. bid)) or ''
       out[#out + 1] = bid
       out[#out + 1] = score

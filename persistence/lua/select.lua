@@ -3,7 +3,8 @@
 -- have every label given, walked in the first label's index (chunk by
 -- chunk, then its bucket's packed entries, then its long ones, each in id
 -- order (lb_walk), so a cursor (chunk, id) is exact: every timer that keeps
--- the label is met once), filtered by queue and state, and each match given
+-- the label is met once), filtered by queue and state, confirmed by the
+-- record's own labels (labels_hold), and each match given
 -- the instruction exactly as the one-timer call would (cancel_one,
 -- control_one: an instruction to a timer in its attempt is too late, or
 -- waits for the run's end). At most `limit` matches and `budget`
@@ -48,7 +49,9 @@ local function matches(id, r, v)
   for i = 2, #labels do
     if not lb_has(base, ns, id, labels[i]) then return false end
   end
-  return true
+  -- the record decides (an entry of an id's expired timer is not a label of
+  -- the timer created again under it)
+  return labels_hold(redis.call('GET', prefix .. id), labels)
 end
 
 local function apply(tkey, id, r, v)

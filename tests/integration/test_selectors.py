@@ -325,3 +325,30 @@ def test_hex_ids_are_packed_in_a_bucket_and_entries_of_the_long_form_are_still_m
     for i in nids:
         status, _, t = hw.api.request("GET", f"/timers/{i}", headers=team)
         assert status == 200 and t["state"] == "cancelled"
+
+
+def test_an_id_created_again_is_not_matched_by_the_labels_of_its_expired_timer(hookwheel_factory, redis, receiver):
+    # A finished timer's label entries leave the index only when a claim sees its record expired
+    # (a sweep, every half window: a long one here). The same id created again meanwhile with
+    # other labels is not a timer of the old labels: neither a selector nor a listing by them
+    # meets it.
+    hw = hookwheel_factory(redis, args=["--retention-s=1", "--window-ms=60000"])
+    api = hw.api
+    status, _, _ = api.create({"id": "again-1", "url": receiver.url("/again"), "delay_ms": 50,
+                               "labels": {"customer": "42", "kind": "old"}})
+    assert status == 201
+    receiver.wait_for(1, timeout=scaled(10), path="/again")
+    assert wait_until(lambda: api.get("again-1")[0] == 404, timeout=scaled(10))
+    status, _, _ = api.create({"id": "again-1", "url": receiver.url("/again"), "delay_ms": 600_000,
+                               "labels": {"customer": "7"}})
+    assert status == 201
+    status, _, page = api.request("GET", "/timers?state=scheduled&label=customer:42")
+    assert status == 200 and page["items"] == [], page
+    for labels in ({"customer": "42"}, {"kind": "old"}, {"customer": "7", "kind": "old"}):
+        status, _, answer = select(api, "cancel", {"labels": labels})
+        assert status == 200 and answer["matched"] == 0 and answer["cancelled"] == [], (labels, answer)
+    status, _, t = api.get("again-1")
+    assert t["state"] == "scheduled" and t["labels"] == {"customer": "7"}
+    # its own label still finds it
+    status, _, answer = select(api, "cancel", {"labels": {"customer": "7"}})
+    assert answer["cancelled"] == ["again-1"], answer
