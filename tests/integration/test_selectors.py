@@ -352,3 +352,26 @@ def test_an_id_created_again_is_not_matched_by_the_labels_of_its_expired_timer(h
     # its own label still finds it
     status, _, answer = select(api, "cancel", {"labels": {"customer": "7"}})
     assert answer["cancelled"] == ["again-1"], answer
+
+
+def test_a_selector_over_timers_with_big_specs_meets_each_once_across_calls(redis, receiver, hookwheel_factory):
+    # A match's labels are read from its record; a record over 1 KB counts one more index entry
+    # per KB against a call's budget (1,024), so 40 timers of 48 KB in one partition take two or
+    # more calls: each is still met once, and every one is cancelled.
+    api = hookwheel_factory(redis, args=["--partitions=1"]).api
+    pad = "y" * 48_000
+    specs = [{"id": f"big-{i}", "url": receiver.url("/big"), "delay_ms": 600_000, "json": {"pad": pad, "i": i},
+              "labels": {"size": "big"}} for i in range(40)]
+    specs += [{"id": f"small-{i}", "url": receiver.url("/big"), "delay_ms": 600_000, "labels": {"size": "big"}}
+              for i in range(40)]
+    for s in specs:
+        status, _, body = api.create(s)
+        assert status == 201, body
+    pages = walk(api, "cancel", {"labels": {"size": "big"}, "dry_run": True, "limit": 1000})
+    met = [m["id"] for p in pages for m in p["matches"]]
+    assert sorted(met) == sorted(s["id"] for s in specs), met
+    pages = walk(api, "cancel", {"labels": {"size": "big"}, "limit": 1000})
+    cancelled = [tid for p in pages for tid in p["cancelled"]]
+    assert sorted(cancelled) == sorted(s["id"] for s in specs)
+    for s in specs[::7]:
+        assert api.get(s["id"])[2]["state"] == "cancelled"
