@@ -26,6 +26,8 @@ TEST_PKGS += docker-compose python3-jsonschema python3-yaml nodejs \
 TEST_PKGS += python3-prometheus-client
 # The TLS tests make their certificates with the openssl command.
 TEST_PKGS += openssl
+# A listing is checked against a Redis running in a locale of its own (localedef).
+TEST_PKGS += locales
 # The README's fencing example runs against a real PostgreSQL.
 TEST_PKGS += postgresql
 # The dashboard's browser tests drive Debian's Chromium (tests/integration/test_ui.py).

@@ -83,6 +83,21 @@ local function hist_key(tkey)
   return base .. 'h:' .. string.sub(tkey, #base + 3)
 end
 
+-- Whether a sorts before b byte by byte, as Redis orders a sorted set's
+-- members of one score (and ZRANGEBYLEX). Lua's `<` on strings follows the
+-- collation of the locale Redis runs in (strcoll; Redis takes LC_COLLATE
+-- from its environment): under en_US.UTF-8 'B' < 'a' is false, so an
+-- order that must agree with a sorted set's is compared here.
+local function bytes_lt(a, b)
+  if a == b then return false end
+  local n, byte = math.min(#a, #b), string.byte
+  for i = 1, n do
+    local x, y = byte(a, i), byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
 local function head_decode(v)
   local _, st, att, fire, owner, ver, runs, rf, plan, nxt, tok = struct.unpack(HEAD_FMT, v)
   return {st = STATE_NAME[st], att = att, fire = fire, owner = owner, ver = ver, runs = runs,

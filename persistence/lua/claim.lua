@@ -49,7 +49,7 @@ for _, ns in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if found == 0 then redis.call('SREM', KEYS[1], ns) end -- nothing waits there any more
 end
 if sources > 1 then -- (the entries of one index come in this order already)
-  table.sort(due, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+  table.sort(due, function(a, b) return a[1] < b[1] or (a[1] == b[1] and bytes_lt(a[2], b[2])) end)
 end
 batched(function()
   for i = 1, math.min(#due, limit) do

@@ -41,7 +41,7 @@ local function start_rank(key)
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
     local id = (asc and redis.call('ZRANGE', key, mid, mid) or redis.call('ZREVRANGE', key, mid, mid))[1]
-    if (asc and id <= cid) or (not asc and id >= cid) then lo = mid + 1 else hi = mid end
+    if (asc and not bytes_lt(cid, id)) or (not asc and not bytes_lt(id, cid)) then lo = mid + 1 else hi = mid end
   end
   return lo
 end
@@ -87,8 +87,8 @@ while found < limit and scanned < budget and bytes < max_bytes do
     local id, sc = head(s)
     if id then
       local n = tonumber(sc)
-      if not best or (asc and (n < bsc or (n == bsc and id < bid))) or
-          (not asc and (n > bsc or (n == bsc and id > bid))) then
+      if not best or (asc and (n < bsc or (n == bsc and bytes_lt(id, bid)))) or
+          (not asc and (n > bsc or (n == bsc and bytes_lt(bid, id)))) then
         best, bid, bsc = s, id, n
       end
     end

@@ -259,10 +259,11 @@ def _decode(value):
 class RedisServer:
     """A real redis-server on 127.0.0.1:<free port> with AOF on, in dir."""
 
-    def __init__(self, directory, extra_args=()):
+    def __init__(self, directory, extra_args=(), env=None):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.extra_args = list(extra_args)
+        self.env = env  # variables added to this environment (None: this one)
         self.port = None
         self.proc = None
         self.log = self.dir / "redis.log"
@@ -292,7 +293,7 @@ class RedisServer:
              "--dir", str(self.dir), "--appendonly", "yes",
              "--appendfsync", "everysec", "--save", "", "--daemonize", "no", *self.extra_args],
             stdout=self._logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=str(self.dir))
+            cwd=str(self.dir), env={**os.environ, **self.env} if self.env else None)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -1,10 +1,14 @@
 """GET /timers: cursor pagination over a namespace's timers in one state,
 with a real redis-server and the real binary."""
+import subprocess
 import threading
 import time
 from urllib.parse import quote
 
-from conftest import Reply, assert_created, create_many, scaled, wait_until
+import pytest
+
+from conftest import (CLUSTER_MODE, RedisServer, Reply, RespClient, assert_created, create_many, scaled,
+                      wait_until)
 
 
 def page(api, state, limit=100, cursor=None, queue=None, headers=None):
@@ -174,3 +178,33 @@ def test_held_and_firing_timers_are_listed_with_the_others_in_due_order_and_only
     for k in redis.keys("hw:*:cl:*"):
         held |= set(redis.cmd("ZRANGE", k, 0, -1))
     assert {f"team-a/near-{i:02d}" for i in range(20)} | {"team-a/retry-held"} <= held
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="starts a redis-server of its own, in a locale")
+def test_a_listing_pages_in_byte_order_when_redis_runs_in_a_locale_that_collates_otherwise(
+        tmp_path, receiver, hookwheel_factory):
+    # Redis takes LC_COLLATE from its environment, and Lua's string comparison follows it: under
+    # en_US.UTF-8 "a00" sorts before "A01", while a sorted set orders bytes ("A01" before "a00").
+    # A listing merges the index with the instances' claimed sets and finds its cursor's place
+    # among timers of one due time by comparing ids: in the sorted sets' order, so with pages of
+    # one to three timers every timer is listed once, in byte order.
+    loc = tmp_path / "locales"
+    loc.mkdir()
+    subprocess.run(["localedef", "-i", "en_US", "-f", "UTF-8", str(loc / "en_US.UTF-8")], check=True,
+                   capture_output=True)
+    server = RedisServer(tmp_path / "redis-en", env={"LOCPATH": str(loc), "LC_ALL": "en_US.UTF-8"}).start()
+    try:
+        with RespClient(server.port) as c:
+            assert c.call("EVAL", "return tostring('B' < 'a')", "0") == b"false", "the locale did not take"
+        # 10 timers held in memory (claimed at create), the others in the index: both sources
+        api = hookwheel_factory(server, args=["--max-resident=10", "--window-ms=600000"]).api
+        due = int(time.time() * 1000) + 300_000
+        ids = [f"{c}{i:02d}" for i in range(15) for c in ("A", "a", "b-", "B_")]
+        for tid in ids:
+            status, _, body = api.create({"id": tid, "url": receiver.url("/loc"), "fire_at_ms": due})
+            assert status == 201, body
+        for limit in (1, 2, 3):
+            items, _ = walk(api, "scheduled", limit=limit)
+            assert [t["id"] for t in items] == sorted(ids), (limit, [t["id"] for t in items])
+    finally:
+        server.stop()
