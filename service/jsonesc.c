@@ -1,7 +1,6 @@
 #include "jsonesc.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "xalloc.h"
@@ -66,6 +65,7 @@ size_t json_plain_prefix(const unsigned char *s, size_t len, int ascii)
 
 size_t json_escape(char *out, const char *s, size_t len)
 {
+    static const char hex[] = "0123456789abcdef";
     int valid = utf8_valid((const unsigned char *)s, len);
     size_t o = 0;
     for (size_t i = 0; i < len; i++) {
@@ -73,8 +73,11 @@ size_t json_escape(char *out, const char *s, size_t len)
         if (c == '"' || c == '\\') {
             out[o++] = '\\';
             out[o++] = (char)c;
-        } else if (c < 0x20) {
-            o += (size_t)snprintf(out + o, 7, "\\u%04x", c);
+        } else if (c < 0x20) { /* (by hand: snprintf would write a NUL past the six bytes) */
+            memcpy(out + o, "\\u00", 4);
+            out[o + 4] = hex[c >> 4];
+            out[o + 5] = hex[c & 15];
+            o += 6;
         } else {
             out[o++] = c >= 0x80 && !valid ? '?' : (char)c;
         }

@@ -39,6 +39,21 @@ static void test_a_nul_byte_survives_as_an_escape(void **state)
     assert_round_trip("a\0b", 3, "a\0b", 3);
 }
 
+/* json_escape writes at most 6 * len bytes, as jsonesc.h promises: a control
+ * character at the end of the input must not leave a NUL past them. */
+static void test_escaping_stays_within_six_bytes_a_byte(void **state)
+{
+    (void)state;
+    for (size_t len = 1; len <= 4; len++) {
+        char s[4], out[6 * 4 + 1];
+        memset(s, '\x01', sizeof s);
+        memset(out, 'G', sizeof out);
+        assert_int_equal(json_escape(out, s, len), 6 * len);
+        assert_memory_equal(out + 6 * (len - 1), "\\u0001", 6);
+        assert_int_equal(out[6 * len], 'G');
+    }
+}
+
 static void test_valid_utf8_is_kept(void **state)
 {
     (void)state;
@@ -129,6 +144,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quotes_backslashes_and_control_characters_are_escaped),
         cmocka_unit_test(test_a_nul_byte_survives_as_an_escape),
+        cmocka_unit_test(test_escaping_stays_within_six_bytes_a_byte),
         cmocka_unit_test(test_valid_utf8_is_kept),
         cmocka_unit_test(test_invalid_utf8_becomes_question_marks),
         cmocka_unit_test(test_utf8_validation_rejects_overlongs_surrogates_and_beyond_the_last_code_point),
