@@ -139,6 +139,75 @@ static void test_the_plain_prefix_stops_where_a_byte_needs_attention(void **stat
     }
 }
 
+/* Seeded random strings, valid UTF-8 and not, special bytes anywhere in the
+ * eight-byte step: json_escape (in exactly 6 * len bytes), jb_text and
+ * jb_str read back in jansson as the documented rule says, and jb_str
+ * writes what json_dumps writes (spec.c's canonical form relies on it). */
+static unsigned long long rng = 0x2545F4914F6CDD1DULL;
+static unsigned rnd(unsigned n)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (unsigned)(rng % n);
+}
+
+static void assert_reads_back(const char *text, size_t n, const unsigned char *want, size_t len, int valid)
+{
+    json_error_t err;
+    json_t *v = json_loadb(text, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    if (!v)
+        fail_msg("not JSON: %.*s (%s)", (int)n, text, err.text);
+    assert_int_equal(json_string_length(v), len);
+    const unsigned char *got = (const unsigned char *)json_string_value(v);
+    for (size_t i = 0; i < len; i++)
+        assert_int_equal(got[i], valid || want[i] < 0x80 ? want[i] : '?');
+    json_decref(v);
+}
+
+static void test_random_strings_read_back_as_written(void **state)
+{
+    (void)state;
+    static const char *const pieces[] = {"a", "\"", "\\", "\n", "\x01", "\x1f", "\x7f", "/", "\xc3\xa9",
+                                         "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf", "\xff",
+                                         "\xc3", "\xed\xa0\x80", "\xc0\x80"};
+    for (int round = 0; round < 20000; round++) {
+        unsigned char s[64];
+        size_t len = 0, want = rnd(40);
+        while (len < want) {
+            const char *p = rnd(4) ? "b" : rnd(16) ? pieces[rnd(sizeof pieces / sizeof *pieces)] : "";
+            size_t k = *p ? strlen(p) : 1; /* ("" is a NUL byte) */
+            memcpy(s + len, p, k);
+            len += k;
+        }
+        int valid = utf8_valid(s, len);
+        char *esc = malloc(len ? 6 * len : 1), text[6 * 64 + 2]; /* (exactly the room jsonesc.h asks for) */
+        assert_non_null(esc);
+        size_t n = json_escape(esc, (const char *)s, len);
+        text[0] = '"';
+        memcpy(text + 1, esc, n);
+        text[n + 1] = '"';
+        assert_reads_back(text, n + 2, s, len, valid);
+        free(esc);
+        jbuf b = {0};
+        jb_text(&b, (const char *)s, len);
+        assert_reads_back(b.p, b.n, s, len, valid);
+        free(b.p);
+        if (valid) {
+            jbuf c = {0};
+            jb_str(&c, (const char *)s, len);
+            json_t *v = json_stringn((const char *)s, len);
+            char *d = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+            assert_non_null(d);
+            assert_int_equal(c.n, strlen(d));
+            assert_memory_equal(c.p, d, c.n);
+            free(d);
+            json_decref(v);
+            free(c.p);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -150,6 +219,7 @@ int main(void)
         cmocka_unit_test(test_utf8_validation_rejects_overlongs_surrogates_and_beyond_the_last_code_point),
         cmocka_unit_test(test_the_builder_writes_json_jansson_reads_back),
         cmocka_unit_test(test_the_plain_prefix_stops_where_a_byte_needs_attention),
+        cmocka_unit_test(test_random_strings_read_back_as_written),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,6 +108,11 @@ static void test_what_it_leaves_to_jansson_is_jansson_s_answer(void **state)
         "[\"\xf4\x90\x80\x80\"]", "[\"\xff\"]", "[\"\xe2\x82\"]", "{\"a\":1,\"a\":2}", "{\"a\":1,\"b\":{\"a\":2,\"a\":3}}",
         "[\"unterminated", "\"a\"", "7", "null", "true", "[1]\n\n  x", "\xef\xbb\xbf{}", "{\"k\xff\":1}",
         "[\"\\/\"]", "\v{}", "{}\v", "[\"\\u00\"]",
+        "[9223372036854775807]", "[-9223372036854775809]", "[1000000000000000000]", "[-999999999999999999]",
+        "[1e400]", "[-1e-400]", "[-0.0]", "[1E+2]", "[0e0]", "[1.]", "[.5]", "[+1]", "[1e]", "[-00]", "[0x10]",
+        "[\"\\uDBFF\\uDFFF\"]", "[\"\\ud83d\\ud83d\"]", "[\"\\ude00\\ud83d\"]", "{\"a\\u0000\":1}",
+        "{\"a\":1,\"\\u0061\":2}", "[\"\\U0041\"]", "[\"\\u12G4\"]", "[\"\xf0\x8f\xbf\xbf\"]", "[\"\xe0\x9f\xbf\"]",
+        "[\"\xf5\x80\x80\x80\"]", "[\"\xed\x9f\xbf\"]", "\f[]", "[\xc2\xa0]", "[\"\\\xc3\xa9\"]",
     };
     for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
         same_all_flags(inputs[i], strlen(inputs[i]));
@@ -118,6 +123,32 @@ static void test_what_it_leaves_to_jansson_is_jansson_s_answer(void **state)
         memset(deep, '[', (size_t)d);
         memset(deep + d, ']', (size_t)d);
         same_all_flags(deep, 2 * (size_t)d);
+    }
+}
+
+/* Every prefix of documents the fast path takes (strings that end around
+ * an eight-byte step, escapes, pairs, numbers at its digit limit): each cut
+ * is jansson's answer, an error or (JSON_DECODE_ANY) a shorter value. */
+static void test_every_truncation_loads_as_jansson_loads_it(void **state)
+{
+    (void)state;
+    static const char *const docs[] = {
+        "{\"id\":\"0123456\",\"u\":\"01234567\",\"v\":\"012345678\",\"w\":\"0123456\\\"89abcdef\\n\"}",
+        "[\"\\ud83d\\ude00\\u00e9\",\"caf\xc3\xa9\xf0\x9f\x98\x80\",-0,999999999999999999,-12,true,false,null]",
+        " {\"a\" : [ { } , [ ] , \"\" ] ,\"b\":{\"c\":1}}\r\n",
+        "-123456789012345678",
+    };
+    for (size_t i = 0; i < sizeof docs / sizeof *docs; i++) {
+        size_t len = strlen(docs[i]);
+        if (!same_all_flags(docs[i], len))
+            fail_msg("not on the fast path: %s", docs[i]);
+        for (size_t cut = 0; cut < len; cut++) {
+            char *p = malloc(cut ? cut : 1); /* exactly cut bytes, so a read past them shows */
+            assert_non_null(p);
+            memcpy(p, docs[i], cut);
+            same_all_flags(p, cut);
+            free(p);
+        }
     }
 }
 
@@ -239,6 +270,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_documents_the_api_meets_take_the_fast_path),
         cmocka_unit_test(test_what_it_leaves_to_jansson_is_jansson_s_answer),
+        cmocka_unit_test(test_every_truncation_loads_as_jansson_loads_it),
         cmocka_unit_test(test_generated_documents_and_their_mutations_load_as_jansson_loads_them),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
