@@ -2,8 +2,10 @@
 -- dead instance, or the start of an instance that reuses its id): waiting
 -- timers go back to their index for any instance's sweep. A timer that was
 -- firing had its attempt interrupted: it counts, and the timer is retried at
--- once, unless a pause or cancel arrived during that run (then it is paused
--- or cancelled).
+-- once, but never before the attempt's due time (an instance begins an
+-- attempt up to its begin lead ahead of it, and may stop or die in between),
+-- unless a pause or cancel arrived during that run (then it is paused or
+-- cancelled).
 -- KEYS: 1 the instance's claimed zset, 2 the instance's last claimed batch
 --       (deleted: nothing is left to replay), 3 and 4 the same two under
 --       the names of the layout before this one (claimed:<instance>,
@@ -27,13 +29,13 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     r.owner = NO_OWNER
     hist_add(tk, r, ARGV[3], ARGV[5], nil)
     if r.flag == 0 then
-      r.fire, r.st = now, 'retrying'
+      r.fire, r.st = math.max(now, r.fire), 'retrying'
     else
       r.st, r.att = r.flag == 1 and 'paused' or 'cancelled', 0
       run_clear(r)
     end
     count_step(tk, id, tail_decode(v).queue, r, from, r.st)
-    place(tk, id, r, now)
+    place(tk, id, r, r.st == 'retrying' and r.fire or now)
     head_put(tk, r)
     if r.st == 'cancelled' then
       expire_after(tk, r, ARGV[4], false)
