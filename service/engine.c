@@ -121,7 +121,7 @@ struct engine {
     timers *tm;           /* the timer verbs (persistence/timers.h) */
     job *backlog, **backlog_tail; /* claimed, not yet in the wheel (absorb) */
     job *starting, **starting_tail; /* begun, due, not yet handed to curl (start_some) */
-    struct list_node held; /* begun ahead of their due time (begin_lead_ms), in due order (by wt.node) */
+    struct list_node held; /* begun ahead of their start (begin_lead_ms), in start_us order (by wt.node) */
     struct list_node all; /* every job held */
     strtab byid;          /* the jobs taken from the inbox, by timer id */
     uint32_t store_jobs;  /* jobs whose begin or finish call is in flight */
@@ -353,11 +353,18 @@ static void send_begins(engine *e, job_batch *b)
 }
 
 /* Gathers j's begin into its partition's batch (sent by flush, or now when
- * the batch is full). */
-static void send_begin(engine *e, job *j)
+ * the batch is full). Its attempt starts at its due time, and in a
+ * rate-limited queue not before begin_lead_ms after now, when it got its
+ * token: tokens are handed out as the wheel runs, ahead of the clock, and
+ * starts at the due time alone would bunch up the jobs that got theirs
+ * ahead (a queue's starts are paced evenly, without bursts). */
+static void send_begin(engine *e, job *j, uint64_t now_us)
 {
     metrics_gauge_add(e->m, j->spec->queue, MG_READY, -1); /* pump popped it from the limiter */
     j->phase = JOB_BEGIN;
+    j->start_us = j->due_ms * 1000u;
+    if (limiter_queue_rate(ljob_queue(&j->lj)) > 0 && now_us + e->cfg->begin_lead_ms * 1000u > j->start_us)
+        j->start_us = now_us + e->cfg->begin_lead_ms * 1000u;
     job_batch *b = batch_add(e, &e->begins[j->partition], j->partition, j);
     if (b->n == TIMERS_BATCH_MAX) {
         e->begins[j->partition] = NULL;
@@ -371,9 +378,10 @@ static void pump(engine *e)
     if (atomic_load(&e->stop))
         return;
     ljob *lj;
-    e->limiter_next_us = limiter_tick(e->lim, clock_now_us(), e->cfg->tick_ms * 1000u);
+    uint64_t now_us = clock_now_us();
+    e->limiter_next_us = limiter_tick(e->lim, now_us, e->cfg->tick_ms * 1000u);
     while ((lj = limiter_pop_ready(e->lim)))
-        send_begin(e, container_of(lj, job, lj));
+        send_begin(e, container_of(lj, job, lj), now_us);
 }
 
 /* ---- misfires of calendar schedules ----
@@ -713,20 +721,21 @@ static void to_start(engine *e, job *j)
     e->starting_tail = &j->inbox_next;
 }
 
-/* The held job due first, or NULL. */
+/* The held job to start first, or NULL. */
 static job *held_first(engine *e)
 {
     return list_empty(&e->held) ? NULL : container_of(e->held.next, job, wt.node);
 }
 
-/* Keeps a job begun before its due time in e->held, in due order, linked by
- * its wheel node (out of the wheel since it expired; job_free's wheel_cancel
- * unlinks it from here too). Begins answer nearly in due order (a turn's
- * calls go partition by partition), so the walk from the tail is short. */
+/* Keeps a job begun before its start (start_us: its due time, see
+ * send_begin) in e->held, in start order, linked by its wheel node (out of
+ * the wheel since it expired; job_free's wheel_cancel unlinks it from here
+ * too). Begins answer nearly in that order (a turn's calls go partition by
+ * partition), so the walk from the tail is short. */
 static void hold(engine *e, job *j)
 {
     struct list_node *at = e->held.prev;
-    while (at != &e->held && container_of(at, job, wt.node)->due_ms > j->due_ms)
+    while (at != &e->held && container_of(at, job, wt.node)->start_us > j->start_us)
         at = at->prev;
     list_insert_tail(at->next, &j->wt.node); /* after at */
 }
@@ -747,7 +756,7 @@ static void on_begun(engine *e, job *j)
         pump(e);
         return;
     }
-    if (j->due_ms * 1000u > clock_now_us()) /* begun ahead (begin_lead_ms): held until due */
+    if (j->start_us > clock_now_us()) /* begun ahead (begin_lead_ms): held until its start */
         hold(e, j);
     else
         to_start(e, j); /* started a slice a turn */
@@ -761,7 +770,7 @@ static void start_some(engine *e)
 {
     uint64_t now_us = clock_now_us();
     job *j;
-    while ((j = held_first(e)) && j->due_ms * 1000u <= now_us) { /* never before its due time */
+    while ((j = held_first(e)) && j->start_us <= now_us) { /* never before its due time */
         list_remove(&j->wt.node);
         to_start(e, j);
     }
@@ -1164,8 +1173,8 @@ static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
         until = now_ms;
     uint64_t wake = until * 1000u, cd = dispatch_deadline_us(e->d);
     job *h = held_first(e);
-    if (h && h->due_ms * 1000u < wake) /* a held attempt falls due */
-        wake = h->due_ms * 1000u;
+    if (h && h->start_us < wake) /* a held attempt falls due */
+        wake = h->start_us;
     uint64_t token = e->limiter_next_us, soonest = clock_now_us() + e->cfg->tick_ms * 1000u;
     if (token < soonest)
         token = soonest;

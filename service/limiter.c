@@ -341,6 +341,8 @@ uint32_t limiter_queue_count(const limiter *l) { return strtab_count(&l->names);
 
 int limiter_queue_paused(const lqueue *q) { return q->paused; }
 
+const lqueue *ljob_queue(const ljob *j) { return j->q; }
+
 void ljob_init(ljob *j)
 {
     list_init(&j->node);

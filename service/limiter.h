@@ -102,6 +102,9 @@ uint32_t limiter_queue_count(const limiter *l); /* queues held: configured or bu
 /* Initialises j so that limiter_remove on it is a safe no-op. */
 void ljob_init(ljob *j);
 
+/* The queue j was last pushed to (NULL: never pushed). */
+const lqueue *ljob_queue(const ljob *j);
+
 /* Appends a ready job to q's FIFO. It starts when limiter_pop_ready hands it out. */
 void limiter_push(limiter *l, lqueue *q, ljob *j);
 

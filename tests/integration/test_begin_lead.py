@@ -77,3 +77,41 @@ def test_a_timer_begun_ahead_and_handed_back_at_sigterm_is_not_delivered_before_
     assert_not_early(got, {t["id"]: t["fire_at_ms"]})
     done = b.wait_state(t["id"], "delivered", timeout=scaled(5))
     assert done.get("state") == "delivered", done
+
+
+# --------------------------------------------------------------------------
+# queue limits with begins ahead
+
+
+def put_queue(hw, name, settings):
+    status, _, body = hw.request("PUT", f"/queues/{name}", json_body=settings)
+    assert status == 200, body
+    return body
+
+
+def most_in_a_window(times_ms, width_ms):
+    times = sorted(times_ms)
+    best, lo = 0, 0
+    for hi, t in enumerate(times):
+        while t - times[lo] >= width_ms:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
+def test_a_paced_queue_s_attempt_starts_stay_paced_when_begins_go_out_ahead(redis, hookwheel_factory, receiver):
+    # 4 starts a second, evenly (no burst): the bucket holds one token. The
+    # begins go out a second ahead, paced; the starts must be paced as well.
+    hw = hookwheel_factory(redis, args=LEAD)
+    put_queue(hw, "paced", {"max_dispatches_per_second": 4, "scope": "instance"})
+    time.sleep(1.2)  # settings are read every 0.5 s
+    due = int(now_ms()) + 2500
+    for i in range(10):
+        assert_created(*hw.create({"id": f"pace-{i}", "url": receiver.url("/paced"), "fire_at_ms": due,
+                                   "queue": "paced"}))
+    got = receiver.wait_for(10, path="/paced", timeout=scaled(15))
+    assert len(got) == 10, got
+    assert_not_early(got, {r.timer_id: due for r in got})
+    times = sorted(r.wall_ms for r in got)
+    gaps = [round(b - a) for a, b in zip(times, times[1:])]
+    assert most_in_a_window(times, 1000) <= 5, f"starts {[round(t - due) for t in times]} ms after due"
