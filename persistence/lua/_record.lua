@@ -888,7 +888,7 @@ local function control_one(tkey, id, r, v, op, now, fire, horizon, owner)
   if is_final(st) then return 0, 0 end
   local every = tail_decode(v).every
   if st == 'firing' then
-    if every == 0 then return 0, 0 end
+    if every == 0 then return op == 'resume' and 1 or 0, 0 end -- resume: not paused, nothing changes
     r.ver = r.ver + 1
     if op == 'fire' then
       r.rsv, r.flag, r.next = 1, 0, 0
