@@ -286,12 +286,12 @@ def test_cancels_racing_the_begin_at_many_offsets_are_exact(redis, hookwheel_fac
     with hw.api.session() as s:
         for i in range(n):
             tid = f"race-{i}"
-            sleep_until_ms(fire_at[tid] - 1150 + 25 * i)
+            sleep_until_ms(fire_at[tid] - 1300 + 25 * i)  # 1.3 s ahead to 175 ms after
             status, _, body = s.cancel(tid)
             answers[tid] = (status, body.get("state") if isinstance(body, dict) else body)
     statuses = Counter(st for st, _ in answers.values())
     assert set(statuses) <= {200, 409}, answers
-    assert statuses[200] >= 5 and statuses[409] >= 5, statuses  # the offsets cover both sides
+    assert statuses[200] >= 3 and statuses[409] >= 3, statuses  # the offsets cover both sides
     sleep_until_ms(max(fire_at.values()) + 1000)
     for tid, (status, _) in answers.items():
         want = "cancelled" if status == 200 else "delivered"
@@ -438,4 +438,20 @@ def test_with_no_lead_nothing_is_held_and_nothing_is_early(redis, hookwheel_fact
         fire_at[t["id"]] = t["fire_at_ms"]
     got = receiver.wait_for(20, path="/nolead", timeout=scaled(5))
     assert sorted(r.timer_id for r in got) == sorted(fire_at), got
+    assert_not_early(got, fire_at)
+
+
+def test_a_lead_longer_than_the_claim_window_begins_at_the_claim_and_is_never_early(
+        redis, hookwheel_factory, receiver):
+    hw = hookwheel_factory(redis, args=LEAD + ["--window-ms", "400"])
+    base = int(now_ms()) + 1500
+    fire_at = {}
+    for i in range(10):
+        t = assert_created(*hw.create({"id": f"short-{i}", "url": receiver.url("/short"),
+                                       "fire_at_ms": base + 97 * i}))
+        fire_at[t["id"]] = t["fire_at_ms"]
+    got = receiver.wait_for(10, path="/short", timeout=scaled(8))
+    time.sleep(0.3)
+    got = receiver.requests("/short")
+    assert Counter(r.timer_id for r in got) == {tid: 1 for tid in fire_at}, got
     assert_not_early(got, fire_at)
