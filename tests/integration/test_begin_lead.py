@@ -5,12 +5,12 @@ the README's guarantees table: never early, at-least-once, exact cancel, no
 overlapping runs, the queue caps. A large lead (1 s) makes the window in
 which a timer is begun but not yet due wide enough to act in."""
 
-import json
-import threading
 import time
 from collections import Counter
 
-from conftest import Reply, assert_created, now_ms, scaled, wait_until
+import pytest
+
+from conftest import CLUSTER_MODE, Reply, assert_created, now_ms, scaled
 
 LEAD = ["--begin-lead-ms", "1000"]
 ROUNDING_MS = 1.0  # fire_at_ms is an integer, arrival times are floats
@@ -113,7 +113,6 @@ def test_a_paced_queue_s_attempt_starts_stay_paced_when_begins_go_out_ahead(redi
     assert len(got) == 10, got
     assert_not_early(got, {r.timer_id: due for r in got})
     times = sorted(r.wall_ms for r in got)
-    gaps = [round(b - a) for a, b in zip(times, times[1:])]
     assert most_in_a_window(times, 1000) <= 5, f"starts {[round(t - due) for t in times]} ms after due"
 
 
@@ -212,6 +211,7 @@ def test_sigterm_while_attempts_are_held_delivers_them_once_at_their_due_time_an
         assert done.get("state") == "delivered" and done.get("attempts") == 1, done
 
 
+@pytest.mark.skipif(CLUSTER_MODE, reason="restarts its one Redis")
 def test_redis_restarted_while_attempts_are_held_delivers_each_once_not_early(redis, hookwheel_factory, receiver):
     # The held attempts start at their due time while Redis is down; their
     # outcomes are written once it is back. Timers not yet begun wait for it.
@@ -239,6 +239,7 @@ def test_redis_restarted_while_attempts_are_held_delivers_each_once_not_early(re
     assert_not_early(got, fire_at)
 
 
+@pytest.mark.skipif(CLUSTER_MODE, reason="restarts its one Redis")
 def test_redis_unreachable_while_begins_are_in_flight_delays_the_attempts_never_loses_or_repeats_them(
         redis, hookwheel_factory, receiver):
     # Redis stops just before the timers' begins go out (and while some are
@@ -394,6 +395,7 @@ def test_a_timer_rescheduled_just_before_its_begin_runs_at_the_new_time_only(red
     status, _, body = post(hw, "mv-earlier", "reschedule", {"delay_ms": 600})
     assert status == 200 and body["state"] == "scheduled", body
     new_earlier = body["fire_at_ms"]
+    assert new_later > later["fire_at_ms"] and new_earlier < earlier["fire_at_ms"], (new_later, new_earlier)
     assert now_ms() < later["fire_at_ms"] - 1000, "the reschedules came too late to mean anything"
     time.sleep(0.2)
     status, _, body = hw.get("mv-earlier")
