@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from conftest import CLUSTER_MODE, scaled, wait_until
+from conftest import CLUSTER_MODE, SLOW, scaled, wait_until
 
 SEED = int(os.environ.get("HOOKWHEEL_TEST_SEED", "20261127"))
 TOKENS = {"team-a": "token-a-0123456789abcdef", "team-b": "token-b-0123456789abcdef"}
@@ -68,7 +68,7 @@ def listing(api, ns, state, label, rng):
             return ids
 
 
-@pytest.mark.skipif(CLUSTER_MODE, reason="one Redis is enough for a model check")
+@pytest.mark.skipif(CLUSTER_MODE or SLOW, reason="a model check of the Lua functions: once, on one Redis, plain")
 def test_selections_by_label_match_a_model_exactly(tmp_path, redis, receiver, hookwheel_factory):
     rng = random.Random(SEED)
     tokens = tmp_path / "tokens"
