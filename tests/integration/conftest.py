@@ -141,6 +141,17 @@ def stop_process(proc, sig=signal.SIGTERM, timeout=10.0):
         return proc.wait(timeout=10)
 
 
+def most_in_a_window(times_ms, width_ms=1000):
+    """The most events (times in ms) in any window of width_ms."""
+    times = sorted(times_ms)
+    best, lo = 0, 0
+    for hi, t in enumerate(times):
+        while t - times[lo] >= width_ms:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
 def assert_created(status, headers, timer):
     """The checks every 201 from POST /timers passes; returns the timer."""
     assert status == 201, f"expected 201, got {status}: {timer!r}"

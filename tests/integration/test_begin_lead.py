@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import CLUSTER_MODE, Reply, assert_created, now_ms, scaled
+from conftest import CLUSTER_MODE, Reply, assert_created, most_in_a_window, now_ms, scaled
 
 LEAD = ["--begin-lead-ms", "1000"]
 ROUNDING_MS = 1.0  # fire_at_ms is an integer, arrival times are floats
@@ -27,6 +27,18 @@ def assert_not_early(reqs, fire_at):
     early = [(r.timer_id, round(fire_at[r.timer_id] - r.wall_ms, 1)) for r in reqs
              if r.wall_ms < fire_at[r.timer_id] - ROUNDING_MS]
     assert not early, f"arrived before the due time (id, ms early): {early[:10]}"
+
+
+def assert_each_delivered_once_not_early(hw, receiver, path, fire_at):
+    """Every timer of fire_at ends delivered, arrived once at path, none before its due time."""
+    for tid in fire_at:
+        done = hw.wait_state(tid, ("delivered", "failed"), timeout=scaled(15))
+        assert done.get("state") == "delivered", done
+    time.sleep(0.3)
+    got = receiver.requests(path)
+    counts = Counter(r.timer_id for r in got)
+    assert set(counts) == set(fire_at) and max(counts.values()) == 1, counts
+    assert_not_early(got, fire_at)
 
 
 def wait_firing(hw, timer_id, timeout):
@@ -87,16 +99,6 @@ def put_queue(hw, name, settings):
     status, _, body = hw.request("PUT", f"/queues/{name}", json_body=settings)
     assert status == 200, body
     return body
-
-
-def most_in_a_window(times_ms, width_ms):
-    times = sorted(times_ms)
-    best, lo = 0, 0
-    for hi, t in enumerate(times):
-        while t - times[lo] >= width_ms:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
 
 
 def test_a_paced_queue_s_attempt_starts_stay_paced_when_begins_go_out_ahead(redis, hookwheel_factory, receiver):
@@ -229,14 +231,7 @@ def test_redis_restarted_while_attempts_are_held_delivers_each_once_not_early(re
     got = receiver.requests("/rr")
     assert {r.timer_id for r in got} >= set(held), "a held attempt did not start while Redis was down"
     redis.restart()
-    for tid in fire_at:
-        done = hw.wait_state(tid, ("delivered", "failed"), timeout=scaled(15))
-        assert done.get("state") == "delivered", done
-    time.sleep(0.3)
-    got = receiver.requests("/rr")
-    counts = Counter(r.timer_id for r in got)
-    assert set(counts) == set(fire_at) and max(counts.values()) == 1, counts
-    assert_not_early(got, fire_at)
+    assert_each_delivered_once_not_early(hw, receiver, "/rr", fire_at)
 
 
 @pytest.mark.skipif(CLUSTER_MODE, reason="restarts its one Redis")
@@ -254,14 +249,7 @@ def test_redis_unreachable_while_begins_are_in_flight_delays_the_attempts_never_
     redis.stop()
     time.sleep(1.5)
     redis.restart()
-    for tid in fire_at:
-        done = hw.wait_state(tid, ("delivered", "failed"), timeout=scaled(15))
-        assert done.get("state") == "delivered", done
-    time.sleep(0.3)
-    got = receiver.requests("/rb")
-    counts = Counter(r.timer_id for r in got)
-    assert set(counts) == set(fire_at) and max(counts.values()) == 1, counts
-    assert_not_early(got, fire_at)
+    assert_each_delivered_once_not_early(hw, receiver, "/rb", fire_at)
 
 
 # --------------------------------------------------------------------------

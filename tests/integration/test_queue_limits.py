@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import CLUSTER_MODE, SLOW, Reply, create_many, now_ms, scaled, wait_until
+from conftest import CLUSTER_MODE, SLOW, Reply, create_many, most_in_a_window, now_ms, scaled, wait_until
 
 APPLY_S = 1.2  # settings are read every 0.5 s
 
@@ -75,17 +75,6 @@ def test_scope_instance_keeps_the_limit_per_instance(redis, hookwheel_factory, r
     assert not redis.keys("hw:{queues}:pm:*"), "a per-instance queue took permits"
 
 
-def windows(times_ms, width_ms=1000):
-    """The most events in any window of width_ms."""
-    times = sorted(times_ms)
-    best, lo = 0, 0
-    for hi, t in enumerate(times):
-        while t - times[lo] >= width_ms:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
-
-
 @pytest.mark.skipif(CLUSTER_MODE or SLOW, reason="the rate shares take the parallelism test's paths (and the "
                     "limiter's unit tests); on a cluster the permit keys are that test's")
 def test_a_rate_of_8_per_second_holds_across_two_instances(redis, hookwheel_factory, receiver):
@@ -98,7 +87,7 @@ def test_a_rate_of_8_per_second_holds_across_two_instances(redis, hookwheel_fact
     assert len(got) == 32
     times = [r.wall_ms for r in got]
     # each instance's bucket may hold one token: 8 a second, plus one each
-    assert windows(times) <= 10, windows(times)
+    assert most_in_a_window(times) <= 10, most_in_a_window(times)
     assert max(times) - min(times) >= 2500  # 32 at 8/s: about 4 s (16/s if per instance)
     assert delivering_instances(a, [s["id"] for s in specs]) == {a.instance_id, b.instance_id}
 
