@@ -20,7 +20,8 @@
 --
 -- Meta fields: key, owner, token, ttl, acquired, hb (last heartbeat), probe_ok
 -- (last 2xx from probe_url), alive (last sign of life: acquire, heartbeat or
--- probe), renewed (last extension), probe (url or ''), expire (on_expire's
+-- probe), renewed (last extension), silent ('1': the last look found the
+-- holder silent and did not renew), probe (url or ''), expire (on_expire's
 -- stored spec or ''), when ('delay_ms=N'), params (what an idempotent
 -- re-acquire compares: ttl, probe, expire and when), state ('held' or
 -- 'expired').
@@ -50,10 +51,13 @@ local function compare_and_extend(lk, holder, ttl)
 end
 
 -- A heartbeat or a successful probe. A holder that had fallen silent (no
--- sign of life within ttl) is looked at again at once, so renewal resumes
--- while its key still exists.
+-- sign of life within ttl, or the last look found it so: 'silent', set by
+-- that look, which then looks again only when the key expires) is looked at
+-- again at once, so renewal resumes while its key still exists. (The mark
+-- covers a sign of life stamped just inside the ttl that arrives just after
+-- a look stamped just outside it: instances' clocks and calls interleave.)
 local function seen(mk, m, now, field, sched, member)
-  local silent = now - tonumber(m.alive) > tonumber(m.ttl)
+  local silent = now - tonumber(m.alive) > tonumber(m.ttl) or m.silent == '1'
   redis.call('HSET', mk, field, fmt(now), 'alive', fmt(now))
   m[field] = fmt(now)
   m.alive = fmt(now)
@@ -218,6 +222,7 @@ if OP == 'renew' then
         local pending = retire(sched, held, meta_prefix, member, m, now, now + retry)
         if pending then offer(pending, m) else out[#out + 1] = {'gone', member, m.token} end
       elseif quiet <= ttl then
+        if m.silent then redis.call('HDEL', meta_prefix .. member, 'silent') end
         renewed = renewed + compare_and_extend(lk, m.owner, ttl)
         redis.call('HSET', meta_prefix .. member, 'renewed', fmt(now))
         redis.call('ZADD', sched, fmt(now + period(ttl)), member)
@@ -233,6 +238,7 @@ if OP == 'renew' then
           out[#out + 1] = {'probe', member, m.token, m.owner, m.ttl, m.probe}
         end
         redis.call('ZADD', sched, fmt(next_ms), member)
+        redis.call('HSET', meta_prefix .. member, 'silent', '1') -- (seen: a late sign of life looks again at once)
       end
     end
   end

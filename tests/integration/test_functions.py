@@ -111,3 +111,31 @@ def test_a_claim_of_timers_from_two_indexes_takes_them_soonest_first_and_moves_e
     assert got == {i: due + 10 * k for k, i in enumerate(ids)}
     for i in ids:
         assert owner_of(redis, f"hw:{{{p}}}:t:{i}") == tag
+
+
+def test_a_heartbeat_just_after_a_look_that_found_the_holder_silent_brings_the_next_look_forward(
+        redis, hookwheel_factory):
+    # A look (renew) stamped just past the ttl finds the holder silent: it does not renew and
+    # looks again only when the key expires. A heartbeat stamped just inside the ttl (another
+    # instance's clock, or a call that waited) that arrives after that look must still bring
+    # the next look forward, or the key expires while its holder heartbeats.
+    hw = hookwheel_factory(redis)
+    lease = function_name(redis, "lease")
+    assert hw.stop(signal.SIGTERM, timeout=15) == 0
+    sched, held, meta = "hw:lease:schedule", "hw:lease:held", "hw:lease:meta:"
+    t0, ttl = int(now_ms()), 3000
+    got = redis.cmd("FCALL", lease, 5, "lk:fn-silent", "hw:lease:token:fn-silent", meta + "fn-silent", sched, held,
+                    "acquire", "fn-silent", "holder-1", ttl, t0, "", "", "", meta)
+    assert got[0] == 1, got
+    # the look, 3.5 s after the last sign of life: silent
+    redis.cmd("FCALL", lease, 2, sched, held, "renew", t0 + 3500, 100, "lk:", meta, 1000)
+    assert float(redis.cmd("ZSCORE", sched, "fn-silent")) > t0 + 3500 + 1000, "the silent look renewed"
+    # the heartbeat, stamped 2.999 s after the last sign of life, comes after it
+    got = redis.cmd("FCALL", lease, 3, "lk:fn-silent", meta + "fn-silent", sched,
+                    "heartbeat", "fn-silent", "holder-1", t0 + 2999, "", "hb")
+    assert got[0] == 1, got
+    assert float(redis.cmd("ZSCORE", sched, "fn-silent")) <= t0 + 2999, "the next look stays at the key's expiry"
+    # that look renews the key and clears the mark
+    redis.cmd("FCALL", lease, 2, sched, held, "renew", t0 + 3000, 100, "lk:", meta, 1000)
+    assert redis.cmd("HGET", meta + "fn-silent", "silent") is None
+    assert redis.cmd("PTTL", "lk:fn-silent") > ttl - 500
