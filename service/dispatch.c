@@ -21,8 +21,9 @@
  * that address in the open-socket callback, after DNS: a name that
  * resolves, or re-resolves, to a forbidden address is refused there.
  * The response body is kept up to the snippet
- * size and read up to MAX_RESPONSE_BYTES; a larger body ends the transfer
- * early, with the status already received. */
+ * size and read up to MAX_RESPONSE_BYTES, and so are the response's headers
+ * and trailers; more of either ends the transfer early, with the status
+ * already received. */
 #include "dispatch.h"
 
 #include <errno.h>
@@ -176,6 +177,11 @@ static size_t header_cb(char *line, size_t size, size_t n, void *userp)
     job *j = userp;
     size_t len = size * n;
     char v[200];
+    /* curl caps the headers before the body, but not trailers, and keeps
+     * every line it passes here until the transfer ends. */
+    j->hdr_total += len;
+    if (j->hdr_total > MAX_RESPONSE_BYTES)
+        return 0; /* ends the transfer */
     if (header_value(line, len, "retry-after:", v, sizeof v))
         j->retry_after_ms = backoff_parse_retry_after(v, clock_now_ms());
     else if (header_value(line, len, "hookwheel-next-delay-ms:", v, sizeof v))
@@ -410,7 +416,7 @@ int dispatch_start(dispatch *d, job *j)
     j->hdrs = build_headers(d, j);
     j->resp_cap = d->snippet_bytes;
     j->resp = xmalloc(j->resp_cap + 1);
-    j->resp_len = j->resp_total = 0;
+    j->resp_len = j->resp_total = j->hdr_total = 0;
     j->retry_after_ms = -1;
     j->next_delay_hdr_ms = -1;
     j->errbuf[0] = '\0';
@@ -486,7 +492,8 @@ static void complete(dispatch *d, job *j, CURLcode rc)
     res.curl_code = rc;
     res.retry_after_ms = j->retry_after_ms;
     res.next_delay_ms = j->next_delay_hdr_ms;
-    int capped = rc == CURLE_WRITE_ERROR && j->resp_total > MAX_RESPONSE_BYTES && status > 0;
+    int capped = rc == CURLE_WRITE_ERROR && status > 0 &&
+                 (j->resp_total > MAX_RESPONSE_BYTES || j->hdr_total > MAX_RESPONSE_BYTES);
     if (rc == CURLE_OK || capped) {
         res.status = status;
         res.curl_code = CURLE_OK;

@@ -99,6 +99,7 @@ typedef struct job {
     struct curl_slist *hdrs;
     char *resp;
     size_t resp_len, resp_cap, resp_total;
+    size_t hdr_total;     /* bytes of response headers and trailers read */
     int64_t retry_after_ms;
     int64_t next_delay_hdr_ms;
     uint64_t started_us;
