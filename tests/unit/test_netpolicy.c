@@ -90,6 +90,40 @@ static void test_connect_time_addresses_follow_the_same_ranges(void **state)
     netpolicy_free(p);
 }
 
+/* A name with several addresses: curl asks for a socket per address, and
+ * each is judged on its own, so the forbidden ones are never connected to
+ * while a public one still is; a URL whose host is an allowlisted name may
+ * reach any of them. */
+static void test_each_address_of_a_name_is_judged_at_connect(void **state)
+{
+    (void)state;
+    static const char *const answer[] = {"127.0.0.1", "::1", "8.8.8.8", "::ffff:169.254.169.254",
+                                         "2001:4860:4860::8888"};
+    static const int allowed[] = {0, 0, 1, 0, 1};
+    netpolicy *p = make("billing.internal");
+    for (size_t i = 0; i < sizeof answer / sizeof answer[0]; i++) {
+        struct sockaddr_storage ss = {0};
+        struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+        if (inet_pton(AF_INET, answer[i], &in4->sin_addr) == 1)
+            in4->sin_family = AF_INET;
+        else {
+            assert_int_equal(inet_pton(AF_INET6, answer[i], &in6->sin6_addr), 1);
+            in6->sin6_family = AF_INET6;
+        }
+        char refused[64] = "";
+        int ok = netpolicy_connect_allowed(p, "http://rebind.example.com/x", (struct sockaddr *)&ss, refused,
+                                           sizeof refused);
+        if (ok != allowed[i])
+            fail_msg("%s: allowed %d, expected %d", answer[i], ok, allowed[i]);
+        if (!ok)
+            assert_string_equal(refused, answer[i]);
+        assert_true(netpolicy_connect_allowed(p, "http://Billing.Internal./x", (struct sockaddr *)&ss, refused,
+                                              sizeof refused));
+    }
+    netpolicy_free(p);
+}
+
 static void test_an_allowlisted_cidr_opens_exactly_its_range(void **state)
 {
     (void)state;
@@ -145,6 +179,7 @@ int main(void)
         cmocka_unit_test(test_public_addresses_and_names_pass),
         cmocka_unit_test(test_the_refusal_names_the_range),
         cmocka_unit_test(test_connect_time_addresses_follow_the_same_ranges),
+        cmocka_unit_test(test_each_address_of_a_name_is_judged_at_connect),
         cmocka_unit_test(test_an_allowlisted_cidr_opens_exactly_its_range),
         cmocka_unit_test(test_a_host_name_allowlist_matches_case_insensitively),
         cmocka_unit_test(test_a_bad_allowlist_entry_is_named),
