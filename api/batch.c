@@ -178,13 +178,17 @@ static void slice_cb(void *arg, int status, size_t n, const timer_created *res)
             created++;
         } else if (st == TIMERS_EXISTS) {
             it->status = 200;
+        } else if (st == TIMERS_CONFLICT && !(res[k].state && res[k].state[0])) {
+            /* held by an earlier item of this atomic batch, which was not stored either */
+            item_fail(it, 409, "id",
+                      "Not stored: another item of the batch has this id with a different spec, and the batch is "
+                      "atomic.");
         } else if (st == TIMERS_CONFLICT) {
             item_fail(it, 409, "id", "A timer with this id already exists with a different spec.");
-            snprintf(it->state, sizeof it->state, "%s", res[k].state ? res[k].state : "");
+            snprintf(it->state, sizeof it->state, "%s", res[k].state);
         } else if (st == TIMERS_NOT_STORED) {
             item_fail(it, 424, NULL,
-                      "Not stored: the batch is atomic and another item of its partition conflicts with a "
-                      "stored timer.");
+                      "Not stored: the batch is atomic and another item of its partition conflicts (409).");
         } else {
             item_fail(it, 503, NULL,
                       "Redis did not answer; the timer may or may not be stored. Repeat the batch: a timer with "

@@ -12,7 +12,8 @@
 --       then per timer: its id, its record, its due time (the zset score).
 -- Returns {code, state} per timer, in order: code 1 created, 0 a timer
 -- with the same spec and due time exists (an idempotent repeat), 2 another
--- timer holds the id (state: its state), 3 not written (atomic: another
+-- timer holds the id (state: its state; '' when an item of an atomic
+-- call holds it, so that none is written), 3 not written (atomic: another
 -- timer of the call conflicted). A timer repeating an id of the call is
 -- compared with the first. A plain call whose timers are all new returns
 -- {n} instead: all n created.
@@ -120,6 +121,8 @@ batched(function()
       end
     elseif code[i] == 0 and of_new[i] and atomic then
       code[i] = 3 -- the item it repeats was not written
+    elseif code[i] == 2 and of_new[i] and atomic then
+      state[i] = '' -- held by an item of the call, which was not written: no timer holds it
     end
   end
 end)
