@@ -179,8 +179,13 @@ char *api_timer_from_view(const char *id, const timer_view *v, size_t *len)
 
 void api_respond_unavailable(http_req *r)
 {
-    http_respond_problem(r, 503, "Redis is unreachable; nothing was written. Retry later.", NULL, NULL,
-                         RETRY_AFTER_S);
+    /* (A call whose connection broke after it was sent may have been
+     * executed: its answer is lost, not its write.) */
+    http_respond_problem(r, 503,
+                         "Redis did not answer: a write of this request was not made, or was made and its answer "
+                         "lost. Retry later; the same request again answers as the first would have (a timer "
+                         "created with an id is created once).",
+                         NULL, NULL, RETRY_AFTER_S);
 }
 
 static void respond_timer(http_req *r, unsigned status, char *text, size_t len, const char *id)
