@@ -173,8 +173,10 @@ void signer_free(signer *s)
 size_t signer_sign(const signer *s, const char *msg_id, uint64_t timestamp, const char *body, size_t body_len,
                    char *out)
 {
-    char prefix[200];
-    int plen = snprintf(prefix, sizeof prefix, "%s.%" PRIu64 ".", msg_id, timestamp);
+    /* signed: "<msg_id>.<timestamp>.<body>"; the id goes in on its own, so
+     * no buffer bounds its length */
+    char ts[32];
+    int tlen = snprintf(ts, sizeof ts, ".%" PRIu64 ".", timestamp);
     size_t o = 0;
     for (unsigned i = 0; i < s->n; i++) {
         unsigned char mac[EVP_MAX_MD_SIZE];
@@ -183,7 +185,8 @@ size_t signer_sign(const signer *s, const char *msg_id, uint64_t timestamp, cons
                                OSSL_PARAM_construct_end()};
         EVP_MAC_CTX *h = EVP_MAC_CTX_new(s->hmac);
         if (!h || !EVP_MAC_init(h, s->key[i], (size_t)s->key_len[i], params) ||
-            !EVP_MAC_update(h, (const unsigned char *)prefix, (size_t)plen) ||
+            !EVP_MAC_update(h, (const unsigned char *)msg_id, strlen(msg_id)) ||
+            !EVP_MAC_update(h, (const unsigned char *)ts, (size_t)tlen) ||
             !EVP_MAC_update(h, (const unsigned char *)(body ? body : ""), body_len) ||
             !EVP_MAC_final(h, mac, &mlen, sizeof mac))
             abort(); /* only out of memory: HMAC-SHA256 is always there once fetched */

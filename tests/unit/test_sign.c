@@ -30,6 +30,24 @@ static void test_the_specifications_example_signs_as_published(void **state)
     signer_free(s);
 }
 
+/* A message id longer than any the service makes today is signed whole:
+ * the HMAC of "<id>.<timestamp>.<body>" (the expected value computed with
+ * Python's hmac module). */
+static void test_a_long_message_id_is_signed_whole(void **state)
+{
+    (void)state;
+    char err[128], out[SIGN_HEADER_MAX], id[301];
+    signer *s = signer_create(SECRET, err, sizeof err);
+
+    assert_non_null(s);
+    memcpy(id, "msg_", 4);
+    memset(id + 4, 'x', 296);
+    id[300] = '\0';
+    signer_sign(s, id, TS, BODY, strlen(BODY), out);
+    assert_string_equal(out, "v1,LT3HMyhTIcTpD/g9cVErrNcVoYSof6EqD5WUBzrVVjw=");
+    signer_free(s);
+}
+
 static void test_two_secrets_give_two_signatures_old_and_new(void **state)
 {
     (void)state;
@@ -100,6 +118,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_specifications_example_signs_as_published),
+        cmocka_unit_test(test_a_long_message_id_is_signed_whole),
         cmocka_unit_test(test_two_secrets_give_two_signatures_old_and_new),
         cmocka_unit_test(test_a_changed_body_changes_the_signature),
         cmocka_unit_test(test_malformed_secrets_are_refused_without_quoting_them),
