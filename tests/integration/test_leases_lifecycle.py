@@ -10,7 +10,11 @@ import time
 
 import pytest
 
-from conftest import CLUSTER_MODE, HW_LEASE, LEASE_PREFIX, scaled, wait_until
+from conftest import CLUSTER_MODE, HW_LEASE, LEASE_PREFIX, SLOW, scaled, wait_until
+
+# The lease functions' life cycle against real Redis: once, on the plain
+# build (the lease C paths run under the sanitizers in test_leases).
+pytestmark = pytest.mark.skipif(SLOW, reason="runs once, on the plain build")
 from test_leases import Heartbeats, Leases, PttlWatch, wall
 from test_leases_list import walk
 
