@@ -6,9 +6,12 @@
  * faster than anything cleverer and is done once per connection.
  *
  * IPv6 addresses that carry an IPv4 address (IPv4-mapped ::ffff:0:0/96,
+ * IPv4-translated ::ffff:0:0:0/96, the deprecated IPv4-compatible ::/96,
  * NAT64 64:ff9b::/96, 6to4 2002::/16) are judged by the embedded IPv4
- * address: [::ffff:127.0.0.1] reaches the loopback as surely as 127.0.0.1
- * does. Documentation ranges (192.0.2.0/24, 2001:db8::/32, ...) are not
+ * address too: [::ffff:127.0.0.1] reaches the loopback as surely as
+ * 127.0.0.1 does, and a translator may make [::127.0.0.1] do so. The
+ * local-use NAT64 prefix 64:ff9b:1::/48 places the IPv4 address by its
+ * operator's prefix length, so it is forbidden whole. Documentation ranges (192.0.2.0/24, 2001:db8::/32, ...) are not
  * forbidden: nothing internal can live there, so blocking them protects
  * nothing. */
 #include "netpolicy.h"
@@ -69,6 +72,7 @@ static const struct {
     {"fc00::/7", "unique local"},
     {"fe80::/10", "link-local"},
     {"fec0::/10", "site-local"},
+    {"64:ff9b:1::/48", "local-use NAT64"},
     {"ff00::/8", "multicast"},
 };
 #define NFORBIDDEN (sizeof forbidden_ranges / sizeof forbidden_ranges[0])
@@ -134,16 +138,19 @@ static const prefix *find(const prefix *tab, size_t n, const ipaddr *a)
     return NULL;
 }
 
-/* The IPv4 address an IPv6 address carries (mapped, NAT64, 6to4): 1 and
- * *v4, or 0. */
+/* The IPv4 address an IPv6 address carries (mapped, translated,
+ * compatible, NAT64, 6to4): 1 and *v4, or 0. */
 static int embedded_v4(const ipaddr *a, ipaddr *v4)
 {
     static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    static const unsigned char translated[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0};
+    static const unsigned char compatible[12] = {0};
     static const unsigned char nat64[12] = {0, 0x64, 0xff, 0x9b};
     const unsigned char *src = NULL;
     if (a->family != AF_INET6)
         return 0;
-    if (memcmp(a->b, mapped, 12) == 0 || memcmp(a->b, nat64, 12) == 0)
+    if (memcmp(a->b, mapped, 12) == 0 || memcmp(a->b, translated, 12) == 0 ||
+        memcmp(a->b, compatible, 12) == 0 || memcmp(a->b, nat64, 12) == 0)
         src = a->b + 12;
     else if (a->b[0] == 0x20 && a->b[1] == 0x02)
         src = a->b + 2;
@@ -156,14 +163,17 @@ static int embedded_v4(const ipaddr *a, ipaddr *v4)
 }
 
 /* Why a is refused, or NULL: allowlisted (itself or its embedded IPv4)
- * wins over every forbidden range. */
+ * wins over every forbidden range; else a forbidden range of a itself (::1
+ * is loopback, not 0.0.0.1), then of its embedded IPv4. */
 static const char *refusal(const netpolicy *p, const ipaddr *a)
 {
     ipaddr v4;
     const ipaddr *judged = embedded_v4(a, &v4) ? &v4 : a;
     if (find(p->allow, p->nallow, a) || find(p->allow, p->nallow, judged))
         return NULL;
-    const prefix *f = find(p->forbidden, p->nforbidden, judged);
+    const prefix *f = find(p->forbidden, p->nforbidden, a);
+    if (!f && judged != a)
+        f = find(p->forbidden, p->nforbidden, judged);
     return f ? f->reason : NULL;
 }
 

@@ -39,6 +39,7 @@ static void test_internal_literals_in_every_spelling_are_forbidden(void **state)
         "0177.0.0.1", "127.1", "localhost", "LocalHost.", "api.localhost", "[::]",
         "[fe80::1%25eth0]", "[ff02::1]", "224.0.0.1", "255.255.255.255", "240.0.0.1",
         "198.18.0.1", "192.0.0.8", "[64:ff9b::a9fe:a9fe]", "[2002:7f00:1::]", "127.0.0.1.",
+        "[::127.0.0.1]", "[::ffff:0:127.0.0.1]", "[::ffff:0:a9fe:a9fe]", "[64:ff9b:1::7f00:1]",
     };
     netpolicy *p = make(NULL);
     for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
