@@ -127,7 +127,7 @@ static int item(parser *p, cron_expr *c, enum field_id f, const char *s, const c
         c->dom_last = 1;
         return 0;
     }
-    if (memchr(s, 'W', len) || memchr(s, 'w', len))
+    if (f == F_DOM && (memchr(s, 'W', len) || memchr(s, 'w', len))) /* not in day-of-week: WED */
         return bad(p, f, s, "%s: W (nearest weekday) is not supported", fields[f].name);
     if (f == F_DOW) {
         const char *hash = memchr(s, '#', len);

@@ -71,6 +71,11 @@ static void test_field_forms_names_lists_steps_and_day_rules(void **state)
     assert_int_equal(NEXT("0 0 1 mar *", "UTC", t), 1803859200);  /* 2027-03-01 */
     assert_int_equal(NEXT("0 0 * * SAT", "UTC", t), t + 86400);    /* Saturday 2 Jan */
     assert_int_equal(NEXT("0 0 * * 7", "UTC", t), t + 2 * 86400);  /* 7 is Sunday */
+    assert_int_equal(NEXT("0 0 * * WED", "UTC", t), t + 5 * 86400); /* a W in a day name is no W rule */
+    assert_int_equal(NEXT("0 0 * * wed", "UTC", t), t + 5 * 86400);
+    assert_int_equal(NEXT("0 0 * * MON-WED", "UTC", t), t + 3 * 86400);
+    assert_int_equal(NEXT("0 0 * * WED#2", "UTC", t), 1799798400);  /* second Wednesday: 2027-01-13 */
+    assert_int_equal(NEXT("0 0 * * WedL", "UTC", t), 1801008000);   /* last Wednesday: 2027-01-27 */
     assert_int_equal(NEXT("0 0 * * 0", "UTC", t), t + 2 * 86400);
     assert_int_equal(NEXT("0 0 L * *", "UTC", 1833753600), 1835395200);    /* 2028-02-29 */
     assert_int_equal(NEXT("0 0 * * 5L", "UTC", t), 1801180800);            /* last Friday: 2027-01-29 */
