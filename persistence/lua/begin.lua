@@ -7,8 +7,9 @@
 -- KEYS: the timer keys
 -- ARGV: 1 this instance's owner tag, then for the i-th timer (from 2 + 3(i-1)):
 --       the version its run was claimed under, the job's token (unique per
---       job of the instance), recurring (unused: every run remembers when it
---       was due, for fixed_rate and for the retry deadline)
+--       job of the instance), recurring ("1"; a one-shot timer has one
+--       run, so a fire, reschedule or pause between its retries starts its
+--       attempts again as run 1, not a second run)
 -- Returns three numbers per timer: its attempt number (>= 1) when it may
 -- start, else 0 gone, -1 not waiting (paused, cancelled, finished), -2 not
 -- claimed by this instance, -3 moved (a newer version); then its run number
@@ -43,7 +44,7 @@ for i = 1, batch_keys(KEYS) do
   else
     r.att = r.att + 1
     if r.att == 1 then -- a new run: its number, and when it was due
-      r.runs = r.runs + 1
+      r.runs = ARGV[a + 2] == '1' and r.runs + 1 or 1
       r.plan = r.fire
     end
     r.tok, r.st = tok, 'firing' -- stays in this instance's claimed zset, where it was
