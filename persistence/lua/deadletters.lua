@@ -6,8 +6,19 @@
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 'replay' | 'purge', 3 queue ('' any),
 --       4 now_ms, 5 limit
 -- Returns {done, more}: more is 1 when failed timers may be left.
+-- With a queue, the other queues' failed timers are stepped over; where a
+-- call stops before the end of the index it keeps the last one it stepped
+-- over (hw:{P}:ix:<ns>:failed>q:<queue>, for 10 minutes), and the next call
+-- goes on after it, so repeated calls reach every failed timer of the
+-- queue however many of other queues come first, and end with more 0.
 local done, examined, rank, limit = 0, 0, 0, tonumber(ARGV[5])
 local budget, more = 5 * limit, 0
+local skip_key = ARGV[3] ~= '' and (KEYS[1] .. '>q:' .. ARGV[3]) or nil
+if skip_key then
+  local last = redis.call('GET', skip_key)
+  local at = last and redis.call('ZREVRANK', KEYS[1], last)
+  if at then rank = at + 1 end
+end
 while done < limit and examined < budget do
   local ids = redis.call('ZREVRANGE', KEYS[1], rank, rank + math.min(limit - done, budget - examined, 200) - 1)
   if #ids == 0 then break end
@@ -42,4 +53,11 @@ while done < limit and examined < budget do
   end
 end
 if redis.call('ZCARD', KEYS[1]) > rank then more = 1 end
+if skip_key then
+  if more == 1 and rank > 0 then
+    redis.call('SET', skip_key, redis.call('ZREVRANGE', KEYS[1], rank - 1, rank - 1)[1], 'PX', 600000)
+  else
+    redis.call('DEL', skip_key)
+  end
+end
 return {done, more}
