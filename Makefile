@@ -118,7 +118,7 @@ run: deps-run all
 unit: check-deps $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
-integration: check-deps $(BIN) $(CLI_BIN)
+integration: check-deps $(BIN) $(CLI_BIN) $(BUILD)/tests/test_cron_oracle
 	HOOKWHEEL_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q tests/integration
 
 # The cross-slot audit: the whole suite on one Redis Cluster (3 masters, 3
@@ -126,7 +126,7 @@ integration: check-deps $(BIN) $(CLI_BIN)
 # one Redis (stopping it, its config, old layouts) skip there and run right
 # after on one Redis, so every test runs once. test-sanitize runs it under
 # the sanitizers (the suite runs once plain, on one Redis, and once here).
-integration-cluster: check-deps $(BIN) $(CLI_BIN)
+integration-cluster: check-deps $(BIN) $(CLI_BIN) $(BUILD)/tests/test_cron_oracle
 	@rm -f $(abspath $(BUILD))/cluster-skipped.txt
 	cd tests/integration && HOOKWHEEL_TEST_REDIS=cluster HOOKWHEEL_BIN=$(abspath $(BIN)) \
 	  HOOKWHEEL_SKIPPED_FILE=$(abspath $(BUILD))/cluster-skipped.txt $(PYTHON) -m pytest -q -p no:cacheprovider .
