@@ -77,6 +77,9 @@ static void test_field_forms_names_lists_steps_and_day_rules(void **state)
     assert_int_equal(NEXT("0 0 * * WED#2", "UTC", t), 1799798400);  /* second Wednesday: 2027-01-13 */
     assert_int_equal(NEXT("0 0 * * WedL", "UTC", t), 1801008000);   /* last Wednesday: 2027-01-27 */
     assert_int_equal(NEXT("0 0 * * 0", "UTC", t), t + 2 * 86400);
+    assert_int_equal(NEXT("0 0 * * 1/3", "UTC", t), t + 3 * 86400);              /* Monday */
+    assert_int_equal(NEXT("0 0 * * 1/3", "UTC", t + 3 * 86400), t + 6 * 86400);  /* Thursday */
+    assert_int_equal(NEXT("0 0 * * 1/3", "UTC", t + 6 * 86400), t + 10 * 86400); /* Monday: a/n ends at 6 */
     assert_int_equal(NEXT("0 0 L * *", "UTC", 1833753600), 1835395200);    /* 2028-02-29 */
     assert_int_equal(NEXT("0 0 * * 5L", "UTC", t), 1801180800);            /* last Friday: 2027-01-29 */
     assert_int_equal(NEXT("0 0 * * MON#1", "UTC", 1801440001), 1803859200); /* first Monday of March */
