@@ -141,6 +141,15 @@ def stop_process(proc, sig=signal.SIGTERM, timeout=10.0):
         return proc.wait(timeout=10)
 
 
+def rss_kib(pid):
+    """The resident memory of process pid, KiB (0 once it is gone)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def most_in_a_window(times_ms, width_ms=1000):
     """The most events (times in ms) in any window of width_ms."""
     times = sorted(times_ms)

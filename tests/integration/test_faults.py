@@ -7,7 +7,7 @@ import threading
 import time
 from collections import Counter
 
-from conftest import Reply, create_many, now_ms, scaled, wait_until
+from conftest import Reply, create_many, now_ms, rss_kib, scaled, wait_until
 
 LEASE = ["--lease-ttl-ms", "1500"]
 
@@ -118,14 +118,6 @@ def test_after_kill_9_of_the_only_instance_a_new_one_fires_every_pending_and_cla
     for r in receiver.requests("/restart"):
         assert r.wall_ms >= fire_at[r.timer_id] - 1.0, f"{r!r} early"
     assert second.alive()
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def test_past_the_write_queue_cap_creates_get_429_memory_stays_bounded_and_service_goes_on(

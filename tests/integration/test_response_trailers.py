@@ -7,18 +7,10 @@ import socket
 import threading
 import time
 
-from conftest import scaled
+from conftest import rss_kib, scaled
 
 LOOPBACK = {"HOOKWHEEL_DESTINATION_ALLOWLIST": "127.0.0.0/8"}
 MIB = 1 << 20
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 class EndlessTrailers:
