@@ -814,8 +814,14 @@ static void test_creates_of_a_partition_that_come_while_its_call_is_in_flight_go
     }
     wait_done();
     /* one call for the first, one for the 39 that waited, and create.lua for
-     * each of the two taken ids (a repeat is answered with its timer) */
-    assert_int_equal(fcalls(c), 4);
+     * each of the two taken ids (a repeat is answered with its timer): 4.
+     * Or 3: when the writer thread had not yet marked the partition idle
+     * after the create before the loop (its callback runs first), the first
+     * waits too and all 40 go as one call. More would mean creates that
+     * came while a call was in flight went as calls of their own. */
+    long long n = fcalls(c);
+    if (n != 3 && n != 4)
+        fail_msg("%lld calls for 40 creates of one partition", n);
     assert_int_equal(many_status[0], TIMERS_EXISTS);
     assert_int_equal(many_fire[0], fire);
     assert_int_equal(many_status[1], TIMERS_CONFLICT);
