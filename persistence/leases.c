@@ -45,7 +45,7 @@ static const struct {
     [OP_GET] = {2, {{1, LEASE_FOUND}, {-1, LEASE_NOT_HELD}}, 0},
     [OP_RELEASE] = {3, {{1, LEASE_RELEASED}, {0, LEASE_HELD_BY_OTHER}, {-1, LEASE_NOT_HELD}}, 0},
     [OP_CONFIRM] = {1, {{1, LEASE_CONFIRMED}}, 1},
-    [OP_EXTEND] = {2, {{1, LEASE_RENEWED}, {0, LEASE_LOST}}, 1},
+    [OP_EXTEND] = {3, {{1, LEASE_RENEWED}, {2, LEASE_RECREATED}, {0, LEASE_LOST}}, 1},
     [OP_UNLOCK] = {2, {{1, LEASE_RELEASED}, {0, LEASE_NOT_HELD}}, 1},
 };
 

@@ -57,7 +57,8 @@ enum lease_outcome {
     LEASE_RELEASED,        /* release, unlock: the key is deleted */
     LEASE_FOUND,           /* get */
     LEASE_NOT_HELD,        /* heartbeat, release, get: no such key; unlock: gone or another value */
-    LEASE_RENEWED,         /* extend: the key was extended (or recreated) */
+    LEASE_RENEWED,         /* extend: the key was extended */
+    LEASE_RECREATED,       /* extend: the key was gone and is set again (recreate) */
     LEASE_LOST,            /* extend: the key is gone (without recreate) or holds another value */
     LEASE_CONFIRMED,       /* confirm_expiry: the pending expiry is forgotten */
     LEASE_LOOKED,          /* look: the due entries were handled (lease_look_reply) */
@@ -214,7 +215,7 @@ int leases_available(store *st, const char *prefix);
 
 /* Compare-and-extend (renew.lua): key's ttl becomes ttl_ms if it holds
  * value (LEASE_RENEWED); with recreate set a key found gone is set again
- * (LEASE_RENEWED), else LEASE_LOST. */
+ * (LEASE_RECREATED), else LEASE_LOST. */
 int leases_extend(store *st, const char *key, const char *value, uint64_t ttl_ms, int recreate,
                   lease_reply_cb cb, void *arg) __attribute__((warn_unused_result));
 

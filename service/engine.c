@@ -1554,6 +1554,18 @@ static uint64_t housekeeping(engine *e, uint64_t now)
             "\"instance\":\"%s\"", e->cfg->instance_id);
         e->lease_lost_logged = 1;
     }
+    if (watchdog_take_lapsed(e->lease)) {
+        /* Silent for longer than the lease (a pause, or Redis out of reach):
+         * another instance's reaper may have handed our claims back and taken
+         * us out of the registry. Our wheel's timers that were handed back
+         * fail their begin; what we claim from now on must be findable by a
+         * reaper again, so we register again. */
+        LOG(LOG_WARN, "this instance's lease had lapsed and is made again; other instances may have taken its claims",
+            "\"instance\":\"%s\"", e->cfg->instance_id);
+        atomic_fetch_add(&e->pending_ops, 1);
+        if (instances_register(e->st, e->cfg->instance_id, registered_cb, e) < 0)
+            atomic_fetch_sub(&e->pending_ops, 1);
+    }
     return next < e->next_reap_ms ? next : e->next_reap_ms;
 }
 

@@ -1,7 +1,7 @@
 /* reaper.c - one round: list the registry; for every other instance, ask
  * whether its lease is alive; for each lease that is gone, release its
- * claims in every partition, then forget it (persistence/instances.h,
- * persistence/timers.h). */
+ * claims in every partition, then forget it, and put it back if its lease
+ * was made again meanwhile (persistence/instances.h, persistence/timers.h). */
 #include "reaper.h"
 
 #include <errno.h>
@@ -56,10 +56,39 @@ static int step(reaper *r, int rc)
     return rc;
 }
 
-static void forgotten_cb(void *arg, int ok)
+static void step_done_cb(void *arg, int ok)
 {
     (void)ok;
     step_done(arg);
+}
+
+/* After the forget: a lapsed instance that woke in between (a pause, not a
+ * crash) made its lease again and may have registered again before our
+ * forget took it out. Its later claims must stay findable, so it goes back
+ * in. (Its own registration follows its lease, so one of the two sees the
+ * other.) */
+static void rechecked_cb(void *arg, int alive)
+{
+    dead *d = arg;
+    reaper *r = d->r;
+    if (alive == 1) {
+        LOG(LOG_INFO, "a lapsed instance is alive again; it stays in the registry", "\"instance\":\"%s\"", d->id);
+        atomic_fetch_add(&r->steps, 1);
+        (void)step(r, instances_register(r->st, d->id, step_done_cb, r));
+    }
+    free(d);
+    step_done(r);
+}
+
+static void forgotten_cb(void *arg, int ok)
+{
+    dead *d = arg;
+    reaper *r = d->r;
+    (void)ok;
+    atomic_fetch_add(&r->steps, 1);
+    if (step(r, instances_alive(r->st, d->id, rechecked_cb, d)) < 0)
+        free(d);
+    step_done(r);
 }
 
 static void released_cb(void *arg, int status, long long n)
@@ -77,8 +106,8 @@ static void released_cb(void *arg, int status, long long n)
         else /* it held nothing: most often an instance that stopped cleanly, having handed its claims back */
             LOG(LOG_DEBUG, "forgot a lapsed instance that held no claims", "\"instance\":\"%s\"", d->id);
         atomic_fetch_add(&r->steps, 1);
-        (void)step(r, instances_forget(r->st, d->id, forgotten_cb, r));
-        free(d);
+        if (step(r, instances_forget(r->st, d->id, forgotten_cb, d)) < 0)
+            free(d);
     }
     step_done(r);
 }

@@ -23,6 +23,7 @@ struct wlease {
     uint64_t next_ms;        /* owner thread: when the next renewal is due */
     atomic_int inflight;     /* a renewal is waiting for its reply */
     atomic_int lost;
+    atomic_int lapsed;       /* a renewal found the key gone and set it again */
     atomic_uint_fast64_t renewed_ms;
 };
 
@@ -61,6 +62,7 @@ wlease *watchdog_add(watchdog *w, const char *key, const char *value, uint64_t t
     l->recreate = recreate;
     atomic_init(&l->inflight, 0);
     atomic_init(&l->lost, 0);
+    atomic_init(&l->lapsed, 0);
     atomic_init(&l->renewed_ms, 0);
     l->next = w->leases;
     w->leases = l;
@@ -70,8 +72,12 @@ wlease *watchdog_add(watchdog *w, const char *key, const char *value, uint64_t t
 static void renew_cb(void *arg, const lease_reply *r)
 {
     wlease *l = arg;
-    if (r->outcome == LEASE_RENEWED) {
-        atomic_store(&l->renewed_ms, clock_now_ms());
+    if (r->outcome == LEASE_RENEWED || r->outcome == LEASE_RECREATED) {
+        /* The first renewal makes the key: only one after a renewal lapsed */
+        if (r->outcome == LEASE_RECREATED && atomic_exchange(&l->renewed_ms, clock_now_ms()) != 0)
+            atomic_store(&l->lapsed, 1);
+        else
+            atomic_store(&l->renewed_ms, clock_now_ms());
     } else if (r->outcome == LEASE_LOST && !atomic_exchange(&l->lost, 1)) {
         LOG(LOG_WARN, "lease lost", "\"key\":\"%.200s\"", l->key);
     }
@@ -133,5 +139,7 @@ void watchdog_remove(watchdog *w, wlease *l, int release, watchdog_done_cb cb, v
 }
 
 int watchdog_lost(const wlease *l) { return atomic_load(&l->lost); }
+
+int watchdog_take_lapsed(wlease *l) { return atomic_exchange(&l->lapsed, 0); }
 
 uint64_t watchdog_renewed_ms(const wlease *l) { return atomic_load(&l->renewed_ms); }

@@ -47,6 +47,11 @@ uint64_t watchdog_run(watchdog *w, uint64_t now_ms);
  * recreate): the holder must stop acting on it. */
 int watchdog_lost(const wlease *l);
 
+/* 1 if a renewal after the first found the key gone and set it again
+ * (recreate) since the last call, and clears that: the holder was silent
+ * for longer than its TTL, so others may have acted as if it were gone. */
+int watchdog_take_lapsed(wlease *l);
+
 /* Wall-clock ms of the last renewal Redis confirmed (0: none yet). */
 uint64_t watchdog_renewed_ms(const wlease *l);
 

@@ -3,6 +3,7 @@ at-least-once). Real redis-server, real hookwheel processes, real receiver;
 leases are shortened (--lease-ttl-ms) so takeovers happen within seconds."""
 
 import json
+import signal
 import threading
 import time
 from collections import Counter
@@ -188,3 +189,42 @@ def test_an_in_memory_cap_below_the_partition_count_still_claims_every_due_timer
     url = receiver.url("/small")
     specs = [{"id": f"small-{i:02d}", "url": url, "delay_ms": 300 + 10 * i} for i in range(40)]
     create_and_see_each_arrive_once(hw, receiver, "/small", specs, scaled(40), threads=4)
+
+
+def test_an_instance_frozen_past_its_lease_registers_again_and_its_later_claims_survive_its_kill(
+        redis, receiver, hookwheel_factory):
+    """A pause longer than the lease (a stopped VM, SIGSTOP) lets the other
+    instance take over the paused one's claims and forget it. When it wakes,
+    its watchdog makes its lease again; it must be in the registry again too,
+    or the claims it makes from then on would be found by no reaper after its
+    kill -9."""
+    a = hookwheel_factory(redis, args=LEASE)
+    b = hookwheel_factory(redis, args=LEASE)
+    url = receiver.url("/frozen")
+    before = [{"id": f"frozen-a-{i:02d}", "url": url, "delay_ms": 2500 + 50 * i} for i in range(20)]
+    _, errors = create_many(a.api, before, threads=2)
+    assert not errors, errors[:3]
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        assert wait_until(lambda: "took over the claims of a lapsed instance" in b.log.read_text(errors="replace"),
+                          scaled(15))
+        assert wait_until(lambda: a.instance_id not in redis.cmd("SMEMBERS", "hw:instances"),
+                          scaled(10))
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    assert wait_until(lambda: a.instance_id in redis.cmd("SMEMBERS", "hw:instances"), scaled(10)), \
+        "the woken instance is not in the registry"
+    assert wait_until(lambda: "lease had lapsed" in a.log.read_text(errors="replace"), scaled(5))
+    after = [{"id": f"frozen-b-{i:02d}", "url": url, "delay_ms": 1500 + 50 * i} for i in range(20)]
+    _, errors = create_many(a.api, after, threads=2)
+    assert not errors, errors[:3]
+    time.sleep(0.3)  # claimed by a (due within its window)
+    assert a.kill9() == -9
+    ids = [s["id"] for s in before + after]
+    counts = wait_all_arrived(receiver, "/frozen", ids, timeout=scaled(20))
+    missing = sorted(set(ids) - set(counts))
+    assert not missing, f"{len(missing)} timers never arrived, e.g. {missing[:10]}"
+    # No attempt was in flight at the pause or the kill: the woken instance's
+    # wheel still held the first timers, but their claims were handed back.
+    assert max(counts.values()) == 1, {t: c for t, c in counts.items() if c > 1}
+    assert "lease had lapsed" not in b.log.read_text(errors="replace")  # its first renewal made its key

@@ -568,8 +568,10 @@ static void test_extend_renews_its_own_key_recreates_only_when_asked_and_reports
     assert_string_equal(get("hw:instance:a", buf, sizeof buf), "(nil)");
 
     extend("hw:instance:a", "a", 60000, 1);
-    assert_int_equal(g.outcome, LEASE_RENEWED);
+    assert_int_equal(g.outcome, LEASE_RECREATED);
     assert_string_equal(get("hw:instance:a", buf, sizeof buf), "a");
+    extend("hw:instance:a", "a", 60000, 1);
+    assert_int_equal(g.outcome, LEASE_RENEWED);
 
     cmd_ok("SET %s %s PX %s", "hw:instance:a", "a", "1000");
     extend("hw:instance:a", "a", 60000, 0);
