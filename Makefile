@@ -28,6 +28,9 @@ TEST_PKGS += python3-prometheus-client
 TEST_PKGS += openssl
 # A listing is checked against a Redis running in a locale of its own (localedef).
 TEST_PKGS += locales
+# A host name with several addresses comes from a hosts file of the test's own
+# (nss_wrapper's NSS_WRAPPER_HOSTS), not from a change to /etc/hosts.
+TEST_PKGS += libnss-wrapper
 # The README's fencing example runs against a real PostgreSQL.
 TEST_PKGS += postgresql
 # The dashboard's browser tests drive Debian's Chromium (tests/integration/test_ui.py).

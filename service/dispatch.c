@@ -192,7 +192,8 @@ static size_t header_cb(char *line, size_t size, size_t n, void *userp)
 /* curl's open-socket callback: the address here is the one curl is about
  * to connect to. A refused address is noted in the job (complete() turns
  * it into the attempt's error) and gets no socket, so curl tries the next
- * address of the name, if any, or fails with CURLE_COULDNT_CONNECT. So is
+ * address of the name, if any, or fails with CURLE_COULDNT_CONNECT. The
+ * attempt counts as refused by the policy only when no address was allowed. So is
  * a socket() that fails: curl reports that as "Couldn't connect to server"
  * too, and only the noted errno tells our own shortage of descriptors or
  * memory from the target's failure. */
@@ -202,6 +203,7 @@ static curl_socket_t opensocket_cb(void *clientp, curlsocktype purpose, struct c
     (void)purpose;
     if (j->policy && !netpolicy_connect_allowed(j->policy, j->spec->url, &a->addr, j->refused, sizeof j->refused))
         return CURL_SOCKET_BAD;
+    j->allowed_tried = 1;
     int fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
     j->sock_errno = fd < 0 ? errno : 0; /* the last address tried decides */
     return fd;
@@ -422,6 +424,7 @@ int dispatch_start(dispatch *d, job *j)
     j->errbuf[0] = '\0';
     j->refused[0] = '\0';
     j->sock_errno = 0;
+    j->allowed_tried = 0;
     j->policy = d->policy;
     curl_easy_setopt(e, CURLOPT_URL, s->url);
     curl_easy_setopt(e, CURLOPT_PROXY, ""); /* never a proxy from the environment */
@@ -466,9 +469,14 @@ static int resolver_shortage(const job *j, CURLcode rc)
 
 static void describe_error(job *j, CURLcode rc, attempt_result *res)
 {
-    if (rc == CURLE_COULDNT_CONNECT && j->refused[0]) {
+    if (rc == CURLE_COULDNT_CONNECT && j->refused[0] && !j->allowed_tried) {
         res->refused_by_policy = 1;
         snprintf(res->error, sizeof res->error, "destination %s is not allowed (policy)", j->refused);
+    } else if (rc == CURLE_COULDNT_CONNECT && j->refused[0] && !local_shortage(j->sock_errno)) {
+        /* The name has allowed addresses too and they failed as any target
+         * may: retried like any failed connection. */
+        snprintf(res->error, sizeof res->error, "%.80s (%.45s: not allowed, not tried)",
+                 j->errbuf[0] ? j->errbuf : curl_easy_strerror(rc), j->refused);
     } else if ((rc == CURLE_COULDNT_CONNECT && local_shortage(j->sock_errno)) || resolver_shortage(j, rc)) {
         res->local_error = 1;
         snprintf(res->error, sizeof res->error, "no socket for the attempt here (%s): retried, not counted "

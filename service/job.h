@@ -107,6 +107,7 @@ typedef struct job {
     const struct netpolicy *policy; /* the dispatcher's, for its open-socket callback */
     char refused[64];          /* "" or the address the policy refused this attempt */
     int sock_errno;            /* 0, or why socket() failed for this attempt */
+    int allowed_tried;         /* an address the policy allowed was tried (connected or not) */
 } job;
 
 #endif

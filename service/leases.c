@@ -349,8 +349,9 @@ static void finish_probes(leases *l)
             probe_ok(l, p);
         else
             LOG(LOG_DEBUG, "lease probe failed", "\"lease\":\"%s\",\"status\":%ld,\"error\":\"%s%s\"", p->lid, code,
-                p->refused[0] ? "destination not allowed (policy): " : curl_easy_strerror(msg->data.result),
-                p->refused);
+                p->refused[0] && msg->data.result == CURLE_COULDNT_CONNECT ? "destination not allowed (policy): "
+                                                                           : curl_easy_strerror(msg->data.result),
+                p->refused[0] && msg->data.result == CURLE_COULDNT_CONNECT ? p->refused : "");
         for (pp = &l->probes; *pp != p; pp = &(*pp)->next)
             ;
         *pp = p->next;

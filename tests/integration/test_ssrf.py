@@ -3,11 +3,12 @@ when a timer is created (IP literals in any spelling, localhost) and, for
 host names, when the attempt connects, so a name that resolves to a
 forbidden address fails the timer at once and the target sees nothing."""
 
+import os
 import socket
 
 import pytest
 
-from conftest import scaled
+from conftest import free_port, scaled
 
 # Not 127.0.0.0/8: the receivers of these tests must be out of reach.
 ONLY_TEN = {"HOOKWHEEL_DESTINATION_ALLOWLIST": "10.0.0.0/8"}
@@ -70,6 +71,42 @@ def test_a_name_that_resolves_to_loopback_fails_at_connect_time_without_retry(
     error = done["last_attempt"]["error"]
     assert error.startswith("destination ") and error.endswith(" is not allowed (policy)"), done
     assert receiver.requests() == []
+
+
+def test_a_name_with_a_forbidden_and_an_allowed_address_that_refuses_is_retried_as_a_failed_connection(
+        redis, hookwheel_factory, tmp_path):
+    """The name resolves (through a hosts file of this test's own) to a
+    private address the policy refuses and to an allowed one where nothing
+    listens. The allowed address was tried and failed as any target may, so
+    the attempt is a failed connection, retried; only a name whose every
+    address is refused fails at once as refused by the policy."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("10.1.2.3 dual.example\n127.0.0.1 dual.example\n10.1.2.3 private.example\n"
+                     "10.1.2.4 private.example\n")
+    env = {"HOOKWHEEL_DESTINATION_ALLOWLIST": "127.0.0.0/8", "LD_PRELOAD": "libnss_wrapper.so",
+           "NSS_WRAPPER_HOSTS": str(hosts),
+           # nss_wrapper loads before the sanitizers' runtime in a sanitizer build
+           "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+    hw = hookwheel_factory(redis, env=env)
+    status, _, timer = hw.create({
+        "url": f"http://dual.example:{free_port()}/dual", "delay_ms": 0,
+        "retry": {"max_attempts": 3, "min_backoff_ms": 50, "max_backoff_ms": 100}})
+    assert status == 201, timer
+    done = hw.wait_state(timer["id"], ("delivered", "failed"), timeout=scaled(10))
+    assert done.get("state") == "failed", done
+    assert done["attempts"] == 3, done
+    error = done["last_attempt"]["error"]
+    assert "10.1.2.3" in error and "not allowed, not tried" in error, done
+    assert not error.endswith("is not allowed (policy)"), done
+
+    # Every address refused: refused by the policy, no retry.
+    status, _, timer = hw.create({
+        "url": f"http://private.example:{free_port()}/dual", "delay_ms": 0,
+        "retry": {"max_attempts": 3, "min_backoff_ms": 50, "max_backoff_ms": 100}})
+    assert status == 201, timer
+    done = hw.wait_state(timer["id"], ("delivered", "failed"), timeout=scaled(10))
+    assert done.get("state") == "failed" and done["attempts"] == 1, done
+    assert done["last_attempt"]["error"].endswith("is not allowed (policy)"), done
 
 
 def test_a_name_on_the_allowlist_is_called(redis, receiver, hookwheel_factory):
