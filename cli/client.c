@@ -236,6 +236,13 @@ void client_path_add(char **buf, const char *text)
  * needed to build a path before the call. */
 void client_path_segment(char **buf, const char *s)
 {
+    /* "." and ".." are valid ids, queue names and lease keys, which
+     * curl_easy_escape leaves as they are and curl then removes as dot
+     * segments (RFC 3986): /timers/.. would become /. */
+    if (strcmp(s, ".") == 0 || strcmp(s, "..") == 0) {
+        client_path_add(buf, s[1] ? "%2E%2E" : "%2E");
+        return;
+    }
     char *e = curl_easy_escape(NULL, s, 0);
     if (!e) {
         fprintf(stderr, "hookwheelctl: out of memory\n");

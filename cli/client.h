@@ -45,9 +45,10 @@ void client_reply_clear(client_reply *r);
  * a server error or no answer) and returns 1, 3, 4, 5 or 6. */
 int client_report(const client_reply *r);
 
-/* path segment s percent-encoded (curl_easy_escape), appended to *buf; the
- * others append text verbatim or a query parameter (name=escaped value,
- * with ? or & before it). *buf is a malloc'd string or NULL. */
+/* path segment s percent-encoded (curl_easy_escape; "." and ".." as %2E),
+ * appended to *buf; the others append text verbatim or a query parameter
+ * (name=escaped value, with ? or & before it). *buf is a malloc'd string
+ * or NULL. */
 void client_path_add(char **buf, const char *text);
 void client_path_segment(char **buf, const char *s);
 void client_query_add(char **buf, const char *name, const char *value);

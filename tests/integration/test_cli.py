@@ -339,3 +339,20 @@ def test_help_for_every_command(hookwheel):
     assert ok(hookwheel, "help") == main
     p = ctl(hookwheel)
     assert p.returncode == 2 and p.stderr.startswith("usage: hookwheelctl")
+
+
+def test_ids_and_names_that_are_dot_segments_reach_their_resource(hookwheel, receiver):
+    # "." and ".." are valid ids, queue names and lease keys; a URL path keeps
+    # them only percent-encoded (RFC 3986 removes dot segments)
+    for tid in (".", ".."):
+        assert ok(hookwheel, "create", "--url", receiver.url("/dots"), "--in", "1h", "--id", tid) == tid + "\n"
+        t = json.loads(ok(hookwheel, "--json", "get", tid))
+        assert t["id"] == tid and t["state"] == "scheduled", t
+        assert ok(hookwheel, "pause", tid) == f"{tid} paused\n"
+        assert ok(hookwheel, "cancel", tid) == f"{tid} cancelled\n"
+    assert ok(hookwheel, "pause", "--queue", "..") == ".. paused\n"
+    q = json.loads(ok(hookwheel, "--json", "queues", ".."))
+    assert q["name"] == ".." and q["paused"] is True, q
+    status, _, lease = hookwheel.request("POST", "/leases", json_body={"key": "..", "owner": "w", "ttl_ms": 60000})
+    assert status == 201, lease
+    assert json.loads(ok(hookwheel, "--json", "leases", ".."))["key"] == "..", lease
