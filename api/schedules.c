@@ -26,6 +26,7 @@
 
 #define PREVIEW_MAX 100     /* instants one preview lists at most */
 #define PREVIEW_DEFAULT 10
+#define PREVIEW_LAST_MS 253402300799999LL /* 9999-12-31T23:59:59.999Z: RFC 3339's last instant */
 
 /* "2027-03-28T03:00:00+02:00": t (seconds) in its zone's local time. */
 static void local_text(const tz *z, int64_t t, char *out, size_t size)
@@ -91,8 +92,13 @@ void api_schedule_preview(http_req *r, const char *const *params, void *app)
         long long ms = strtoll(fv, &end, 10);
         if (*fv && !*end && ms >= 0)
             from = ms;
-        else if (clock_parse_rfc3339(fv, &from) < 0) {
-            http_respond_problem(r, 400, "from must be an RFC 3339 date-time or epoch milliseconds", "from", NULL, 0);
+        else if (clock_parse_rfc3339(fv, &from) < 0)
+            from = -1;
+        if (from < 0 || from > PREVIEW_LAST_MS) { /* later instants overflow and cannot be written */
+            http_respond_problem(r, 400,
+                                 "from must be an RFC 3339 date-time or epoch milliseconds, at most "
+                                 "9999-12-31T23:59:59.999Z",
+                                 "from", NULL, 0);
             return;
         }
     }
@@ -121,6 +127,16 @@ void api_schedule_preview(http_req *r, const char *const *params, void *app)
         http_respond_problem(r, 400, err.detail, err.field, NULL, 0);
         return;
     }
+    /* The maximum delay was lifted for a calendar's first slot (start_at may
+     * lie far ahead); a period stays within it, as POST /timers checks. */
+    if (!s->cron_x && s->every_ms > a->lim.max_delay_ms) {
+        char detail[96];
+        snprintf(detail, sizeof detail, "repeat.every_ms must be an integer from %d to %" PRIu64, SPEC_MIN_EVERY_MS,
+                 a->lim.max_delay_ms);
+        http_respond_problem(r, 400, detail, "repeat.every_ms", NULL, 0);
+        spec_free(s);
+        return;
+    }
     json_t *list = json_array();
     if (s->cron_x) {
         /* The slots as shift places them; with skip, a shifted one is a slot
@@ -130,7 +146,7 @@ void api_schedule_preview(http_req *r, const char *const *params, void *app)
         cron_instant in;
         while (runs < count && listed < 2 * PREVIEW_MAX &&
                cron_next(s->cron_x, s->tz, CRON_GAP_SHIFT, (enum cron_overlap)s->dst_overlap, after, &in) == 0 &&
-               !(s->end_at_ms && in.utc_ms > s->end_at_ms)) {
+               !(s->end_at_ms && in.utc_ms > s->end_at_ms) && in.utc_ms <= PREVIEW_LAST_MS) {
             const char *dst = NULL;
             if (in.flags & CRON_SHIFTED)
                 dst = s->dst_gap == CRON_GAP_SKIP ? "skipped" : "shifted";
@@ -143,8 +159,9 @@ void api_schedule_preview(http_req *r, const char *const *params, void *app)
             after = in.utc_ms;
         }
     } else {
-        for (long i = 0; i < count; i++)
-            json_array_append_new(list, instant(s, from + i * (int64_t)s->every_ms, NULL));
+        /* every_ms and from are bounded above, so the sum cannot overflow */
+        for (int64_t at = from, i = 0; i < count && at <= PREVIEW_LAST_MS; i++, at += (int64_t)s->every_ms)
+            json_array_append_new(list, instant(s, at, NULL));
     }
     char fts[40];
     clock_format_rfc3339((uint64_t)from, fts, sizeof fts);

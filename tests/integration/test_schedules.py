@@ -142,6 +142,31 @@ def test_bad_schedules_answer_400_naming_the_field(hookwheel, receiver):
     assert receiver.requests("/never") == []
 
 
+def test_the_preview_refuses_what_a_timer_refuses_and_never_lists_an_instant_past_year_9999(hookwheel, receiver):
+    # every_ms above HOOKWHEEL_MAX_DELAY_MS: POST /timers refuses it, and so does the preview
+    huge = 4611686018427387903
+    status, _, body = hookwheel.create({"url": receiver.url("/never"), "delay_ms": 0,
+                                        "repeat": {"every_ms": huge, "mode": "fixed_rate"}})
+    assert status == 400 and body["field"] == "repeat.every_ms", body
+    for every in (huge, 9223372036854775807, 365 * 86400000 + 1):
+        status, body = preview(hookwheel, every_ms=str(every), count="3")
+        assert status == 400 and body["field"] == "repeat.every_ms", (every, status, body)
+    # a `from` beyond what RFC 3339 can write (9999-12-31T23:59:59.999Z) is refused
+    for frm in ("9223372036854775807", "253402300800000"):
+        for q in ({"every_ms": "1000"}, {"cron": "0 * * * *", "tz": "UTC"}):
+            status, body = preview(hookwheel, **q, **{"from": frm, "count": "2"})
+            assert status == 400 and body["field"] == "from", (frm, q, status, body)
+    # instants stop at the last one RFC 3339 can write: each `at` is its `at_ms`, in order
+    last = 253402300799999
+    for q in ({"every_ms": str(365 * 86400000)}, {"cron": "0 * * * *", "tz": "UTC"}):
+        status, body = preview(hookwheel, **q, **{"from": str(last - 3600000), "count": "5"})
+        assert status == 200, (q, body)
+        ats = [i["at_ms"] for i in body["instants"]]
+        assert ats and ats == sorted(ats) and all(last - 3600000 <= a <= last for a in ats), (q, body)
+        for i in body["instants"]:
+            assert i["at"].startswith("9999-12-31T2"), i
+
+
 def test_a_schedule_bounded_by_start_at_and_end_at_runs_only_between_them(hookwheel, receiver):
     start = math.ceil(time.time() + 2)
     assert_created(*hookwheel.create({
