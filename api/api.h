@@ -87,6 +87,11 @@ char *api_timer_from_view(const char *id, const timer_view *v, size_t *len);
 void api_respond_unavailable(http_req *r);
 void api_respond_submit_error(http_req *r, int rc);
 
+/* Writes prefix + name (an id, queue name or lease key, whose characters
+ * need no escape) as a path for a Location header: a name that is a dot
+ * segment ("." or "..") is percent-encoded, so a client keeps it. */
+void api_location(char *out, size_t size, const char *prefix, const char *name);
+
 /* The id a client knows from a key id ("namespace/id" or "id"). */
 const char *api_public_id(const char *key_id);
 

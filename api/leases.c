@@ -125,7 +125,7 @@ static json_t *lease_json(const char *key, const lease_info *d)
 static void respond_lease(http_req *r, unsigned status, const char *key, const lease_info *d)
 {
     char loc[LEASE_KEY_MAX + 16];
-    snprintf(loc, sizeof loc, "/leases/%s", key);
+    api_location(loc, sizeof loc, "/leases/", key);
     http_respond_json(r, status, lease_json(key, d), status == 201 ? loc : NULL);
 }
 

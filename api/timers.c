@@ -58,6 +58,14 @@ const char *api_public_id(const char *key_id)
     return slash ? slash + 1 : key_id;
 }
 
+void api_location(char *out, size_t size, const char *prefix, const char *name)
+{
+    /* "." and ".." are valid names, but a client removes such a path
+     * segment (RFC 3986 5.2.4) and would ask for another resource. */
+    int dots = strcmp(name, ".") == 0 ? 1 : strcmp(name, "..") == 0 ? 2 : 0;
+    snprintf(out, size, "%s%s", prefix, dots == 1 ? "%2E" : dots == 2 ? "%2E%2E" : name);
+}
+
 int api_label_valid(const char *s)
 {
     const char *colon = s ? strchr(s, ':') : NULL;
@@ -196,7 +204,7 @@ static void respond_timer(http_req *r, unsigned status, char *text, size_t len, 
         return;
     }
     char loc[160];
-    snprintf(loc, sizeof loc, "/timers/%s", api_public_id(id));
+    api_location(loc, sizeof loc, "/timers/", api_public_id(id));
     http_respond_json_text_take(r, status, text, len, status == 201 ? loc : NULL);
 }
 

@@ -774,3 +774,22 @@ def test_a_dead_letter_run_again_keeps_the_history_its_record_held(redis, receiv
     status, _, page = hw.request("GET", "/timers?state=delivered&label=team:x")
     assert status == 200 and [t["id"] for t in page["items"]] == ["dl-inl"], page
     assert [a["status"] for a in page["items"][0]["attempt_history"]] == [204, 502, 500], page
+
+
+def test_the_location_of_a_timer_or_lease_whose_name_is_a_dot_segment_is_percent_encoded(hookwheel, receiver):
+    # a client resolves /timers/.. to /, so the Location must encode the dots
+    import urllib.parse
+    for name in (".", ".."):
+        status, headers, t = hookwheel.create({"id": name, "url": receiver.url("/dots"), "delay_ms": 3600000})
+        assert status == 201, t
+        loc = headers["Location"]
+        assert urllib.parse.urljoin("http://h/timers", loc) == "http://h" + loc, loc
+        assert urllib.parse.unquote(loc) == f"/timers/{name}", loc
+        status, _, got = hookwheel.request("GET", loc)
+        assert status == 200 and got["id"] == name, (loc, got)
+        status, headers, lease = hookwheel.request("POST", "/leases",
+                                                   json_body={"key": name, "owner": "w", "ttl_ms": 60000})
+        assert status == 201, lease
+        loc = headers["Location"]
+        assert urllib.parse.urljoin("http://h/leases", loc) == "http://h" + loc, loc
+        assert urllib.parse.unquote(loc) == f"/leases/{name}", loc
