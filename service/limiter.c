@@ -71,7 +71,8 @@ struct lqueue {
     int paused;
     uint32_t mark;   /* 0: not configured; else the mark of its last limiter_configure_queue */
     double rate;     /* starts per second; 0: no limit */
-    double tokens;   /* 0..bucket capacity (limiter_tick) */
+    double tokens;   /* 0..bucket capacity (limiter_tick); kept while the rate is 0 */
+    int metered;     /* has had a rate: tokens and refilled_us say what its bucket held */
     uint64_t refilled_us;
     char name[]; /* owned copy */
 };
@@ -239,10 +240,21 @@ void limiter_set_queue_rate(limiter *l, lqueue *q, double per_s, uint64_t now_us
     double rate = per_s > 0 ? (per_s < LIMITER_MAX_RATE ? per_s : LIMITER_MAX_RATE) : 0;
     if (rate == q->rate)
         return;
-    if (q->rate <= 0 || q->tokens > 1.0) { /* a new limit, or a bucket past the new one's start */
+    if (rate > 0 && q->rate <= 0 && q->metered) {
+        /* Limited again: the bucket kept what it held when the limit went
+         * (a shared queue's share goes to 0 whenever it gives its permits
+         * back between two timers) and gains what the time since would
+         * have brought, up to one token. A fresh token here would let
+         * timers that come due one by one start as fast as they come. */
+        double gained = now_us > q->refilled_us ? (double)(now_us - q->refilled_us) * rate / 1e6 : 0;
+        q->tokens = q->tokens + gained < 1.0 ? q->tokens + gained : 1.0;
+        q->refilled_us = now_us;
+    } else if (q->rate <= 0 || q->tokens > 1.0) { /* a first limit, or a bucket past the new one's start */
         q->tokens = 1.0;
         q->refilled_us = now_us;
     }
+    if (rate > 0)
+        q->metered = 1;
     q->rate = rate;
     if (q->rate > 0 && !list_linked(&q->limited))
         list_insert_tail(&l->limited, &q->limited);

@@ -81,7 +81,9 @@ void limiter_set_queue_paused(limiter *l, lqueue *q, int paused);
  * LIMITER_MAX_RATE), paced evenly (see limiter_tick for the bucket's size).
  * now_us is the caller's clock. A change from one limit to another keeps
  * the bucket's tokens (at most one), so a shared queue's share may change
- * often without bursts or stalls. */
+ * often without bursts or stalls; so does a change through 0 (no limit, or
+ * a shared queue's permits given back): the bucket then gains only what the
+ * time since it was last refilled brings, up to one token. */
 void limiter_set_queue_rate(limiter *l, lqueue *q, double per_s, uint64_t now_us);
 
 /* Refills the rate-limited queues' buckets up to now_us. Call before

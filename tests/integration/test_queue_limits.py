@@ -129,3 +129,23 @@ def test_scope_is_validated_and_returned(hookwheel):
     put(hookwheel, "q1", {"parallelism": 2})
     status, _, body = hookwheel.request("GET", "/queues")
     assert [q["scope"] for q in body["queues"] if q["name"] == "q1"] == ["deployment"], body
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="on a cluster the permit keys are the parallelism test's")
+def test_a_rate_holds_for_timers_due_one_by_one_with_idle_gaps_between(redis, hookwheel_factory, receiver):
+    # 0.5 starts a second: one start every 2 s. Timers due 0.8 s apart leave
+    # the queue idle between them long enough for its permits to go back
+    # (renewed every 250 ms); coming back must not bring a fresh token.
+    hw = hookwheel_factory(redis)
+    put(hw, "trickle", {"max_dispatches_per_second": 0.5})
+    time.sleep(APPLY_S)
+    due = int(now_ms()) + 1500
+    specs = [{"id": f"tr-{i}", "url": receiver.url("/trickle"), "fire_at_ms": due + i * 800, "queue": "trickle"}
+             for i in range(4)]
+    _, errors = create_many(hw.api, specs, threads=1)
+    assert not errors, errors
+    got = receiver.wait_for(4, path="/trickle", timeout=scaled(20))
+    assert len(got) == 4
+    times = sorted(r.wall_ms for r in got)
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert min(gaps) >= 1500, gaps  # 0.8 s apart when each comeback brings a token

@@ -636,6 +636,28 @@ static void test_a_changed_rate_share_keeps_the_bucket(void **state)
     limiter_free(l);
 }
 
+static void test_a_rate_given_back_and_taken_again_brings_no_fresh_token(void **state)
+{
+    (void)state;
+    limiter *l = limiter_create(10, 10);
+    lqueue *q = limiter_queue(l, "q");
+    tjob t[3];
+    uint64_t now = 1000000;
+    limiter_set_queue_rate(l, q, 2, now);
+    push(l, q, &t[0], 0);
+    limiter_tick(l, now, TICK_US);
+    assert_non_null(pop(l)); /* the one token */
+    limiter_done(l, &t[0].j);
+    limiter_set_queue_rate(l, q, 0, now + 100000); /* the share goes back while the queue is idle */
+    push(l, q, &t[1], 1);
+    limiter_set_queue_rate(l, q, 2, now + 200000); /* and comes again with the next timer */
+    limiter_tick(l, now + 200000, TICK_US);
+    assert_null(pop(l)); /* 2/s: the next token is 500 ms after the last start */
+    limiter_tick(l, now + 500000, TICK_US);
+    assert_non_null(pop(l));
+    limiter_free(l);
+}
+
 static void test_many_one_off_queues_leave_nothing_behind(void **state)
 {
     (void)state;
@@ -682,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_many_one_off_queues_leave_nothing_behind),
         cmocka_unit_test(test_a_shared_queue_starts_no_more_than_its_grant),
         cmocka_unit_test(test_a_changed_rate_share_keeps_the_bucket),
+        cmocka_unit_test(test_a_rate_given_back_and_taken_again_brings_no_fresh_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
