@@ -8,7 +8,9 @@
 -- nor the sum of their rate shares its rate: an instance's held count only
 -- grows into what the others do not hold, and only it lowers its own, at its
 -- next call, once its attempts in flight allow. An entry expires ttl ms
--- after its instance's last call (a crashed instance's permits come back).
+-- after its instance's last call (a crashed instance's permits come back);
+-- an instance that wants nothing more keeps its rate share counted for one
+-- interval between starts at that share (1 / share s), held 0.
 -- Shares: the parallelism is water-filled over the live instances' wants
 -- (each gets what it wants up to an equal share of what is left), and what
 -- nobody wants is split equally among the instances that want any, as
@@ -21,6 +23,13 @@
 local me, ttl = ARGV[1], tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The hash lives at least ms more (never less than an entry in it needs).
+local function keep(key, ms)
+  local left = redis.call('PTTL', key)
+  if left < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
 local out = {}
 for i = 3, #ARGV - 2, 3 do
   local field, want, inflight = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
@@ -58,7 +67,19 @@ for i = 3, #ARGV - 2, 3 do
       end
     end
     if want == 0 and inflight == 0 then
-      redis.call('HDEL', key, me)
+      -- A rate share goes back only once a start at that share could have
+      -- been followed by the next: until then it stays counted (held 0,
+      -- wanting nothing), so an instance that takes the rate up at once
+      -- cannot start right after this one's last start.
+      local prev = redis.call('HGET', key, me)
+      local pshare = prev and tonumber(string.match(prev, '^%d+ (%S+) ')) or 0
+      if rate > 0 and pshare and pshare > 0 then
+        local hold = math.ceil(1000 / pshare)
+        redis.call('HSET', key, me, '0 ' .. string.format('%.9g', pshare) .. ' 0 ' .. (now + hold))
+        keep(key, hold)
+      else
+        redis.call('HDEL', key, me)
+      end
       out[#out + 1] = 0
       out[#out + 1] = '0'
     else
@@ -94,7 +115,7 @@ for i = 3, #ARGV - 2, 3 do
       end
       local s = string.format('%.9g', share)
       redis.call('HSET', key, me, held .. ' ' .. s .. ' ' .. want .. ' ' .. (now + ttl))
-      redis.call('PEXPIRE', key, 2 * ttl)
+      keep(key, 2 * ttl)
       out[#out + 1] = grant
       out[#out + 1] = s
     end

@@ -149,3 +149,25 @@ def test_a_rate_holds_for_timers_due_one_by_one_with_idle_gaps_between(redis, ho
     times = sorted(r.wall_ms for r in got)
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert min(gaps) >= 1500, gaps  # 0.8 s apart when each comeback brings a token
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="on a cluster the permit keys are the parallelism test's")
+def test_a_rate_holds_when_instances_take_turns_with_idle_gaps(redis, hookwheel_factory, receiver):
+    # 0.5 starts a second for the deployment, and timers due 0.8 s apart on
+    # alternate instances: each instance is idle and has given its permits
+    # back when its next timer comes due, so only the permits in Redis can
+    # know that the other one has just started an attempt.
+    a, b = two(redis, hookwheel_factory)
+    put(a, "turns", {"max_dispatches_per_second": 0.5})
+    time.sleep(APPLY_S)
+    due = int(now_ms()) + 1500
+    for i in range(4):
+        spec = {"id": f"tu-{i}", "url": receiver.url("/turns"), "fire_at_ms": due + i * 800, "queue": "turns"}
+        _, errors = create_many((a, b)[i % 2].api, [spec], threads=1)
+        assert not errors, errors
+    got = receiver.wait_for(4, path="/turns", timeout=scaled(20))
+    assert len(got) == 4
+    times = sorted(r.wall_ms for r in got)
+    gaps = [y - x for x, y in zip(times, times[1:])]
+    assert min(gaps) >= 1500, gaps
+    assert delivering_instances(a, [f"tu-{i}" for i in range(4)]) == {a.instance_id, b.instance_id}
