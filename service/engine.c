@@ -1401,7 +1401,9 @@ static void collect_demand(lqueue *q, void *arg)
 {
     permits_call *c = arg;
     uint32_t inflight = limiter_queue_inflight(q);
-    uint32_t want = c->give_back ? 0 : inflight + limiter_queue_waiting(q);
+    /* A stopping engine starts nothing more: it wants no permits, and holds
+     * those of its attempts in flight until they end (give-back). */
+    uint32_t want = c->give_back || atomic_load(&c->e->stop) ? 0 : inflight + limiter_queue_waiting(q);
     if (!want && !inflight && !limiter_queue_grant(q))
         return; /* nothing held, nothing wanted: nothing to say */
     if (c->skip) {
@@ -1597,8 +1599,13 @@ static void shutdown_engine(engine *e)
     uint64_t deadline = clock_now_ms() + e->cfg->shutdown_grace_ms;
     while ((dispatch_running(e->d) || e->store_jobs || e->starting || !list_empty(&e->held) ||
             atomic_load(&e->pending_ops)) &&
-           clock_now_ms() < deadline)
+           clock_now_ms() < deadline) {
+        /* The attempts still running hold their queues' permits: renewed
+         * as usual, or another instance would take them 3 s from now. */
+        apply_permits(e);
+        renew_permits(e, clock_now_ms());
         poll_once(e, clock_now_us() + 10000);
+    }
     dispatch_abort_all(e->d, abandon_cb, e);
     ask_permits(e, clock_now_ms(), 1);
     release_all(e);

@@ -2,6 +2,8 @@
 Redis share a queue's parallelism and its dispatch rate through permits in
 Redis; scope "instance" keeps the per-instance limits; a crashed instance's
 permits come back. Real redis-server, two real binaries, a real receiver."""
+import os
+import signal
 import time
 
 import pytest
@@ -171,3 +173,24 @@ def test_a_rate_holds_when_instances_take_turns_with_idle_gaps(redis, hookwheel_
     gaps = [y - x for x, y in zip(times, times[1:])]
     assert min(gaps) >= 1500, gaps
     assert delivering_instances(a, [f"tu-{i}" for i in range(4)]) == {a.instance_id, b.instance_id}
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="on a cluster the permit keys are the parallelism test's")
+def test_a_stopping_instance_keeps_its_permits_while_its_attempts_run(redis, hookwheel_factory, receiver):
+    # a stops (SIGTERM) with two 6 s attempts of a parallelism-2 queue in
+    # flight; it lets them finish (HOOKWHEEL_SHUTDOWN_GRACE_MS, 10 s), and
+    # until they do the queue's two permits are still its own
+    a, b = two(redis, hookwheel_factory)
+    put(a, "stopping", {"parallelism": 2})
+    time.sleep(APPLY_S)
+    receiver.default("/stopping", Reply(204, delay_s=6.0))
+    _, errors = create_many(a.api, burst(receiver, "/stopping", 2, "sa", "stopping", delay_ms=300), threads=1)
+    assert not errors, errors
+    assert len(receiver.wait_for(2, path="/stopping", timeout=scaled(10))) == 2
+    _, errors = create_many(b.api, burst(receiver, "/stopping", 2, "sb", "stopping", delay_ms=300), threads=1)
+    assert not errors, errors
+    os.kill(a.proc.pid, signal.SIGTERM)
+    got = receiver.wait_for(4, path="/stopping", timeout=scaled(20))
+    assert len(got) == 4
+    assert receiver.max_concurrent("/stopping") <= 2, "b started while a's attempts still ran"
+    assert a.stop() == 0
