@@ -12,7 +12,6 @@
 
 #define QUEUES_KEY "hw:{queues}"
 #define VALUE_MAX 64
-#define RATE_FMT "%.6g" /* the rate's token in a stored value */
 
 /* queues.lua's keys, in its KEYS order */
 static const char *const fn_keys[] = {QUEUES_KEY, QUEUES_KEY ":version", QUEUES_KEY ":changes", QUEUES_KEY ":floor"};
@@ -28,9 +27,23 @@ typedef struct call {
     void *arg;
 } call;
 
+/* The rate's token in a stored value: the shortest text that reads back as
+ * the same double, so the engines apply, and GET shows, the rate the PUT
+ * answered with (six digits turned 1234.5678 into 1234.57). */
+static void format_rate(double rate, char *buf, size_t size)
+{
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, size, "%.*g", digits, rate);
+        if (strtod(buf, NULL) == rate)
+            return;
+    }
+}
+
 static void format_value(const queue_controls *c, char *buf, size_t size)
 {
-    snprintf(buf, size, "%u %d " RATE_FMT "%s", c->parallelism, c->paused ? 1 : 0, c->rate, c->per_instance ? " i" : "");
+    char rate[32];
+    format_rate(c->rate, rate, sizeof rate);
+    snprintf(buf, size, "%u %d %s%s", c->parallelism, c->paused ? 1 : 0, rate, c->per_instance ? " i" : "");
 }
 
 /* Returns 0, or -1 when text is not a well-formed value. */
@@ -193,7 +206,7 @@ int queues_patch(store *st, const char *field, const queue_controls *c, unsigned
     format_value(defaults, def, sizeof def);
     snprintf(capbuf, sizeof capbuf, "%llu", (unsigned long long)cap);
     snprintf(par, sizeof par, "%u", c->parallelism);
-    snprintf(rate, sizeof rate, RATE_FMT, c->rate);
+    format_rate(c->rate, rate, sizeof rate);
     const char *argv[] = {
         "patch", field, def, capbuf,
         set & QUEUES_SET_PARALLELISM ? par : "",

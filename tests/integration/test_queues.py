@@ -106,6 +106,14 @@ def test_queue_settings_are_listed_read_and_validated(hookwheel):
     assert status == 404, body
 
 
+def test_a_rate_reads_back_as_the_put_answered_it(hookwheel):
+    for rate in (1234.5678, 0.0012345678, 99999.99):
+        set_ = put(hookwheel, "precise", {"max_dispatches_per_second": rate})
+        status, _, body = hookwheel.request("GET", "/queues/precise")
+        assert status == 200, body
+        assert body["max_dispatches_per_second"] == set_["max_dispatches_per_second"] == rate, (rate, set_, body)
+
+
 # --------------------------------------------------------------------------
 # PATCH /queues/{name}
 
