@@ -1604,14 +1604,19 @@ static void shutdown_engine(engine *e)
          * as usual, or another instance would take them 3 s from now. */
         apply_permits(e);
         renew_permits(e, clock_now_ms());
+        /* So does the lease, which may be shorter than the grace: lapsed, a
+         * reaper would hand the running attempts back to be made again. */
+        watchdog_run(e->wd, clock_now_ms());
         poll_once(e, clock_now_us() + 10000);
     }
     dispatch_abort_all(e->d, abandon_cb, e);
     ask_permits(e, clock_now_ms(), 1);
     release_all(e);
     deadline = clock_now_ms() + 2 * e->cfg->redis_timeout_ms + 1000;
-    while ((atomic_load(&e->pending_ops) || atomic_load(&e->rebuilding)) && clock_now_ms() < deadline)
+    while ((atomic_load(&e->pending_ops) || atomic_load(&e->rebuilding)) && clock_now_ms() < deadline) {
+        watchdog_run(e->wd, clock_now_ms());
         poll_once(e, clock_now_us() + 10000);
+    }
     unregister_instance(e);
     while ((atomic_load(&e->pending_ops) || atomic_load(&e->rebuilding)) && clock_now_ms() < deadline)
         poll_once(e, clock_now_us() + 10000);

@@ -3,6 +3,7 @@ at-least-once). Real redis-server, real hookwheel processes, real receiver;
 leases are shortened (--lease-ttl-ms) so takeovers happen within seconds."""
 
 import json
+import os
 import signal
 import threading
 import time
@@ -228,3 +229,24 @@ def test_an_instance_frozen_past_its_lease_registers_again_and_its_later_claims_
     # wheel still held the first timers, but their claims were handed back.
     assert max(counts.values()) == 1, {t: c for t, c in counts.items() if c > 1}
     assert "lease had lapsed" not in b.log.read_text(errors="replace")  # its first renewal made its key
+
+
+def test_a_stopping_instance_keeps_its_lease_while_its_attempts_finish(redis, receiver, hookwheel_factory):
+    """At SIGTERM attempts in flight may finish for up to the shutdown grace,
+    which may be longer than the lease. The lease must be renewed meanwhile,
+    or another instance takes the stopping one's claims over and makes the
+    attempts that are still running a second time."""
+    a = hookwheel_factory(redis, args=LEASE)
+    b = hookwheel_factory(redis, args=LEASE)
+    receiver.default("/grace", Reply(204, delay_s=4.0))
+    specs = [{"id": f"grace-{i}", "url": receiver.url("/grace"), "delay_ms": 300} for i in range(2)]
+    _, errors = create_many(a.api, specs, threads=1)
+    assert not errors, errors
+    assert len(receiver.wait_for(2, path="/grace", timeout=scaled(10))) == 2
+    os.kill(a.proc.pid, signal.SIGTERM)
+    assert a.stop(timeout=scaled(15)) == 0
+    time.sleep(2.0)  # a takeover would come within a lease and a half
+    assert len(receiver.requests("/grace")) == 2, "an attempt still running at the stop was made again"
+    for s in specs:
+        assert b.get(s["id"])[2]["state"] == "delivered"
+    assert "took over the claims of a lapsed instance" not in b.log.read_text(errors="replace")
