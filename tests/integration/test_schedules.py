@@ -7,7 +7,7 @@ import signal
 import time
 import urllib.parse
 
-from conftest import assert_created, scaled
+from conftest import Reply, assert_created, scaled
 
 
 def preview(hw, **query):
@@ -175,3 +175,24 @@ def test_a_schedule_bounded_by_start_at_and_end_at_runs_only_between_them(hookwh
     body = hookwheel.wait_state("bounded", "delivered", scaled(10))
     assert body["state"] == "delivered" and body["runs"] == 3, body
     assert_on_slots(receiver.requests("/bounded"), [start * 1000, (start + 1) * 1000, (start + 2) * 1000])
+
+
+def test_a_schedule_paused_during_a_run_and_resumed_before_its_next_slot_waits_for_that_slot(hookwheel, receiver):
+    receiver.default("/pr", Reply(204, delay_s=1.0))
+    timer = assert_created(*hookwheel.create({"id": "pr", "url": receiver.url("/pr"),
+                                              "repeat": {"cron": "*/10 * * * * *"}}))
+    first = receiver.wait_for(1, path="/pr", timeout=scaled(13))
+    assert len(first) == 1
+    status, _, body = hookwheel.request("POST", "/timers/pr/pause")
+    assert status == 200 and body["state"] == "firing", body
+    paused = hookwheel.wait_state("pr", "paused", timeout=scaled(3))
+    assert paused["state"] == "paused", paused
+    status, _, body = hookwheel.request("POST", "/timers/pr/resume")
+    assert status == 200 and body["state"] == "scheduled", body
+    # the slot that just ran is not taken up again: the next run is the next slot
+    expected = slots(hookwheel, "*/10 * * * * *", first[0].wall_ms + 1, 1)
+    assert body["fire_at_ms"] == expected[0], (body["fire_at_ms"], expected, first[0].wall_ms)
+    got = receiver.wait_for(2, path="/pr", timeout=scaled(13))
+    assert len(got) == 2, got
+    assert_on_slots(got[1:], expected)
+    hookwheel.cancel("pr")
