@@ -35,9 +35,13 @@ local function answer(r)
 end
 
 -- The final state an outcome leads to, or nil when the timer waits again.
+-- A cancel that arrived during a recurring run decides whatever the run's
+-- own outcome: its answer (202) promised cancelled, and a cancelled timer
+-- is no dead letter and calls neither callback.
 local function final_state(r, outcome, times)
+  if r.flag == 2 then return 'cancelled' end
   if outcome == 'failed' or outcome == 'delivered' then return outcome end
-  if r.flag == 2 or outcome == 'stop' then return 'cancelled' end
+  if outcome == 'stop' then return 'cancelled' end
   if outcome == 'next' and times > 0 and r.runs >= times then return 'delivered' end
   return nil
 end

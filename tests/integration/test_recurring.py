@@ -279,3 +279,17 @@ def test_repeat_is_validated(hookwheel, receiver):
         assert status == 400 and body["field"] == field, (repeat, body)
     status, _, body = hookwheel.create({"url": receiver.url("/v"), "delay_ms": 0, "repeat": 100})
     assert status == 400 and body["field"] == "repeat", body
+
+
+def test_a_recurring_timer_cancelled_during_a_run_that_fails_ends_cancelled_without_on_failure(hookwheel, receiver):
+    receiver.default("/cancel-fails", Reply(400, delay_s=0.5))
+    timer = assert_created(*hookwheel.create(recurring(receiver, "/cancel-fails", 100,
+                                                       on_failure=receiver.url("/cancel-fails-cb"))))
+    assert receiver.wait_for(1, path="/cancel-fails", timeout=scaled(3))
+    status, _, body = hookwheel.cancel(timer["id"])
+    assert status == 202 and body["state"] == "firing", body
+    done = hookwheel.wait_state(timer["id"], ("cancelled", "failed"), timeout=scaled(3))
+    assert done["state"] == "cancelled" and done["last_attempt"]["status"] == 400, done
+    time.sleep(scaled(4))  # a callback would be claimed by a sweep within 2.5 s
+    assert receiver.requests("/cancel-fails-cb") == []
+    assert len(receiver.requests("/cancel-fails")) == 1
