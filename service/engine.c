@@ -372,6 +372,9 @@ static void send_begin(engine *e, job *j, uint64_t now_us)
     }
 }
 
+static int to_skip(const job *j, int64_t now, int64_t *next, uint64_t *n);
+static void skip_to(engine *e, job *j, int64_t now, int64_t next, uint64_t n);
+
 /* Starts every job the limiter lets start now. */
 static void pump(engine *e)
 {
@@ -380,8 +383,20 @@ static void pump(engine *e)
     ljob *lj;
     uint64_t now_us = clock_now_us();
     e->limiter_next_us = limiter_tick(e->lim, now_us, e->cfg->tick_ms * 1000u);
-    while ((lj = limiter_pop_ready(e->lim)))
-        send_begin(e, container_of(lj, job, lj), now_us);
+    while ((lj = limiter_pop_ready(e->lim))) {
+        job *j = container_of(lj, job, lj);
+        /* A calendar schedule's run that waited in its queue (paused, or
+         * short of permits) past its next slot is a misfire too. */
+        int64_t now = (int64_t)(now_us / 1000u), next;
+        uint64_t n;
+        if (to_skip(j, now, &next, &n)) {
+            limiter_done(e->lim, &j->lj);
+            metrics_gauge_add(e->m, j->spec->queue, MG_READY, -1);
+            skip_to(e, j, now, next, n);
+            continue;
+        }
+        send_begin(e, j, now_us);
+    }
 }
 
 /* ---- misfires of calendar schedules ----
@@ -410,23 +425,29 @@ static void skipped_cb(void *arg, int status, const timer_view *v, int held)
     post(j->owner, j, MSG_SKIPPED);
 }
 
-/* Skips j's run when its slot was missed; returns 1 when it did. */
-static int skip_missed(engine *e, job *j)
+/* Whether j's run is to be skipped as missed at now: then *next is the
+ * slot it goes on at and *n the slots skipped. */
+static int to_skip(const job *j, int64_t now, int64_t *next, uint64_t *n)
 {
     const timer_spec *s = j->spec;
-    int64_t now = (int64_t)clock_now_ms(), next;
     if (!s->cron_x || s->misfire_fire_once || j->attempts > 0)
         return 0;
-    if (spec_next_slot(s, (int64_t)j->wt.due_ms, &next, NULL) < 0 || next > now)
+    if (spec_next_slot(s, (int64_t)j->wt.due_ms, next, NULL) < 0 || *next > now)
         return 0; /* on time, if late; or its last slot (it runs, then the schedule ends) */
-    uint64_t n = 1; /* its own slot */
-    while (next <= now && n < MISFIRE_COUNT_MAX) {
-        n++;
-        if (spec_next_slot(s, next, &next, NULL) < 0)
+    *n = 1; /* its own slot */
+    while (*next <= now && *n < MISFIRE_COUNT_MAX) {
+        (*n)++;
+        if (spec_next_slot(s, *next, next, NULL) < 0)
             return 0; /* no slot after the missed ones: run this one as the last */
     }
-    if (next <= now && spec_next_slot(s, now, &next, NULL) < 0)
+    if (*next <= now && spec_next_slot(s, now, next, NULL) < 0)
         return 0;
+    return 1;
+}
+
+/* Moves j's missed run to its slot next, n slots skipped (to_skip). */
+static void skip_to(engine *e, job *j, int64_t now, int64_t next, uint64_t n)
+{
     job_log(LOG_INFO, "missed slots skipped", j, "\"skipped\":%" PRIu64 ",\"next_ms\":%" PRId64, n, next);
     j->phase = JOB_SKIP;
     e->store_jobs++;
@@ -435,6 +456,16 @@ static int skip_missed(engine *e, job *j)
         e->store_jobs--;
         park(e, j);
     }
+}
+
+/* Skips j's run when its slot was missed; returns 1 when it did. */
+static int skip_missed(engine *e, job *j)
+{
+    int64_t now = (int64_t)clock_now_ms(), next;
+    uint64_t n;
+    if (!to_skip(j, now, &next, &n))
+        return 0;
+    skip_to(e, j, now, next, n);
     return 1;
 }
 

@@ -196,3 +196,24 @@ def test_a_schedule_paused_during_a_run_and_resumed_before_its_next_slot_waits_f
     assert len(got) == 2, got
     assert_on_slots(got[1:], expected)
     hookwheel.cancel("pr")
+
+
+def test_misfire_skip_applies_to_slots_missed_while_the_queue_was_paused(hookwheel, receiver):
+    status, _, body = hookwheel.request("PUT", "/queues/calq", json_body={"paused": True})
+    assert status == 200, body
+    time.sleep(1.2)  # queue settings are applied within a second
+    assert_created(*hookwheel.create({"id": "qsk", "url": receiver.url("/qsk"), "queue": "calq",
+                                      "repeat": {"cron": "*/2 * * * * *"}}))
+    time.sleep(5.5)  # two slots or more pass while the queue starts nothing
+    assert receiver.requests("/qsk") == []
+    resumed_ms = time.time() * 1000
+    status, _, body = hookwheel.request("PUT", "/queues/calq", json_body={"paused": False})
+    assert status == 200, body
+    got = receiver.wait_for(2, path="/qsk", timeout=scaled(8))
+    assert len(got) == 2, got
+    # no catch-up run for the missed slots: the first run is at a slot after the resume
+    expected = slots(hookwheel, "*/2 * * * * *", resumed_ms, 3)
+    assert got[0].wall_ms + 5 >= expected[0], (got[0].wall_ms, resumed_ms, expected)
+    status, _, body = hookwheel.get("qsk")
+    assert status == 200 and body["skipped_slots"] >= 2, body
+    hookwheel.cancel("qsk")
