@@ -222,6 +222,7 @@ static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uin
     if (!j->token) /* 0 is no job's: a wrap skips it */
         j->token = atomic_fetch_add(&e->next_token, 1);
     j->wt.due_ms = fire_ms;
+    j->due_ms = fire_ms;
     pthread_mutex_lock(&e->mu);
     list_insert_tail(&e->all, &j->all_node);
     pthread_mutex_unlock(&e->mu);
@@ -288,6 +289,8 @@ static void schedule(engine *e, job *j, enum job_phase phase, uint64_t due_ms)
 {
     j->phase = phase;
     j->wt.due_ms = due_ms;
+    if (phase == JOB_WHEEL) /* a park (JOB_PARKED) keeps the due time: lateness and misfires count from it */
+        j->due_ms = due_ms;
     wheel_add(e->w, &j->wt);
 }
 
@@ -432,7 +435,7 @@ static int to_skip(const job *j, int64_t now, int64_t *next, uint64_t *n)
     const timer_spec *s = j->spec;
     if (!s->cron_x || s->misfire_fire_once || j->attempts > 0)
         return 0;
-    if (spec_next_slot(s, (int64_t)j->wt.due_ms, next, NULL) < 0 || *next > now)
+    if (spec_next_slot(s, (int64_t)j->due_ms, next, NULL) < 0 || *next > now)
         return 0; /* on time, if late; or its last slot (it runs, then the schedule ends) */
     *n = 1; /* its own slot */
     while (*next <= now && *n < MISFIRE_COUNT_MAX) {
@@ -488,7 +491,6 @@ static void make_ready(engine *e, job *j)
     if (skip_missed(e, j))
         return;
     j->phase = JOB_READY;
-    j->due_ms = j->wt.due_ms;
     char qn[QUEUECFG_FIELD_MAX];
     queuecfg_field_of(qn, sizeof qn, j->id, j->spec->queue); /* queues are per namespace */
     lqueue *q = limiter_queue(e->lim, qn);

@@ -83,7 +83,7 @@ typedef struct job {
     uint64_t version;          /* the run line's version it was claimed under */
     uint32_t token;            /* unique among this instance's jobs (begin.lua) */
     enum job_phase phase;
-    uint64_t due_ms;           /* due time of the current attempt (for lateness) */
+    uint64_t due_ms;           /* due time of the current attempt (lateness, misfires; a park keeps it) */
     uint64_t start_us;         /* a begun attempt starts then, not before (engine.c send_begin) */
 
     enum job_outcome outcome;  /* the outcome being written (FINISH, PARKED) */

@@ -217,3 +217,24 @@ def test_misfire_skip_applies_to_slots_missed_while_the_queue_was_paused(hookwhe
     status, _, body = hookwheel.get("qsk")
     assert status == 200 and body["skipped_slots"] >= 2, body
     hookwheel.cancel("qsk")
+
+
+def test_misfire_skip_applies_to_slots_missed_while_redis_was_unreachable(redis, hookwheel, receiver):
+    assert_created(*hookwheel.create({"id": "rsk", "url": receiver.url("/rsk"),
+                                      "repeat": {"cron": "*/2 * * * * *"}}))
+    receiver.wait_for(1, path="/rsk", timeout=scaled(6))
+    before = len(receiver.requests("/rsk"))
+    redis.stop()
+    time.sleep(5.5)  # the slots due meanwhile cannot begin: two or more are missed
+    redis.restart()
+    back_ms = time.time() * 1000
+    got = receiver.wait_for(before + 2, path="/rsk", timeout=scaled(10))
+    after = [r for r in got if r.wall_ms >= back_ms - 50][:2]
+    assert len(after) == 2, got
+    # no late run of a missed slot: each run after the outage is at a slot of its own
+    late_ms = min(scaled(800), 1500)
+    for r in after:
+        assert r.wall_ms % 2000 + 5 <= late_ms, (r.wall_ms, back_ms, [x.wall_ms for x in got])
+    status, _, body = hookwheel.get("rsk")
+    assert status == 200 and body["skipped_slots"] >= 2, body
+    hookwheel.cancel("rsk")
