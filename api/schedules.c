@@ -148,8 +148,14 @@ void api_schedule_preview(http_req *r, const char *const *params, void *app)
                cron_next(s->cron_x, s->tz, CRON_GAP_SHIFT, (enum cron_overlap)s->dst_overlap, after, &in) == 0 &&
                !(s->end_at_ms && in.utc_ms > s->end_at_ms) && in.utc_ms <= PREVIEW_LAST_MS) {
             const char *dst = NULL;
+            cron_instant own;
             if (in.flags & CRON_SHIFTED)
-                dst = s->dst_gap == CRON_GAP_SKIP ? "skipped" : "shifted";
+                dst = s->dst_gap != CRON_GAP_SKIP ? "shifted"
+                      /* the gap's end may be a slot of its own too, which skip runs */
+                      : cron_next(s->cron_x, s->tz, CRON_GAP_SKIP, (enum cron_overlap)s->dst_overlap, after, &own) == 0 &&
+                                own.utc_ms == in.utc_ms
+                          ? NULL
+                          : "skipped";
             else if (in.flags & CRON_SECOND_OCCURRENCE)
                 dst = "second_occurrence";
             json_array_append_new(list, instant(s, in.utc_ms, dst));

@@ -238,3 +238,22 @@ def test_misfire_skip_applies_to_slots_missed_while_redis_was_unreachable(redis,
     status, _, body = hookwheel.get("rsk")
     assert status == 200 and body["skipped_slots"] >= 2, body
     hookwheel.cancel("rsk")
+
+
+def test_with_dst_gap_skip_a_real_slot_at_the_end_of_the_gap_is_previewed_as_a_run(hookwheel, receiver):
+    # "0 2,3": on 2027-03-28 in Berlin 02:00 falls in the gap, 03:00 is a slot of its own
+    status, body = preview(hookwheel, cron="0 2,3 * * *", tz="Europe/Berlin", dst_gap="skip",
+                           **{"from": "2027-03-27T12:00:00Z", "count": "2"})
+    assert status == 200, body
+    assert [(i["at"], i.get("dst")) for i in body["instants"]] == [
+        ("2027-03-28T01:00:00.000Z", None), ("2027-03-29T00:00:00.000Z", None)], body
+    # and that is the run the engine makes
+    timer = assert_created(*hookwheel.create({
+        "url": receiver.url("/gap"), "repeat": {"cron": "0 2,3 * * *", "tz": "Europe/Berlin", "dst_gap": "skip",
+                                                "start_at": "2027-03-27T12:00:00Z"}}))
+    assert timer["fire_at"] == "2027-03-28T01:00:00.000Z", timer
+    # a slot the gap swallows alone is still listed as skipped
+    status, body = preview(hookwheel, cron="0 2 * * *", tz="Europe/Berlin", dst_gap="skip",
+                           **{"from": "2027-03-27T12:00:00Z", "count": "1"})
+    assert [(i["at"], i.get("dst")) for i in body["instants"]] == [
+        ("2027-03-28T01:00:00.000Z", "skipped"), ("2027-03-29T00:00:00.000Z", None)], body
