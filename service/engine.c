@@ -437,6 +437,9 @@ static int to_skip(const job *j, int64_t now, int64_t *next, uint64_t *n)
         return 0;
     if (spec_next_slot(s, (int64_t)j->due_ms, next, NULL) < 0 || *next > now)
         return 0; /* on time, if late; or its last slot (it runs, then the schedule ends) */
+    int64_t own;
+    if (spec_next_slot(s, (int64_t)j->due_ms - 1, &own, NULL) < 0 || own != (int64_t)j->due_ms)
+        return 0; /* due at no slot: a run a reschedule placed, which runs as soon as it can */
     *n = 1; /* its own slot */
     while (*next <= now && *n < MISFIRE_COUNT_MAX) {
         (*n)++;

@@ -257,3 +257,17 @@ def test_with_dst_gap_skip_a_real_slot_at_the_end_of_the_gap_is_previewed_as_a_r
                            **{"from": "2027-03-27T12:00:00Z", "count": "1"})
     assert [(i["at"], i.get("dst")) for i in body["instants"]] == [
         ("2027-03-28T01:00:00.000Z", "skipped"), ("2027-03-29T00:00:00.000Z", None)], body
+
+
+def test_a_schedule_rescheduled_to_a_past_time_runs_at_once_and_skips_nothing(hookwheel, receiver):
+    assert_created(*hookwheel.create({"id": "rpast", "url": receiver.url("/rpast"),
+                                      "repeat": {"cron": "0 * * * * *"}}))
+    sent_ms = time.time() * 1000
+    status, _, body = hookwheel.request("POST", "/timers/rpast/reschedule",
+                                        json_body={"fire_at_ms": int(sent_ms) - 180000})
+    assert status == 200 and body["state"] == "scheduled", body
+    got = receiver.wait_for(1, path="/rpast", timeout=scaled(3))
+    assert len(got) >= 1 and got[0].wall_ms - sent_ms < scaled(1500), (got, sent_ms)
+    status, _, body = hookwheel.get("rpast")
+    assert status == 200 and body["skipped_slots"] == 0 and body["runs"] >= 1, body
+    hookwheel.cancel("rpast")
