@@ -726,8 +726,12 @@ static int ensure_node(store *s, node *n)
 
 #define STAT_ADD(s, field) __atomic_fetch_add(&(s)->stats.field, 1, __ATOMIC_RELAXED)
 
-/* Makes nodes[] the masters of m: a master already connected keeps its
- * connection, one no longer a master is disconnected. */
+/* Makes nodes[] the masters of m: a master already known keeps its
+ * connection and its outage state (backoff, last try, logged), one no
+ * longer a master is disconnected. A master that cannot be reached marks
+ * the map stale on every batch that has a command for it, so were its
+ * outage state reset here, it would be connected to (and its outage
+ * logged) on every batch. */
 static void adopt_map(store *s, cluster_map *m)
 {
     node old[CLUSTER_MAX_NODES];
@@ -739,9 +743,13 @@ static void adopt_map(store *s, cluster_map *m)
         n->host = m->nodes[i].host;
         n->port = m->nodes[i].port;
         for (int j = 0; j < nold; j++)
-            if (old[j].conn.ctx && old[j].port == n->port && strcmp(old[j].host, n->host) == 0) {
+            if (old[j].host && old[j].port == n->port && strcmp(old[j].host, n->host) == 0) {
                 n->conn = old[j].conn;
+                n->last_try_ms = old[j].last_try_ms;
+                n->backoff_ms = old[j].backoff_ms;
+                n->warned = old[j].warned;
                 old[j].conn = (conn){NULL, NULL};
+                old[j].host = NULL;
             }
     }
     for (int j = 0; j < nold; j++)
@@ -762,6 +770,8 @@ static int refresh_map(store *s)
     cluster_map *m = xmalloc(sizeof *m);
     int ncand = s->nnodes + s->nseeds, rc = -EIO;
     for (int i = 0; i < ncand && rc < 0; i++) {
+        if (i < s->nnodes && !s->nodes[i].conn.ctx && now - s->nodes[i].last_try_ms < s->nodes[i].backoff_ms)
+            continue; /* a master known to be unreachable: the others, or the seeds, answer */
         const char *host = i < s->nnodes ? s->nodes[i].host : s->seeds[i - s->nnodes].host;
         int port = i < s->nnodes ? s->nodes[i].port : s->seeds[i - s->nnodes].port, warned = 1;
         conn k;

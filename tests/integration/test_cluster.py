@@ -7,12 +7,14 @@ move, and loads its function library on every master.
 
 Every test ends by checking that Redis answered no CROSSSLOT error: one call
 of hookwheel always touches one slot."""
+import socket
+import threading
 import time
 from collections import Counter
 
 import pytest
 
-from cluster import CreateStream, cluster_cli, running_cluster
+from cluster import CreateStream, RedisCluster, cluster_cli, running_cluster
 from conftest import create_many, now_ms, scaled, wait_until
 from test_listing import walk
 
@@ -185,6 +187,64 @@ def test_watchdog_leases_under_a_tagged_prefix_renew_expire_and_fire_on_expire_i
     status, _, _ = a.request("DELETE", f"/leases/jobs?owner=w2&token={body['token']}")
     assert status == 204
     assert cluster.cmd("GET", "lease:{l}:jobs") is None
+
+
+class DeadNode:
+    """Listens on a dead master's port and closes every connection it gets
+    at once, counting them: a master that is down and refuses clients."""
+
+    def __init__(self, port):
+        self.sock = socket.create_server(("127.0.0.1", port), reuse_port=False)
+        self.sock.settimeout(0.1)
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.sock.close()
+
+
+def test_a_master_down_without_a_replica_is_retried_with_backoff_not_on_every_batch(
+        tmp_path, hookwheel_factory, receiver):
+    """A master that stays down (no replica takes its slots) fails every
+    batch with a command for it, and each such batch learns the slot map
+    again; the map must not reset the master's reconnect backoff, or the
+    writer connects to it (and logs it) on every batch, for as long as the
+    outage lasts."""
+    own = RedisCluster(tmp_path / "noreplica", masters=3, replicas=0).start()
+    dead = None
+    try:
+        a = hookwheel_factory(own.url, args=["--partitions", str(PARTITIONS), *LEASE])
+        victim = own.node(own.slot_map()[0])  # the first master of the map: also asked for the map first
+        victim.proc.kill()
+        victim.proc.wait(timeout=10)
+        dead = DeadNode(victim.port)
+        t_end = time.monotonic() + 6.0
+        codes, k = Counter(), 0
+        while time.monotonic() < t_end:  # commands for every master, all along
+            status, _, _ = a.create({"id": f"down-{k}", "url": receiver.url("/down"), "delay_ms": 600_000})
+            codes[status] += 1
+            k += 1
+            time.sleep(0.005)
+        assert set(codes) == {201, 503} and codes[201] > 50, codes
+        # a backoff doubling from 50 ms to 2 s tries about 9 times in 6 s
+        assert dead.accepted <= 20, f"{dead.accepted} connections to a master that is down in 6 s"
+    finally:
+        if dead:
+            dead.close()
+        own.stop()
 
 
 # This one changes the cluster (a master dies, its replica takes over): it
