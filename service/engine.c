@@ -1047,7 +1047,12 @@ static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items
     sweep_ctx *c = arg;
     engine *e = c->e;
     post_revocations(e, nrevoked, revoked); /* before the jobs: drain_inbox takes them first */
-    atomic_store(&c->replay, status == TIMERS_UNREACHABLE); /* no reply: the claim may have run all the same */
+    /* No reply: the claim may have run all the same, and the next one asks
+     * for its timers again. An error reply ran nothing, so a replay still
+     * owed stays owed: dropped, the claim after it would replace the lost
+     * batch and its timers would stay this instance's, never attempted. */
+    if (status != TIMERS_FAILED)
+        atomic_store(&c->replay, status == TIMERS_UNREACHABLE);
     job *first = NULL, *last = NULL;
     for (size_t i = 0; i < n; i++) {
         const timer_claimed *t = &items[i];

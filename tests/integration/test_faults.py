@@ -5,6 +5,7 @@ leases are shortened (--lease-ttl-ms) so takeovers happen within seconds."""
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from collections import Counter
@@ -250,3 +251,156 @@ def test_a_stopping_instance_keeps_its_lease_while_its_attempts_finish(redis, re
     for s in specs:
         assert b.get(s["id"])[2]["state"] == "delivered"
     assert "took over the claims of a lapsed instance" not in b.log.read_text(errors="replace")
+
+class _Stream:
+    """Reads whole RESP values (commands or replies) off a socket, raw."""
+
+    def __init__(self, sock):
+        self.sock, self.buf = sock, b""
+
+    def _need(self, n):
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            self.buf += chunk
+
+    def _value(self, at):
+        """(end offset, parsed) of the RESP value at self.buf[at:]."""
+        while b"\r\n" not in self.buf[at:]:
+            self._need(len(self.buf) + 1)
+        eol = self.buf.index(b"\r\n", at)
+        kind, rest = self.buf[at:at + 1], self.buf[at + 1:eol]
+        at = eol + 2
+        if kind in (b"+", b"-", b":"):
+            return at, rest
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return at, None
+            self._need(at + n + 2)
+            return at + n + 2, self.buf[at:at + n]
+        items = []
+        for _ in range(max(int(rest), 0)):
+            at, v = self._value(at)
+            items.append(v)
+        return at, items
+
+    def read(self):
+        end, parsed = self._value(0)
+        raw, self.buf = self.buf[:end], self.buf[end:]
+        return raw, parsed
+
+
+class ClaimFaults:
+    """A TCP proxy in front of a real redis-server that plays two faults on
+    hookwheel's claim calls, in turn: first the connection breaks right after
+    Redis ran the claim that took timer `victim` (its reply is lost); then,
+    on the next connection, Redis itself refuses the next claim (maxmemory is
+    set to 1 byte around it, so Redis answers OOM), and then accepts again."""
+
+    def __init__(self, redis_port, victim):
+        from conftest import free_port
+        self.redis_port, self.victim = redis_port, victim.encode()
+        self.state = "lose"  # -> "refuse" -> "done"
+        self.refused_reply = None
+        self.lock = threading.Lock()
+        self.port = free_port()
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        self.server.settimeout(0.1)
+        self.conns = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._accept)]
+        self._threads[0].start()
+
+    def _side(self, *args):
+        from conftest import RespClient
+        with RespClient(self.redis_port) as c:
+            c.call(*args)
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                client, _ = self.server.accept()
+            except socket.timeout:
+                continue
+            up = socket.create_connection(("127.0.0.1", self.redis_port))
+            self.conns += [client, up]
+            pending = []  # per command: [is a claim, refused here]
+            for fn in (self._up, self._down):
+                t = threading.Thread(target=fn, args=(client, up, pending), daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def _up(self, client, up, pending):
+        src = _Stream(client)
+        try:
+            while True:
+                raw, argv = src.read()
+                claim = len(argv) > 1 and argv[0].upper() == b"FCALL" and argv[1].endswith(b"_claim")
+                entry = [claim, False]
+                with self.lock:
+                    if claim and self.state == "refuse":
+                        self.state = "refusing"
+                        self._side("CONFIG", "SET", "maxmemory", "1")
+                        entry[1] = True
+                    pending.append(entry)
+                up.sendall(raw)
+        except (OSError, ConnectionError, ValueError):
+            pass
+
+    def _down(self, client, up, pending):
+        src = _Stream(up)
+        try:
+            while True:
+                raw, _ = src.read()
+                with self.lock:
+                    claim, refused = pending.pop(0)
+                    if claim and self.state == "lose" and self.victim in raw:
+                        self.state = "refuse"
+                        for s in (client, up):
+                            s.shutdown(socket.SHUT_RDWR)
+                        return
+                    if refused:
+                        self._side("CONFIG", "SET", "maxmemory", "0")
+                        self.refused_reply = raw
+                        self.state = "done"
+                client.sendall(raw)
+        except (OSError, ConnectionError, ValueError):
+            pass
+
+    def close(self):
+        self._stop.set()
+        self._threads[0].join(timeout=10)
+        self.server.close()
+        for s in self.conns:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+def test_timers_of_a_claim_whose_reply_was_lost_still_fire_when_the_next_claim_is_refused(
+        tmp_path, receiver, hookwheel_factory):
+    """A claim whose reply is lost may have run: its timers are this
+    instance's in Redis but not in its memory, and the next claim of the
+    partition asks for them again (replay). When that next claim is answered
+    with an error (Redis refused it: nothing ran), the replay is still owed;
+    were it dropped, the claim after would take new timers, forget the lost
+    batch, and its timers would stay claimed by a live instance, never
+    attempted."""
+    from conftest import RedisServer
+    server = RedisServer(tmp_path / "redis").start()
+    proxy = ClaimFaults(server.port, "lost-claim")
+    try:
+        hw = hookwheel_factory(f"redis://127.0.0.1:{proxy.port}",
+                               args=["--partitions", "1", "--window-ms", "2000", *LEASE])
+        status, _, body = hw.create({"id": "lost-claim", "url": receiver.url("/lost"), "delay_ms": 3500})
+        assert status == 201, body
+        assert wait_until(lambda: proxy.state == "done", scaled(15)), proxy.state
+        assert proxy.refused_reply.startswith(b"-OOM"), proxy.refused_reply
+        assert receiver.wait_for(1, scaled(15), path="/lost"), \
+            "a timer claimed by a claim whose reply was lost was never attempted"
+    finally:
+        proxy.close()
+        server.stop()
