@@ -16,7 +16,8 @@
 --       repeat.every_ms, fixed_rate ("1"), repeat.times (0: no limit), the
 --       callback's Hookwheel-Next-Delay-Ms (-1: none)
 -- Returns five numbers per timer: ok, fire_ms, version, kept, attempts; ok
--- is 0 when the timer is no longer this instance's firing timer, and kept
+-- is 0 when the timer is no longer this instance's firing timer (one this
+-- instance holds waiting, its begin lost, goes back to its index), and kept
 -- is 1 when it waits in this instance's claims for its next attempt at
 -- fire_ms. Repeating it is safe: when the history already starts with this
 -- attempt (a finish whose reply was lost, sent again) it answers as the
@@ -68,6 +69,17 @@ local function one(tk, a)
   local r, v = rec_peek(tk) -- (the head, and the queue for the counts)
   if not r or r.st ~= 'firing' or r.owner ~= me then
     if r and hist_last(tk) == attempt then return answer(r) end
+    if r and r.owner == me and is_waiting(r.st) then
+      -- Held by this instance and waiting, though this attempt began: its
+      -- begin was lost (a failover to a replica that had the claim but not
+      -- the begin). The job finishing now is what held it, and drops it, so
+      -- the timer goes back to its index for a sweep to claim it again:
+      -- left held, no one would ever attempt it.
+      unplace(tk, id, r)
+      r.owner = NO_OWNER
+      place(tk, id, r, r.fire)
+      head_put(tk, r)
+    end
     for _ = 1, 5 do out[#out + 1] = 0 end
     return
   end

@@ -404,3 +404,103 @@ def test_timers_of_a_claim_whose_reply_was_lost_still_fire_when_the_next_claim_i
     finally:
         proxy.close()
         server.stop()
+
+
+class Endpoint:
+    """A TCP endpoint in front of a real redis-server that can be moved to
+    another one, as the address of a managed Redis moves to the replica it
+    promotes: switch() cuts every connection, and new ones reach the new
+    server."""
+
+    def __init__(self, target_port):
+        from conftest import free_port
+        self.target = target_port
+        self.port = free_port()
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        self.server.settimeout(0.1)
+        self.lock = threading.Lock()
+        self.conns = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept)
+        self._thread.start()
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                client, _ = self.server.accept()
+            except socket.timeout:
+                continue
+            with self.lock:
+                up = socket.create_connection(("127.0.0.1", self.target))
+                self.conns += [client, up]
+            for a, b in ((client, up), (up, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def switch(self, port):
+        with self.lock:
+            self.target = port
+            for s in self.conns:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self.conns = []
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.server.close()
+        self.switch(self.target)
+
+
+def test_a_timer_whose_begin_a_failover_lost_is_attempted_again(tmp_path, receiver, hookwheel_factory):
+    """The engine's steps do not wait for replicas, so a failover may lose
+    the begin of an attempt while the replica has the claim before it: the
+    new master holds the timer as waiting and claimed by this instance.
+    The attempt's finish then finds no firing timer; the timer must go back
+    to be claimed and attempted again (at least once), not stay claimed by
+    a live instance that no longer holds it, never attempted."""
+    from conftest import RedisServer
+    master = RedisServer(tmp_path / "master").start()
+    replica = RedisServer(tmp_path / "replica", ["--replicaof", "127.0.0.1", str(master.port)]).start()
+    endpoint = Endpoint(master.port)
+    try:
+        assert wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"), scaled(10))
+        hw = hookwheel_factory(f"redis://127.0.0.1:{endpoint.port}",
+                               args=["--partitions", "1", "--window-ms", "2000", *LEASE])
+        receiver.plan("/fo", [Reply(500, delay_s=1.5)])  # the first attempt fails, after the failover
+        status, _, body = hw.create({"id": "fo-1", "url": receiver.url("/fo"), "delay_ms": 1500,
+                                     "retry": {"max_attempts": 5, "min_backoff_ms": 100, "max_backoff_ms": 200}})
+        assert status == 201, body
+        def offsets():  # (the master's, the replica's as acknowledged)
+            info = master.cmd("INFO", "replication")
+            return (int(info.split("master_repl_offset:")[1].split()[0]),
+                    int(info.split(",offset=")[1].split(",")[0]) if ",offset=" in info else -1)
+        written = offsets()[0]  # the claim is in it: the create claimed the timer (due within the window)
+        assert wait_until(lambda: offsets()[1] >= written, scaled(5))
+        replica.cmd("REPLICAOF", "NO", "ONE")  # the replica has the claim; it will miss the begin
+        assert receiver.wait_for(1, scaled(10), path="/fo")  # begun on the master, answered in 1.5 s
+        endpoint.switch(replica.port)  # the failover: the finish reaches the replica, now the master
+        assert len(receiver.wait_for(2, scaled(15), path="/fo")) == 2, \
+            f"not attempted again; the timer: {hw.get('fo-1')[2]}"
+        assert hw.wait_state("fo-1", ("delivered",), scaled(10))["state"] == "delivered"
+    finally:
+        endpoint.close()
+        replica.stop()
+        master.stop()
