@@ -252,6 +252,7 @@ def test_a_stopping_instance_keeps_its_lease_while_its_attempts_finish(redis, re
         assert b.get(s["id"])[2]["state"] == "delivered"
     assert "took over the claims of a lapsed instance" not in b.log.read_text(errors="replace")
 
+
 class _Stream:
     """Reads whole RESP values (commands or replies) off a socket, raw."""
 
