@@ -83,7 +83,8 @@ def assert_counts_equal_scan(redis, api, queue, ns="", headers=None, timeout=10.
 
 def test_counts_equal_a_full_scan_after_a_mixed_run_with_a_takeover(redis, receiver, hookwheel_factory):
     a = hookwheel_factory(redis, args=LEASE)
-    b = hookwheel_factory(redis, args=LEASE)
+    # (a short grace: its slow attempts are still running when the test ends)
+    b = hookwheel_factory(redis, args=LEASE + ["--shutdown-grace-ms", "1000"])
     q = "mixed"
     receiver.default("/fail", Reply(500))
     receiver.default("/slow", Reply(204, delay_s=scaled(12)))
