@@ -4,6 +4,7 @@ and bytes returned per partition call), a page's text stays under
 HOOKWHEEL_LIST_MAX_BYTES with an exact cursor, and a namespace has at most
 HOOKWHEEL_MAX_EXPENSIVE_PER_NAMESPACE such calls in flight (429 beyond).
 Real redis-server, real binary."""
+import re
 import subprocess
 import threading
 import time
@@ -96,6 +97,7 @@ def test_a_storm_of_filtered_listings_never_holds_redis_nor_delays_another_tenan
         for t in threads:
             t.join()
     log = redis.cmd("SLOWLOG", "GET", "1024")
+    fcalls = int(re.search(r"cmdstat_fcall:calls=(\d+)", redis.cmd("INFO", "commandstats")).group(1))
     worst = max(log, key=lambda e: e[2], default=[0, 0, 0, ["-"]])
     durs = sorted(e[2] for e in log)
     print("slowlog us:", len(durs), durs[len(durs) // 2] if durs else 0, durs[-10:])
@@ -103,13 +105,15 @@ def test_a_storm_of_filtered_listings_never_holds_redis_nor_delays_another_tenan
           f"slowest Redis command {worst[2]} us: {worst[3][:3]}")
     assert seen.get(200, 0) >= 8, seen  # the storm did run
     assert max(slow) < 1.0, f"another namespace's create waited {max(slow):.2f} s during the storm"
-    # The slowlog times the wall clock: on these 2 shared cores (8 storm threads, and hookwheel
-    # under the sanitizers) Redis can be descheduled in the middle of one call, which measured
-    # 24 ms once against a median of 2. A listing that examined without bound is slow in every
-    # call, so at most one call may pass 20 ms, and none 100 ms.
+    # The slowlog times the wall clock: on these 2 shared cores (8 storm threads, hookwheel under
+    # the sanitizers, or another part of the suite running beside this one) Redis can be
+    # descheduled in the middle of a call, which measured 24 and 40 ms against a median of 2. A
+    # listing that examined without bound is slow in every call, so at most 2 % of the calls
+    # (and at least one) may pass 20 ms, and none 100 ms.
     over = [e for e in log if e[2] >= 20_000]
-    assert len(over) <= 1 and worst[2] < 100_000, \
-        f"{len(over)} Redis commands held Redis 20 ms or more, the worst {worst[2]} us: {worst[3][:4]}"
+    assert len(over) <= max(1, fcalls // 50) and worst[2] < 100_000, \
+        (f"{len(over)} of {fcalls} Redis function calls held Redis 20 ms or more, the worst {worst[2]} us: "
+         f"{worst[3][:4]}")
 
 
 def test_beyond_the_cap_a_namespace_gets_429_with_retry_after_and_others_do_not(

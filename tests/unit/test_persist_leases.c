@@ -684,8 +684,13 @@ static void test_permits_share_a_queue_s_parallelism_and_rate_between_instances(
     /* demand moves: a wants 1, b gets the rest once a holds 1 */
     assert_int_equal(permit("a", "q", 1, 1, 3000, NULL), 1);
     assert_int_equal(permit("b", "q", 9, 2, 3000, NULL), 3);
-    /* a gives back: b may have all four */
+    /* a gives back: b may have all four, but a's rate share (5/s) stays
+     * counted for one interval at it, 200 ms, so a start of b's cannot
+     * follow a's last one sooner than the rate allows */
     assert_int_equal(permit("a", "q", 0, 0, 3000, NULL), 0);
+    assert_int_equal(permit("b", "q", 9, 3, 3000, &rate), 4);
+    assert_true(rate == 5);
+    usleep(300 * 1000);
     assert_int_equal(permit("b", "q", 9, 3, 3000, &rate), 4);
     assert_true(rate == 10);
     redisReply *r = cmd("HKEYS %s", "hw:{queues}:pm:q");
@@ -705,6 +710,8 @@ static void test_permits_share_a_queue_s_parallelism_and_rate_between_instances(
     assert_int_equal(permit("c", "q", 1, 1, 3000, NULL), 1);
     assert_int_equal(permit("d", "q", 9, 0, 3000, NULL), 3);
     assert_int_equal(permit("d", "q", 0, 0, 3000, NULL), 0);
+    usleep(300 * 1000); /* d's rate share is given back one interval later */
+    assert_int_equal(permit("c", "q", 1, 1, 3000, NULL), 4); /* c alone again: all of it */
     r = cmd("HKEYS %s", "hw:{queues}:pm:q");
     assert_int_equal(r->elements, 1);
     assert_string_equal(r->element[0]->str, "c");
