@@ -139,6 +139,8 @@ static const struct {
     [SCRIPT_PERMITS] = {"permits", lua_permits},
     [SCRIPT_COUNTS] = {"counts", lua_counts},
     [SCRIPT_STATS] = {"stats", lua_stats},
+    [SCRIPT_HELD] = {"held", lua_held},
+    [SCRIPT_HANDBACK] = {"handback", lua_handback},
 };
 static char lib_name[32];                    /* hw_<12 hex of the code's SHA-1> */
 static char fn_name[SCRIPT_COUNT][48];       /* <lib_name>_<script> */

@@ -46,6 +46,8 @@ enum store_script {
     SCRIPT_PERMITS, /* shared queues' permits (permits.lua; persistence/queues.h) */
     SCRIPT_COUNTS,  /* counts per queue and state: read and rebuild (counts.lua; persistence/counts.h) */
     SCRIPT_STATS,   /* per-minute delivery figures: an instance's additions (stats.lua; persistence/stats.h) */
+    SCRIPT_HELD,     /* the firing timers of an instance's claims (held.lua; timers_held) */
+    SCRIPT_HANDBACK, /* hands back those the instance no longer runs (handback.lua; timers_hand_back) */
     SCRIPT_COUNT
 };
 

@@ -1204,6 +1204,87 @@ int timers_migrate(timers *t, uint32_t partition, uint32_t limit, timers_migrate
     return submit_batch(t, SCRIPT_MIGRATE, 1, &a, migrate_done, batch_new((void *)cb, arg, partition));
 }
 
+static void held_done(void *arg, const redisReply *r)
+{
+    batch_ctx *c = arg;
+    timers_held_cb cb = (timers_held_cb)c->cb;
+    int st = reply_status(r, "held");
+    if (st == TIMERS_OK && (r->elements < 1 || (r->elements - 1) % 4))
+        st = TIMERS_FAILED;
+    size_t n = st == TIMERS_OK ? (r->elements - 1) / 4 : 0, k = 0;
+    timer_held *items = xmalloc((n ? n : 1) * sizeof *items);
+    for (size_t i = 0; i < n; i++) {
+        int at = (int)(1 + 4 * i);
+        const char *id = store_reply_str(r, at, NULL);
+        if (!id)
+            continue;
+        items[k++] = (timer_held){id, (uint32_t)store_reply_int(r, at + 1, 0),
+                                  (uint32_t)store_reply_int(r, at + 2, 0), (uint64_t)store_reply_int(r, at + 3, 0)};
+    }
+    cb(c->arg, st, st == TIMERS_OK ? (uint64_t)store_reply_int(r, 0, 0) : 0, k, items);
+    free(items);
+    free(c);
+}
+
+int timers_held(timers *t, uint32_t partition, uint64_t until_ms, uint64_t offset, uint32_t limit,
+                timers_held_cb cb, void *arg)
+{
+    if (limit == 0)
+        return -EINVAL;
+    args a;
+    args_init(&a, 6, 2 * KEYS_MAX + 3 * 24 + 32);
+    arg_built(&a, keys_claimed(arena_end(&a), partition, t->tag));
+    arg_built(&a, keys_timer_prefix(arena_end(&a), partition));
+    arg_str(&a, t->tag);
+    arg_u64(&a, until_ms);
+    arg_u64(&a, offset);
+    arg_u64(&a, limit);
+    return submit_batch(t, SCRIPT_HELD, 1, &a, held_done, batch_new((void *)cb, arg, 0));
+}
+
+static void hand_back_done(void *arg, const redisReply *r)
+{
+    batch_ctx *c = arg;
+    timers_hand_back_cb cb = (timers_hand_back_cb)c->cb;
+    int st = reply_status(r, "handback");
+    if (st == TIMERS_OK && r->elements != 2 * c->n)
+        st = TIMERS_FAILED;
+    timer_handed res[TIMERS_BATCH_MAX];
+    for (size_t i = 0; st == TIMERS_OK && i < c->n; i++) {
+        const char *state = store_reply_str(r, (int)(2 * i + 1), NULL);
+        res[i] = (timer_handed){store_reply_int(r, (int)(2 * i), 0) == 1, state ? state : ""};
+    }
+    cb(c->arg, st, st == TIMERS_OK ? c->n : 0, res);
+    free(c);
+}
+
+int timers_hand_back(timers *t, uint32_t partition, uint64_t now_ms, const char *why, size_t n,
+                     const timer_held *items, timers_hand_back_cb cb, void *arg)
+{
+    if (n == 0 || n > TIMERS_BATCH_MAX)
+        return -EINVAL;
+    char at[32];
+    clock_format_rfc3339(now_ms, at, sizeof at);
+    args a;
+    args_init(&a, (int)(5 + 5 * n), n * (KEYS_MAX + 3 * 24) + 1024 + 2 * strlen(why) + 2 * strlen(t->instance));
+    arg_timer_keys(&a, partition, n, items, sizeof *items);
+    arg_str(&a, t->tag);
+    arg_u64(&a, now_ms);
+    arg_fmt(&a,
+            "{\"at\":\"%s\",\"duration_ms\":0,\"status\":null,\"error\":\"attempt interrupted: %s\","
+            "\"response_snippet\":\"\",\"instance\":\"%s\"}",
+            at, why, t->instance);
+    arg_str(&a, t->retention);
+    arg_str(&a, t->history);
+    for (size_t i = 0; i < n; i++) {
+        arg_str(&a, items[i].id);
+        arg_u64(&a, items[i].token);
+        arg_u64(&a, items[i].attempt);
+        arg_u64(&a, items[i].run);
+    }
+    return submit_batch(t, SCRIPT_HANDBACK, (int)n, &a, hand_back_done, batch_new((void *)cb, arg, n));
+}
+
 static void release_done(void *arg, const redisReply *r)
 {
     batch_ctx *c = arg;

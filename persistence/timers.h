@@ -330,6 +330,37 @@ typedef void (*timers_migrate_cb)(void *arg, int status, long long moved, int mo
 int timers_migrate(timers *t, uint32_t partition, uint32_t limit, timers_migrate_cb cb, void *arg)
     __attribute__((warn_unused_result));
 
+/* A timer this instance's claims show firing (timers_held): the job whose
+ * attempt began (its token), that attempt and its run. */
+typedef struct timer_held {
+    const char *id;
+    uint32_t token;
+    uint32_t attempt;
+    uint64_t run;
+} timer_held;
+
+/* Lists the timers of one partition that this instance's claims due by
+ * until_ms show firing, examining at most limit claims from offset on
+ * (held.lua). cb gets them, and the offset to go on from (0: done). */
+typedef void (*timers_held_cb)(void *arg, int status, uint64_t next, size_t n, const timer_held *items);
+int timers_held(timers *t, uint32_t partition, uint64_t until_ms, uint64_t offset, uint32_t limit,
+                timers_held_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* Hands back n timers of one partition (at most TIMERS_BATCH_MAX) that
+ * timers_held listed and this instance runs no attempt of (a failover lost
+ * their finish), as timers_release hands back an interrupted attempt,
+ * recorded with the error "attempt interrupted: <why>"; each only while it
+ * is still in the attempt it was listed in (handback.lua). results[i]:
+ * handed 1 and the state it is in now, or handed 0 (it moved on, left
+ * alone). */
+typedef struct timer_handed {
+    int handed;
+    const char *state; /* "" when not handed back */
+} timer_handed;
+typedef void (*timers_hand_back_cb)(void *arg, int status, size_t n, const timer_handed *results);
+int timers_hand_back(timers *t, uint32_t partition, uint64_t now_ms, const char *why, size_t n,
+                     const timer_held *items, timers_hand_back_cb cb, void *arg) __attribute__((warn_unused_result));
+
 /* Hands every claim of instance (this one or a lapsed one) back, in every
  * partition, recording a firing timer's attempt as interrupted (why).
  * cb gets each partition's count of timers handed back (status < 0: that

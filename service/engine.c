@@ -58,6 +58,7 @@
 #define MIGRATE_SLICE 256 /* keys of an earlier layout moved per call */
 #define COUNTS_SCAN 1000  /* keys a slice of the counts rebuild scans (counts.h): well under 1 ms */
 #define ABSORB_MAX 256    /* claimed timers taken into the wheel per turn of the loop */
+#define HELD_SLICE TIMERS_BATCH_MAX /* claims a reconciliation call examines (timers_held) */
 #define START_MAX 64      /* attempts handed to curl per turn of the loop */
 /* Shared queues' permits (ask_permits): renewed this often while in use,
  * kept by Redis this long after a call, trusted here this much less than
@@ -100,9 +101,10 @@ struct engine {
     pthread_t thread;
     int started;
 
-    pthread_mutex_t mu; /* guards the inbox, revoked and queues_pending */
+    pthread_mutex_t mu; /* guards the inbox, revoked, held_pending and queues_pending */
     job *inbox, **inbox_tail;
     struct revocation *revoked; /* from claims (timers_revoked), not yet applied */
+    struct held_slice *held_pending; /* from reconciliation calls (timers_held), not yet compared */
     struct queue_settings *queues_pending; /* read from Redis, not yet applied */
     atomic_int queues_polling;             /* a feed read is in flight or not yet applied */
     struct permits_call *permits_pending;  /* answered, not yet applied */
@@ -149,6 +151,8 @@ struct engine {
     wlease *lease;
     reaper *rp;
     uint64_t next_reap_ms;
+    int reconciling;         /* a reconciliation round runs (reconcile_start) */
+    uint64_t reconcile_until; /* its claims due by then are examined */
     int lease_lost_logged;
 
     metrics *m;                   /* may be NULL; set before the thread starts */
@@ -906,12 +910,15 @@ static void kick_dispatch(engine *e)
 }
 
 static void apply_revocations(engine *e, struct revocation *r);
+static void reconcile_slices(engine *e, struct held_slice *h);
 
 static void drain_inbox(engine *e)
 {
     pthread_mutex_lock(&e->mu); /* before the inbox: the jobs they name were posted before them */
     struct revocation *rv = e->revoked;
     e->revoked = NULL;
+    struct held_slice *held = e->held_pending; /* compared after the inbox, with every job posted before */
+    e->held_pending = NULL;
     pthread_mutex_unlock(&e->mu);
     job *j = take_inbox(e);
     while (j) {
@@ -941,6 +948,8 @@ static void drain_inbox(engine *e)
     }
     if (rv)
         apply_revocations(e, rv);
+    if (held)
+        reconcile_slices(e, held);
 }
 
 /* ---- revocations ----
@@ -1000,6 +1009,145 @@ static void apply_revocations(engine *e, struct revocation *r)
         }
         free(r);
         r = next;
+    }
+}
+
+/* ---- reconciliation ----
+ *
+ * The engine's steps do not wait for replicas, so a failover can promote a
+ * replica that lost the finish of an attempt the old master recorded. The
+ * new master shows that timer firing, held by this instance, which dropped
+ * its job once the finish was acknowledged: no takeover comes (this
+ * instance is alive), no sweep (the timer does not wait), and no job will
+ * ever finish it. So every lease_ttl/2, with the reaper, a round lists
+ * partition by partition the timers this instance's past-due claims show
+ * firing (timers_held, HELD_SLICE claims a call) and compares them with the
+ * jobs held here: a job holds its timer's id from its claim until its finish
+ * is acknowledged, so a firing timer with no job of that id is one whose
+ * finish was lost. Those are handed back as a release hands back an
+ * interrupted attempt (timers_hand_back), each only while it is still in
+ * the attempt it was listed in, so one claimed and begun again meanwhile is
+ * left alone. When nothing is amiss a round costs one short call per
+ * partition. */
+
+struct held_slice {
+    struct held_slice *next;
+    uint32_t partition;
+    int ok;               /* Redis answered */
+    uint64_t next_offset; /* where the partition's listing goes on (0: done) */
+    size_t n;
+    timer_held items[];   /* ids owned (held_slice_free) */
+};
+
+static void held_slice_free(struct held_slice *h)
+{
+    for (size_t i = 0; i < h->n; i++)
+        free((char *)h->items[i].id);
+    free(h);
+}
+
+/* Store thread: a listing answered; it goes to the engine thread, which
+ * compares it with its jobs after the inbox posted before it. */
+static void held_cb(void *arg, int status, uint64_t next, size_t n, const timer_held *items)
+{
+    sweep_ctx *c = arg; /* (the partition's context) */
+    engine *e = c->e;
+    struct held_slice *h = xmalloc(sizeof *h + n * sizeof *h->items);
+    *h = (struct held_slice){NULL, c->partition, status == TIMERS_OK, next, n};
+    for (size_t i = 0; i < n; i++) {
+        h->items[i] = items[i];
+        h->items[i].id = xstrdup(items[i].id);
+    }
+    pthread_mutex_lock(&e->mu);
+    h->next = e->held_pending;
+    e->held_pending = h;
+    pthread_mutex_unlock(&e->mu);
+    wake(e);
+}
+
+/* Asks for partition p's firing claims from offset on; 0, or the round
+ * ends (the next one comes lease_ttl/2 later). */
+static void reconcile_send(engine *e, uint32_t p, uint64_t offset)
+{
+    if (timers_held(e->tm, p, e->reconcile_until, offset, HELD_SLICE, held_cb, &e->sweeps[p]) < 0)
+        e->reconciling = 0;
+}
+
+static void reconcile_start(engine *e, uint64_t now)
+{
+    if (e->reconciling || atomic_load(&e->stop))
+        return;
+    e->reconciling = 1;
+    e->reconcile_until = now;
+    reconcile_send(e, 0, 0);
+}
+
+typedef struct handback_ctx {
+    uint32_t partition;
+    size_t n;
+    timer_held items[]; /* ids owned */
+} handback_ctx;
+
+/* Store thread: logs what was handed back, once, where Redis decided it. */
+static void handed_cb(void *arg, int status, size_t n, const timer_handed *res)
+{
+    handback_ctx *c = arg;
+    for (size_t i = 0; i < c->n; i++) {
+        const timer_held *t = &c->items[i];
+        if (i < n && res[i].handed)
+            LOG(LOG_WARN,
+                "a timer this instance no longer ran was left firing (its finish was lost, as in a Redis "
+                "failover); handed back",
+                "\"timer\":\"%s\",\"attempt\":%" PRIu32 ",\"run\":%" PRIu64 ",\"state\":\"%s\"", t->id, t->attempt,
+                t->run, res[i].state);
+        else if (status == TIMERS_OK)
+            LOG(LOG_DEBUG, "a firing timer moved on before its hand-back; left alone", "\"timer\":\"%s\"", t->id);
+        free((char *)t->id);
+    }
+    if (status != TIMERS_OK)
+        LOG(LOG_WARN, "could not hand back timers left firing; the next round tries again",
+            "\"partition\":%" PRIu32 ",\"timers\":%zu", c->partition, c->n);
+    free(c);
+}
+
+/* The timers of h that no job here holds go back (timers_hand_back). */
+static void hand_back_orphans(engine *e, const struct held_slice *h)
+{
+    handback_ctx *c = xmalloc(sizeof *c + (h->n ? h->n : 1) * sizeof *c->items);
+    c->partition = h->partition;
+    c->n = 0;
+    for (size_t i = 0; i < h->n; i++)
+        if (!strtab_find(&e->byid, h->items[i].id)) {
+            c->items[c->n] = h->items[i];
+            c->items[c->n++].id = xstrdup(h->items[i].id);
+        }
+    if (c->n && timers_hand_back(e->tm, h->partition, clock_now_ms(), "its finish was lost (Redis failover?)", c->n,
+                                 c->items, handed_cb, c) == 0)
+        return;
+    for (size_t i = 0; i < c->n; i++)
+        free((char *)c->items[i].id);
+    free(c);
+}
+
+/* Engine thread: compares each answered listing with the jobs held, and
+ * goes on with the round (the rest of the partition, or the next one). */
+static void reconcile_slices(engine *e, struct held_slice *h)
+{
+    while (h) {
+        struct held_slice *next = h->next;
+        if (atomic_load(&e->stop) || !h->ok)
+            e->reconciling = 0; /* stopping (the release hands everything back), or Redis failed */
+        else {
+            hand_back_orphans(e, h);
+            if (h->next_offset)
+                reconcile_send(e, h->partition, h->next_offset);
+            else if (h->partition + 1 < e->cfg->partitions)
+                reconcile_send(e, h->partition + 1, 0);
+            else
+                e->reconciling = 0;
+        }
+        held_slice_free(h);
+        h = next;
     }
 }
 
@@ -1259,6 +1407,7 @@ static void poll_once(engine *e, uint64_t wake_us)
 }
 
 static uint64_t housekeeping(engine *e, uint64_t now);
+static void reconcile_start(engine *e, uint64_t now);
 static void apply_queue_settings(engine *e);
 static void apply_permits(engine *e);
 
@@ -1590,6 +1739,7 @@ static uint64_t housekeeping(engine *e, uint64_t now)
         next = e->permits_until_ms;
     if (now >= e->next_reap_ms) {
         reaper_run(e->rp);
+        reconcile_start(e, now);
         e->next_reap_ms = now + e->cfg->lease_ttl_ms / 2;
     }
     if (watchdog_lost(e->lease) && !e->lease_lost_logged) {
@@ -1801,6 +1951,11 @@ void engine_free(engine *e)
         struct revocation *r = e->revoked;
         e->revoked = r->next;
         free(r);
+    }
+    while (e->held_pending) {
+        struct held_slice *h = e->held_pending;
+        e->held_pending = h->next;
+        held_slice_free(h);
     }
     free(e->finishes);
     timers_free(e->tm);

@@ -961,3 +961,32 @@ local function callback_create(tkey, id, r, final, now, attempt)
              struct.pack('<Bi6i6B', string.byte('d'), 0, 0, #q) .. q .. cs)
   place(ckey, cid, c, now)
 end
+
+-- ---- an attempt this instance no longer runs (release.lua, handback.lua) ----
+
+-- The attempt of the firing timer r (the record, or the prefix rec_peek
+-- read, is v) at tkey was interrupted: it counts, and the timer is retried
+-- at once, never before the attempt's due time (an instance begins an
+-- attempt up to its begin lead ahead of it), unless a pause or cancel
+-- arrived during that run (then it is paused or cancelled). The attempt
+-- (JSON) is recorded as the history's newest, keeping `keep` of them; a
+-- cancelled timer's record expires after retention. The caller has taken
+-- the timer out of its claimed zset, or deletes that zset.
+local function hand_back_firing(tkey, id, r, v, now, attempt, retention, keep)
+  local from = count_bucket('firing', r.att)
+  r.owner = NO_OWNER
+  hist_add(tkey, r, attempt, keep, nil)
+  if r.flag == 0 then
+    r.fire, r.st = math.max(now, r.fire), 'retrying'
+  else
+    r.st, r.att = r.flag == 1 and 'paused' or 'cancelled', 0
+    run_clear(r)
+  end
+  count_step(tkey, id, tail_decode(v).queue, r, from, r.st)
+  place(tkey, id, r, r.st == 'retrying' and r.fire or now)
+  head_put(tkey, r)
+  if r.st == 'cancelled' then
+    expire_after(tkey, r, retention, false)
+    if r.lb == 1 then labels_final(tkey, id, now, retention) end
+  end
+end

@@ -1,11 +1,9 @@
 -- release: hand every claim of an instance back (shutdown, a takeover of a
 -- dead instance, or the start of an instance that reuses its id): waiting
 -- timers go back to their index for any instance's sweep. A timer that was
--- firing had its attempt interrupted: it counts, and the timer is retried at
--- once, but never before the attempt's due time (an instance begins an
--- attempt up to its begin lead ahead of it, and may stop or die in between),
--- unless a pause or cancel arrived during that run (then it is paused or
--- cancelled).
+-- firing had its attempt interrupted (an instance may stop or die between
+-- its begin and its finish): the prelude's hand_back_firing retries it, or
+-- pauses or cancels it when a pause or cancel arrived during that run.
 -- KEYS: 1 the instance's claimed zset, 2 the instance's last claimed batch
 --       (deleted: nothing is left to replay), 3 and 4 the same two under
 --       the names of the layout before this one (claimed:<instance>,
@@ -25,22 +23,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     head_put(tk, r)
     n = n + 1
   elseif r and r.owner == ARGV[6] and r.st == 'firing' then
-    local from = count_bucket('firing', r.att)
-    r.owner = NO_OWNER
-    hist_add(tk, r, ARGV[3], ARGV[5], nil)
-    if r.flag == 0 then
-      r.fire, r.st = math.max(now, r.fire), 'retrying'
-    else
-      r.st, r.att = r.flag == 1 and 'paused' or 'cancelled', 0
-      run_clear(r)
-    end
-    count_step(tk, id, tail_decode(v).queue, r, from, r.st)
-    place(tk, id, r, r.st == 'retrying' and r.fire or now)
-    head_put(tk, r)
-    if r.st == 'cancelled' then
-      expire_after(tk, r, ARGV[4], false)
-      if r.lb == 1 then labels_final(tk, id, now, ARGV[4]) end
-    end
+    hand_back_firing(tk, id, r, v, now, ARGV[3], ARGV[4], ARGV[5])
     n = n + 1
   end
 end

@@ -505,3 +505,61 @@ def test_a_timer_whose_begin_a_failover_lost_is_attempted_again(tmp_path, receiv
         endpoint.close()
         replica.stop()
         master.stop()
+
+
+def test_timers_whose_finish_a_failover_lost_are_handed_back_and_run_again(tmp_path, receiver, hookwheel_factory):
+    """A failover may also lose the finish of an attempt while the replica
+    has its begin: the new master shows the timer firing, held by this live
+    instance, which dropped its job once the old master recorded the
+    outcome. No takeover comes (the instance lives) and no sweep (the timer
+    does not wait), so the instance itself must find it and hand it back:
+    a recurring timer runs again and goes on, and a one-shot timer whose
+    lost outcome was a failure gets its retry."""
+    from conftest import RedisServer
+    master = RedisServer(tmp_path / "master").start()
+    replica = RedisServer(tmp_path / "replica", ["--replicaof", "127.0.0.1", str(master.port)]).start()
+    endpoint = Endpoint(master.port)
+    try:
+        assert wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"), scaled(10))
+        hw = hookwheel_factory(f"redis://127.0.0.1:{endpoint.port}",
+                               args=["--partitions", "1", "--window-ms", "2000", *LEASE])
+        # Both attempts take a second; their next attempts are due beyond the window (the next run
+        # 4 s after the run, the retry 3 s after the failure), so the instance keeps no job of them.
+        receiver.plan("/rec", [Reply(204, delay_s=1.0)])
+        receiver.plan("/once", [Reply(500, delay_s=1.0)])
+        for spec in ({"id": "rec-1", "url": receiver.url("/rec"), "delay_ms": 500, "repeat": {"every_ms": 4000}},
+                     {"id": "once-1", "url": receiver.url("/once"), "delay_ms": 500,
+                      "retry": {"max_attempts": 5, "min_backoff_ms": 3000, "max_backoff_ms": 3000}}):
+            status, _, body = hw.create(spec)
+            assert status == 201, body
+        assert receiver.wait_for(1, scaled(10), path="/rec") and receiver.wait_for(1, scaled(10), path="/once")
+        def offsets():  # (the master's, the replica's as acknowledged)
+            info = master.cmd("INFO", "replication")
+            return (int(info.split("master_repl_offset:")[1].split()[0]),
+                    int(info.split(",offset=")[1].split(",")[0]) if ",offset=" in info else -1)
+        written = offsets()[0]  # both begins are in it: their requests arrived
+        assert wait_until(lambda: offsets()[1] >= written, scaled(5))
+        replica.cmd("REPLICAOF", "NO", "ONE")  # the replica has the begins; it will miss the finishes
+        def state(server, tid):
+            return server.cmd("GETRANGE", f"hw:{{0}}:t:{tid}", 1, 1)
+        assert wait_until(lambda: state(master, "rec-1") == "s" and state(master, "once-1") == "r", scaled(10))
+        assert state(replica, "rec-1") == "f" and state(replica, "once-1") == "f"
+        endpoint.switch(replica.port)  # the failover: the new master shows both firing
+        assert len(receiver.wait_for(2, scaled(15), path="/rec")) >= 2, \
+            f"the recurring timer did not run again; it reads: {hw.get('rec-1')[2]}"
+        assert len(receiver.wait_for(2, scaled(15), path="/once")) >= 2, \
+            f"the one-shot timer got no retry; it reads: {hw.get('once-1')[2]}"
+        done = hw.wait_state("once-1", ("delivered",), scaled(10))
+        assert done["state"] == "delivered" and done["attempts"] >= 2, done
+        # The recurring timer goes on with its next runs.
+        assert len(receiver.wait_for(3, scaled(15), path="/rec")) >= 3
+        timer = hw.get("rec-1")[2]
+        assert timer["state"] in ("scheduled", "firing") and timer["runs"] >= 2, timer
+        log = open(hw.log).read()
+        for tid in ("rec-1", "once-1"):
+            assert any('"level":"warn"' in line and "left firing" in line and f'"timer":"{tid}"' in line
+                       for line in log.splitlines()), f"no warning names {tid}"
+    finally:
+        endpoint.close()
+        replica.stop()
+        master.stop()

@@ -139,3 +139,63 @@ def test_a_heartbeat_just_after_a_look_that_found_the_holder_silent_brings_the_n
     redis.cmd("FCALL", lease, 2, sched, held, "renew", t0 + 3000, 100, "lk:", meta, 1000)
     assert redis.cmd("HGET", meta + "fn-silent", "silent") is None
     assert redis.cmd("PTTL", "lk:fn-silent") > ttl - 500
+
+
+def test_a_firing_timer_no_job_holds_is_handed_back_only_while_in_the_attempt_it_was_listed_in(
+        redis, hookwheel_factory):
+    # A failover can lose the finish of an attempt: the new master shows the
+    # timer firing, held by a live instance that dropped its job. held lists
+    # the firing timers of an instance's past-due claims (token, attempt,
+    # run); handback hands one back as a release would, but only while it is
+    # still that attempt: not one begun again meanwhile, not another
+    # instance's.
+    hw = hookwheel_factory(redis)
+    (a, b, c), p = same_partition_ids("fn-handback", 3)
+    due = int(now_ms()) + 3_600_000
+    for k, i in enumerate((a, b, c)):
+        status, _, _ = hw.api.create({"id": i, "url": "http://127.0.0.1:9/x", "fire_at_ms": due + k})
+        assert status == 201
+    claim, begin, finish, held, handback = (function_name(redis, s)
+                                            for s in ("claim", "begin", "finish", "held", "handback"))
+    assert hw.stop(signal.SIGTERM, timeout=15) == 0
+    me, other = owner_tag("fn-reconciler"), owner_tag("fn-other")
+    prefix = f"hw:{{{p}}}:t:"
+    key = {i: prefix + i for i in (a, b, c)}
+    mine, others = f"hw:{{{p}}}:cl:{me}", f"hw:{{{p}}}:cl:{other}"
+    # a and b are claimed and begun by this instance (jobs 11 and 12), c by another one (job 13).
+    for tag, limit in ((me, 2), (other, 1)):
+        redis.cmd("FCALL", claim, 3, f"hw:{{{p}}}:nss", f"hw:{{{p}}}:cl:{tag}", f"hw:{{{p}}}:lc:{tag}",
+                  due + 10, limit, tag, prefix, "0")
+    assert sorted(redis.cmd("ZRANGE", mine, 0, -1)) == sorted([a, b]) and redis.cmd("ZRANGE", others, 0, -1) == [c]
+    assert redis.cmd("FCALL", begin, 2, key[a], key[b], me, 0, 11, "0", 0, 12, "0")[::3] == [1, 1]
+    assert redis.cmd("FCALL", begin, 1, key[c], other, 0, 13, "0")[0] == 1
+    # Only claims due by `until` are read; the rest of the call's limit is not what stops it.
+    assert redis.cmd("FCALL", held, 1, mine, prefix, me, due - 1, 0, 10) == [0]
+    listed = redis.cmd("FCALL", held, 1, mine, prefix, me, due + 10, 0, 10)
+    assert listed == [0, a, 11, 1, 1, b, 12, 1, 1]
+    # A listing that fills its limit says where to go on.
+    assert redis.cmd("FCALL", held, 1, mine, prefix, me, due + 10, 0, 1) == [1, a, 11, 1, 1]
+    assert redis.cmd("FCALL", held, 1, mine, prefix, me, due + 10, 1, 1) == [2, b, 12, 1, 1]
+    # Meanwhile b's attempt ended (a retry this instance keeps) and its job began the next one.
+    now = int(now_ms())
+    kept = redis.cmd("FCALL", finish, 1, key[b], me, now, 60000, due + 100_000, 5,
+                     b, "retry", '{"status":500}', due + 5, "1", 0, "0", 0, -1)
+    assert kept[0] == 1 and kept[3] == 1
+    assert redis.cmd("FCALL", begin, 1, key[b], me, 0, 12, "0")[0] == 2
+    lost = '{"error":"attempt interrupted: its finish was lost"}'
+    out = redis.cmd("FCALL", handback, 3, key[a], key[b], key[c], me, now, lost, 60000, 5,
+                    a, 11, 1, 1, b, 12, 1, 1, c, 13, 1, 1)
+    assert out == [1, "retrying", 0, "", 0, ""]
+    # a: back in its index for any sweep, at its due time (later than now), no owner, the lost
+    # attempt in its history.
+    assert redis.cmd("GETRANGE", key[a], 1, 1) == "r" and owner_of(redis, key[a]) == NO_OWNER
+    assert redis.cmd("ZSCORE", mine, a) is None
+    assert int(float(redis.cmd("ZSCORE", f"hw:{{{p}}}:ix::retrying", a))) == due
+    assert redis.cmd("GET", f"hw:{{{p}}}:h:{a}").split("\t")[0] == lost
+    # b (its second attempt runs) and c (another instance's) are left as they were.
+    assert redis.cmd("FCALL", held, 1, mine, prefix, me, due + 10, 0, 10) == [0, b, 12, 2, 1]
+    assert redis.cmd("FCALL", held, 1, others, prefix, other, due + 10, 0, 10) == [0, c, 13, 1, 1]
+    assert owner_of(redis, key[c]) == other and redis.cmd("GETRANGE", key[c], 1, 1) == "f"
+    # The same hand-back again finds a moved on: nothing is done twice.
+    assert redis.cmd("FCALL", handback, 1, key[a], me, now, lost, 60000, 5, a, 11, 1, 1) == [0, ""]
+    assert redis.cmd("ZCARD", f"hw:{{{p}}}:ix::retrying") == 1
