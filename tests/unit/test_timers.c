@@ -68,6 +68,8 @@ typedef struct result {
     long long count;
     int created[16];
     char cstate[16][16];
+    timer_held held[8]; /* timers_held (ids in ids) */
+    uint64_t next;
 } result;
 
 static result res;
@@ -209,6 +211,32 @@ static void release_cb(void *arg, int status, long long n)
         res.count += n;
     res.n++;
     pthread_mutex_unlock(&mu);
+}
+
+static void held_cb(void *arg, int status, uint64_t next, size_t n, const timer_held *items)
+{
+    (void)arg;
+    res.status = status;
+    res.next = next;
+    res.n = n;
+    for (size_t i = 0; i < n && i < 8; i++) {
+        res.held[i] = items[i];
+        snprintf(res.ids[i], sizeof res.ids[i], "%s", items[i].id);
+        res.held[i].id = res.ids[i];
+    }
+    signal_done();
+}
+
+static void handed_cb(void *arg, int status, size_t n, const timer_handed *r)
+{
+    (void)arg;
+    res.status = status;
+    res.n = n;
+    for (size_t i = 0; i < n && i < 16; i++) {
+        res.created[i] = r[i].handed;
+        snprintf(res.cstate[i], sizeof res.cstate[i], "%s", r[i].state);
+    }
+    signal_done();
 }
 
 /* ---- set-up ---- */
@@ -934,6 +962,56 @@ static void test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable(void
     store_free(st);
 }
 
+static void test_a_firing_timer_its_holder_no_longer_runs_is_listed_and_handed_back_once(void **state)
+{
+    fixture *f = *state;
+    int64_t now = (int64_t)clock_now_ms();
+    create(f->a, "hb-1", now + 1000, 0, NULL, TIMERS_OK);
+    uint32_t p = timers_partition(f->a, "hb-1");
+    claim(f->b, "hb-1", 10);
+    timer_begin x = {"hb-1", 0, 21, 0};
+    begin(f->b, 1, &x);
+    assert_int_equal(res.begun[0], 1);
+    /* only claims due by the bound are read */
+    assert_int_equal(timers_held(f->b, p, (uint64_t)now, 0, 10, held_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+    assert_int_equal(res.n, 0);
+    assert_int_equal(timers_held(f->b, p, (uint64_t)now + 2000, 0, 10, held_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+    assert_int_equal(res.n, 1);
+    assert_int_equal(res.next, 0);
+    assert_string_equal(res.ids[0], "hb-1");
+    assert_int_equal(res.held[0].token, 21);
+    assert_int_equal(res.held[0].attempt, 1);
+    assert_int_equal(res.held[0].run, 1);
+    timer_held h = res.held[0];
+    /* another instance's hand-back leaves b's timer alone */
+    assert_int_equal(timers_hand_back(f->a, p, clock_now_ms(), "lost", 1, &h, handed_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+    assert_int_equal(res.n, 1);
+    assert_int_equal(res.created[0], 0);
+    assert_string_equal(res.cstate[0], "");
+    assert_int_equal(timers_hand_back(f->b, p, clock_now_ms(), "lost", 1, &h, handed_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.created[0], 1);
+    assert_string_equal(res.cstate[0], "retrying");
+    get(f->a, "hb-1");
+    assert_string_equal(res.v.state, "retrying");
+    assert_int_equal(res.v.fire_ms, now + 1000);
+    assert_non_null(strstr(res.history, "attempt interrupted: lost"));
+    assert_non_null(strstr(res.history, "box-b"));
+    /* done once: the same listing again finds it moved on */
+    assert_int_equal(timers_hand_back(f->b, p, clock_now_ms(), "lost", 1, &h, handed_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.created[0], 0);
+    /* and any sweep claims it again */
+    claim(f->a, "hb-1", 10);
+    assert_int_equal(res.n, 1);
+}
+
 static const char TP[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 static const char TS[] = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE";
 
@@ -1112,6 +1190,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_holder_learns_at_its_next_claim_which_held_timers_were_taken_away,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_firing_timer_its_holder_no_longer_runs_is_listed_and_handed_back_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_trace_context_is_kept_beside_the_request_id_and_split_off_when_read,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_what_does_not_fit_beside_the_request_id_is_dropped_and_the_id_kept_whole,
