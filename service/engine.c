@@ -1020,8 +1020,9 @@ static void apply_revocations(engine *e, struct revocation *r)
  * its job once the finish was acknowledged: no takeover comes (this
  * instance is alive), no sweep (the timer does not wait), and no job will
  * ever finish it. So every lease_ttl/2, with the reaper, a round lists
- * partition by partition the timers this instance's past-due claims show
- * firing (timers_held, HELD_SLICE claims a call) and compares them with the
+ * partition by partition the timers this instance's soonest due past-due
+ * claims show firing (timers_held, HELD_SLICE claims of each partition, one
+ * call) and compares them with the
  * jobs held here: a job holds its timer's id from its claim until its finish
  * is acknowledged, so a firing timer with no job of that id is one whose
  * finish was lost. Those are handed back as a release hands back an
@@ -1034,7 +1035,7 @@ struct held_slice {
     struct held_slice *next;
     uint32_t partition;
     int ok;               /* Redis answered */
-    uint64_t next_offset; /* where the partition's listing goes on (0: done) */
+    uint64_t next_offset; /* where the partition's listing would go on (0: done; a round does not) */
     size_t n;
     timer_held items[];   /* ids owned (held_slice_free) */
 };
@@ -1139,9 +1140,11 @@ static void reconcile_slices(engine *e, struct held_slice *h)
             e->reconciling = 0; /* stopping (the release hands everything back), or Redis failed */
         else {
             hand_back_orphans(e, h);
-            if (h->next_offset)
-                reconcile_send(e, h->partition, h->next_offset);
-            else if (h->partition + 1 < e->cfg->partitions)
+            /* Only the soonest due HELD_SLICE claims of each partition a
+             * round: a timer left firing stays in the claims, and comes to
+             * the front once what was due before it is done, so a backlog
+             * (a drain of many due timers) is never paged through. */
+            if (h->partition + 1 < e->cfg->partitions)
                 reconcile_send(e, h->partition + 1, 0);
             else
                 e->reconciling = 0;
