@@ -2,6 +2,7 @@
 at-least-once). Real redis-server, real hookwheel processes, real receiver;
 leases are shortened (--lease-ttl-ms) so takeovers happen within seconds."""
 
+import contextlib
 import json
 import os
 import signal
@@ -470,6 +471,36 @@ class Endpoint:
         self.switch(self.target)
 
 
+@contextlib.contextmanager
+def failover_pair(tmp_path):
+    """A master, its replica (replicating), and one Endpoint in front of the
+    master that a test switches to the replica: a failover as a client sees
+    it. Stops all three at the end."""
+    from conftest import RedisServer
+    master = RedisServer(tmp_path / "master").start()
+    replica = RedisServer(tmp_path / "replica", ["--replicaof", "127.0.0.1", str(master.port)]).start()
+    endpoint = Endpoint(master.port)
+    try:
+        assert wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"), scaled(10))
+        yield master, replica, endpoint
+    finally:
+        endpoint.close()
+        replica.stop()
+        master.stop()
+
+
+def cut_replica_once_caught_up(master, replica):
+    """Waits until the replica acknowledged all the master wrote so far,
+    then stops its replication: it has everything until now, nothing after."""
+    def offsets():  # (the master's, the replica's as acknowledged)
+        info = master.cmd("INFO", "replication")
+        return (int(info.split("master_repl_offset:")[1].split()[0]),
+                int(info.split(",offset=")[1].split(",")[0]) if ",offset=" in info else -1)
+    written = offsets()[0]
+    assert wait_until(lambda: offsets()[1] >= written, scaled(5))
+    replica.cmd("REPLICAOF", "NO", "ONE")
+
+
 def test_a_timer_whose_begin_a_failover_lost_is_attempted_again(tmp_path, receiver, hookwheel_factory):
     """The engine's steps do not wait for replicas, so a failover may lose
     the begin of an attempt while the replica has the claim before it: the
@@ -477,34 +508,21 @@ def test_a_timer_whose_begin_a_failover_lost_is_attempted_again(tmp_path, receiv
     The attempt's finish then finds no firing timer; the timer must go back
     to be claimed and attempted again (at least once), not stay claimed by
     a live instance that no longer holds it, never attempted."""
-    from conftest import RedisServer
-    master = RedisServer(tmp_path / "master").start()
-    replica = RedisServer(tmp_path / "replica", ["--replicaof", "127.0.0.1", str(master.port)]).start()
-    endpoint = Endpoint(master.port)
-    try:
-        assert wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"), scaled(10))
+    with failover_pair(tmp_path) as (master, replica, endpoint):
         hw = hookwheel_factory(f"redis://127.0.0.1:{endpoint.port}",
                                args=["--partitions", "1", "--window-ms", "2000", *LEASE])
         receiver.plan("/fo", [Reply(500, delay_s=1.5)])  # the first attempt fails, after the failover
         status, _, body = hw.create({"id": "fo-1", "url": receiver.url("/fo"), "delay_ms": 1500,
                                      "retry": {"max_attempts": 5, "min_backoff_ms": 100, "max_backoff_ms": 200}})
         assert status == 201, body
-        def offsets():  # (the master's, the replica's as acknowledged)
-            info = master.cmd("INFO", "replication")
-            return (int(info.split("master_repl_offset:")[1].split()[0]),
-                    int(info.split(",offset=")[1].split(",")[0]) if ",offset=" in info else -1)
-        written = offsets()[0]  # the claim is in it: the create claimed the timer (due within the window)
-        assert wait_until(lambda: offsets()[1] >= written, scaled(5))
-        replica.cmd("REPLICAOF", "NO", "ONE")  # the replica has the claim; it will miss the begin
+        # The create claimed the timer (due within the window): the replica has the claim, and
+        # will miss the begin.
+        cut_replica_once_caught_up(master, replica)
         assert receiver.wait_for(1, scaled(10), path="/fo")  # begun on the master, answered in 1.5 s
         endpoint.switch(replica.port)  # the failover: the finish reaches the replica, now the master
         assert len(receiver.wait_for(2, scaled(15), path="/fo")) == 2, \
             f"not attempted again; the timer: {hw.get('fo-1')[2]}"
         assert hw.wait_state("fo-1", ("delivered",), scaled(10))["state"] == "delivered"
-    finally:
-        endpoint.close()
-        replica.stop()
-        master.stop()
 
 
 def test_timers_whose_finish_a_failover_lost_are_handed_back_and_run_again(tmp_path, receiver, hookwheel_factory):
@@ -515,12 +533,7 @@ def test_timers_whose_finish_a_failover_lost_are_handed_back_and_run_again(tmp_p
     does not wait), so the instance itself must find it and hand it back:
     a recurring timer runs again and goes on, and a one-shot timer whose
     lost outcome was a failure gets its retry."""
-    from conftest import RedisServer
-    master = RedisServer(tmp_path / "master").start()
-    replica = RedisServer(tmp_path / "replica", ["--replicaof", "127.0.0.1", str(master.port)]).start()
-    endpoint = Endpoint(master.port)
-    try:
-        assert wait_until(lambda: "master_link_status:up" in replica.cmd("INFO", "replication"), scaled(10))
+    with failover_pair(tmp_path) as (master, replica, endpoint):
         hw = hookwheel_factory(f"redis://127.0.0.1:{endpoint.port}",
                                args=["--partitions", "1", "--window-ms", "2000", *LEASE])
         # Both attempts take a second; their next attempts are due beyond the window (the next run
@@ -533,13 +546,9 @@ def test_timers_whose_finish_a_failover_lost_are_handed_back_and_run_again(tmp_p
             status, _, body = hw.create(spec)
             assert status == 201, body
         assert receiver.wait_for(1, scaled(10), path="/rec") and receiver.wait_for(1, scaled(10), path="/once")
-        def offsets():  # (the master's, the replica's as acknowledged)
-            info = master.cmd("INFO", "replication")
-            return (int(info.split("master_repl_offset:")[1].split()[0]),
-                    int(info.split(",offset=")[1].split(",")[0]) if ",offset=" in info else -1)
-        written = offsets()[0]  # both begins are in it: their requests arrived
-        assert wait_until(lambda: offsets()[1] >= written, scaled(5))
-        replica.cmd("REPLICAOF", "NO", "ONE")  # the replica has the begins; it will miss the finishes
+        # Both begins were written (their requests arrived): the replica has them, and will miss
+        # the finishes.
+        cut_replica_once_caught_up(master, replica)
         def state(server, tid):
             return server.cmd("GETRANGE", f"hw:{{0}}:t:{tid}", 1, 1)
         assert wait_until(lambda: state(master, "rec-1") == "s" and state(master, "once-1") == "r", scaled(10))
@@ -559,7 +568,3 @@ def test_timers_whose_finish_a_failover_lost_are_handed_back_and_run_again(tmp_p
         for tid in ("rec-1", "once-1"):
             assert any('"level":"warn"' in line and "left firing" in line and f'"timer":"{tid}"' in line
                        for line in log.splitlines()), f"no warning names {tid}"
-    finally:
-        endpoint.close()
-        replica.stop()
-        master.stop()
