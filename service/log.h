@@ -21,8 +21,9 @@ int log_level_parse(const char *name);
 void log_write(int level, const char *msg, const char *fields_fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Escapes s for use inside a JSON string into buf; truncates to fit.
- * Returns buf. */
+/* Escapes s for use inside a JSON string into buf; truncates to fit,
+ * never inside a character. Bytes that are not UTF-8 become U+FFFD, so
+ * the line stays UTF-8 and JSON. Returns buf. */
 char *log_json_escape(const char *s, char *buf, size_t size);
 
 #define LOG(level, msg, ...)                                   \

@@ -3,6 +3,7 @@ timer, its queue, its attempt and the request that created it, whichever way
 the timer reached the engine (held at create, claimed by a sweep, held again
 by a control). At info level no body and no secret header value is logged."""
 import json
+import socket
 import re
 
 from conftest import scaled, wait_until
@@ -116,3 +117,21 @@ def test_at_info_level_no_body_and_no_header_value_is_logged(redis, receiver, ho
     text = hw.log.read_text(errors="replace")
     assert body_marker not in text and header_marker not in text
     assert not [r for r in records(hw) if r.get("level") == "debug"]
+
+
+def test_a_request_path_that_is_not_utf8_still_gives_a_utf8_json_line(redis, hookwheel_factory):
+    hw = hookwheel_factory(redis)
+    # raw bytes in the request target: libmicrohttpd passes them on as they are
+    paths = [b'/x\xff\xfe"\\q', b'/' + b'a' * 300 + "\u00e9".encode() * 200, b'/y\xc3']
+    for path in paths:
+        with socket.create_connection(("127.0.0.1", hw.port), timeout=scaled(5)) as s:
+            s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert s.recv(64).startswith(b"HTTP/1.1 404")
+
+    def lines():
+        return [l for l in hw.log.read_bytes().split(b"\n") if b'"msg":"http request"' in l and b'"status":404' in l]
+    assert wait_until(lambda: len(lines()) == len(paths), timeout=scaled(5)), hw.log_tail(10)
+    got = [json.loads(l.decode("utf-8"))["path"] for l in lines()]  # strict: bytes must be UTF-8
+    assert got[0] == '/x\ufffd\ufffd"\\q'
+    assert got[1].startswith("/" + "a" * 300 + "\u00e9") and set(got[1][301:]) == {"\u00e9"}
+    assert got[2] == "/y\ufffd"
