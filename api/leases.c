@@ -174,8 +174,9 @@ static void acquire_cb(void *arg, const lease_reply *reply)
                              "This owner holds the lease already, with other settings (ttl_ms, probe_url or "
                              "on_expire). Release it first to change them.", NULL, extra, 0);
     } else {
+        char eb[256];
         if (reply->outcome == LEASE_FAILED)
-            LOG(LOG_ERROR, "lease acquire failed", "\"error\":\"%.200s\"", reply->error);
+            LOG(LOG_ERROR, "lease acquire failed", "\"error\":\"%s\"", log_json_escape(reply->error, eb, sizeof eb));
         api_respond_unavailable(c->r);
     }
     free(c);
@@ -395,8 +396,9 @@ static void list_cb(void *arg, const lease_list_reply *reply)
 {
     lease_list_ctx *c = arg;
     if (reply->outcome != LEASE_LISTED) {
+        char eb[256];
         if (reply->outcome == LEASE_FAILED)
-            LOG(LOG_ERROR, "lease listing failed", "\"error\":\"%.200s\"", reply->error);
+            LOG(LOG_ERROR, "lease listing failed", "\"error\":\"%s\"", log_json_escape(reply->error, eb, sizeof eb));
         list_end(c, 0, NULL);
         return;
     }

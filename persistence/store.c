@@ -587,9 +587,10 @@ static int conn_open(store *s, const char *host, int port, int *warned, conn *k)
         if (!s->tls || tls_connect(k, host) == 0)
             return 0;
     }
+    char eb[256];
     if (!*warned || log_min_level <= LOG_DEBUG)
         LOG(LOG_WARN, what, "\"node\":\"%s:%d\",\"error\":\"%s\"", host ? host : "unix", port,
-            k->ctx ? k->ctx->errstr : "no memory");
+            log_json_escape(k->ctx ? k->ctx->errstr : "no memory", eb, sizeof eb));
     *warned = 1;
     conn_close(k);
     return -EIO;
@@ -599,8 +600,9 @@ static int simple_ok(conn *k, const char *fmt, const char *a, const char *b)
 {
     redisReply *r = b ? conn_command(k, fmt, a, b) : conn_command(k, fmt, a);
     int ok = r && r->type != REDIS_REPLY_ERROR;
+    char eb[256];
     if (r && !ok)
-        LOG(LOG_ERROR, "Redis refused a start-up command", "\"error\":\"%.200s\"", r->str);
+        LOG(LOG_ERROR, "Redis refused a start-up command", "\"error\":\"%s\"", log_json_escape(r->str, eb, sizeof eb));
     freeReplyObject(r);
     return ok;
 }
@@ -609,10 +611,11 @@ static int load_scripts(conn *k)
 {
     redisReply *r = conn_command(k, "FUNCTION LOAD REPLACE %s", lib_src);
     int ok = r && r->type == REDIS_REPLY_STRING && strcmp(r->str, lib_name) == 0;
+    char eb[256];
     if (r && !ok)
         LOG(LOG_ERROR, "Redis refused hookwheel's function library (Redis 7.0 or later is needed)",
-            "\"library\":\"%s\",\"error\":\"%.200s\"", lib_name,
-            r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+            "\"library\":\"%s\",\"error\":\"%s\"", lib_name,
+            log_json_escape(r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply", eb, sizeof eb));
     freeReplyObject(r);
     return ok ? 0 : -EIO;
 }
@@ -931,7 +934,8 @@ static redisReply *send_alone(store *s, int i, const cmd *c, int asking)
     freeReplyObject(r);
     return NULL;
 lost:
-    LOG(LOG_WARN, "Redis connection lost", "\"error\":\"%s\"", n->conn.ctx->errstr);
+    char eb[256];
+    LOG(LOG_WARN, "Redis connection lost", "\"error\":\"%s\"", log_json_escape(n->conn.ctx->errstr, eb, sizeof eb));
     drop_node(n);
     s->map_stale = s->cluster;
     return NULL;
@@ -1031,8 +1035,9 @@ static void read_replies(store *s, int i, cmd ***redo, redisReply ***rr, int **f
     while (c) {
         redisReply *r = NULL;
         if (conn_get_reply(&n->conn, &r) != REDIS_OK) {
+            char eb[256];
             LOG(LOG_WARN, "Redis connection lost", "\"node\":\"%s:%d\",\"error\":\"%s\"",
-                n->host ? n->host : "unix", n->port, n->conn.ctx->errstr);
+                n->host ? n->host : "unix", n->port, log_json_escape(n->conn.ctx->errstr, eb, sizeof eb));
             drop_node(n);
             s->map_stale = s->cluster;
             fail_list(c);

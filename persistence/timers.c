@@ -280,7 +280,9 @@ static int reply_status(const redisReply *r, const char *verb)
     if (!r)
         return TIMERS_UNREACHABLE;
     if (r->type == REDIS_REPLY_ERROR) {
-        LOG(LOG_ERROR, "Redis refused a timer call", "\"call\":\"%s\",\"error\":\"%.200s\"", verb, r->str);
+        char eb[256];
+        LOG(LOG_ERROR, "Redis refused a timer call", "\"call\":\"%s\",\"error\":\"%s\"", verb,
+            log_json_escape(r->str, eb, sizeof eb));
         return TIMERS_FAILED;
     }
     return r->type == REDIS_REPLY_ARRAY ? TIMERS_OK : TIMERS_FAILED;

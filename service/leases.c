@@ -158,7 +158,8 @@ static void look_cb(void *arg, const lease_look_reply *r)
             queue_take(l, head, tail);
         atomic_store(&l->warned, 0);
     } else if (r->outcome == LEASE_FAILED && !atomic_exchange(&l->warned, 1)) {
-        LOG(LOG_ERROR, "lease renewal failed", "\"error\":\"%.200s\"", r->error);
+        char eb[256];
+        LOG(LOG_ERROR, "lease renewal failed", "\"error\":\"%s\"", log_json_escape(r->error, eb, sizeof eb));
     }
     atomic_store(&l->next_look_ms, next);
     atomic_store(&l->looking, 0);

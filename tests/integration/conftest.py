@@ -917,6 +917,27 @@ SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime
                      "WARNING: ThreadSanitizer")
 
 
+def invalid_log_lines(log_path):
+    """The log lines that look like a JSON record but are not one (strict:
+    UTF-8, then JSON), at most three: a log reader must be able to take
+    every line hookwheel writes, whatever a request or Redis put in it."""
+    bad = []
+    try:
+        data = Path(log_path).read_bytes()
+    except OSError:
+        return bad
+    for raw in data.split(b"\n"):
+        if not raw.startswith(b"{"):
+            continue
+        try:
+            json.loads(raw.decode("utf-8"))
+        except ValueError:  # (UnicodeDecodeError is one)
+            bad.append(raw[:300])
+            if len(bad) == 3:
+                break
+    return bad
+
+
 def sanitizer_report(log_path):
     """The lines of a sanitizer report in a process log, or "" when clean."""
     try:
@@ -1127,6 +1148,9 @@ def hookwheel_factory(tmp_path, request):
             report = sanitizer_report(hw.log)
             if report:
                 problems.append(f"hookwheel {hw.name} sanitizer report:\n{report}")
+            bad = invalid_log_lines(hw.log)
+            if bad:
+                problems.append(f"hookwheel {hw.name} wrote log lines that are not JSON: {bad}")
         assert not problems, "\n".join(problems)
 
 
