@@ -12,8 +12,10 @@
  * Invariants.
  *  - `done` is the last tick processed: every linked timer has tick > done.
  *    A timer added with a tick <= done goes to done + 1 (the next advance).
- *    The same invariant tells a wheel timer (tick > done) from one already
- *    moved to a caller's `expired` list (tick <= done) in wheel_cancel.
+ *    When the wall clock steps back, `done` follows it back (the invariant
+ *    still holds), so a timer due now is not held for the length of the step.
+ *  - A timer moved to a caller's `expired` list has tick HANDED_OUT (0),
+ *    which no wheel timer has: wheel_cancel tells the two apart by it.
  *  - Bit s of `bits` is set exactly when slot s is non-empty. wheel_next_ms
  *    finds the next occupied slot with a word scan (ctz), and wheel_advance
  *    skips empty slots without touching their list heads.
@@ -51,6 +53,9 @@ struct wheel {
 };
 
 #define NONE UINT32_MAX
+/* The tick of a timer moved to a caller's `expired` list: no timer in the
+ * wheel has it (wheel_add gives ticks >= done + 1 >= 1). */
+#define HANDED_OUT 0
 
 static uint64_t timer_tick(const struct list_node *n)
 {
@@ -127,7 +132,7 @@ void wheel_cancel(wheel *w, wtimer *t)
 {
     if (!list_linked(&t->node))
         return;
-    if (t->tick <= w->done) {
+    if (t->tick == HANDED_OUT) {
         /* Already handed out in an `expired` list: unlink it from there, the
          * wheel no longer counts it. */
         list_remove(&t->node);
@@ -141,8 +146,10 @@ void wheel_cancel(wheel *w, wtimer *t)
 }
 
 /* Moves the timers of slot s whose tick is <= upto to the tail of out, in
- * slot order, and keeps the occupancy bit right. Returns the number moved. */
-static size_t expire_slot(wheel *w, uint32_t s, uint64_t upto, struct list_node *out)
+ * slot order, and keeps the occupancy bit right. Unless `keep_tick` (a sort
+ * by tick follows), each moved timer is marked HANDED_OUT at once. Returns
+ * the number moved. */
+static size_t expire_slot(wheel *w, uint32_t s, uint64_t upto, struct list_node *out, int keep_tick)
 {
     struct list_node *head = &w->slots[s], *n, *next;
     size_t moved = 0;
@@ -152,6 +159,8 @@ static size_t expire_slot(wheel *w, uint32_t s, uint64_t upto, struct list_node 
             continue;
         list_remove(n);
         list_insert_tail(out, n);
+        if (!keep_tick)
+            container_of(n, wtimer, node)->tick = HANDED_OUT;
         moved++;
     }
     if (list_empty(head))
@@ -219,7 +228,7 @@ static size_t advance_partial(wheel *w, uint64_t span, struct list_node *expired
         if (d == NONE || d >= span - off)
             break;
         off += d;
-        moved += expire_slot(w, (first + (uint32_t)off) & w->mask, w->done + 1 + off, expired);
+        moved += expire_slot(w, (first + (uint32_t)off) & w->mask, w->done + 1 + off, expired, 0);
     }
     return moved;
 }
@@ -237,9 +246,11 @@ static size_t advance_full(wheel *w, uint64_t target, struct list_node *expired)
         if (d == NONE || d >= w->nslots - off)
             break;
         off += d;
-        moved += expire_slot(w, (first + off) & w->mask, target, &due);
+        moved += expire_slot(w, (first + off) & w->mask, target, &due, 1);
     }
     sort_by_tick(&due);
+    for (struct list_node *n = due.next; n != &due; n = n->next)
+        container_of(n, wtimer, node)->tick = HANDED_OUT;
     list_splice_tail(expired, &due);
     return moved;
 }
@@ -248,7 +259,16 @@ size_t wheel_advance(wheel *w, uint64_t now_ms, struct list_node *expired)
 {
     uint64_t target = now_ms / w->tick_ms;
     size_t moved = 0;
-    if (target <= w->done)
+    if (target < w->done) {
+        /* The wall clock stepped back (NTP, an operator). Linked timers keep
+         * their absolute ticks, all > done > target, so they still expire at
+         * their due time; but `done` must follow the clock back, or a timer
+         * added now with a due time before the old `done` would be put at
+         * done + 1 and wait out the whole step. */
+        w->done = target;
+        return 0;
+    }
+    if (target == w->done)
         return 0;
     if (w->count) {
         if (target - w->done < w->nslots)

@@ -226,6 +226,39 @@ static void test_wheel_cancel_after_expiry_only_unlinks_it_from_the_expired_list
     wheel_free(w);
 }
 
+/* An NTP step of the wall clock back by an hour: a timer added after the
+ * step, due a few ticks later, expires at its due time, not an hour later;
+ * a timer added before the step still expires at its own due time, and one
+ * handed out before the step is still only unlinked by a cancel. */
+static void test_wheel_follows_the_wall_clock_when_it_steps_back(void **state)
+{
+    (void)state;
+    const uint64_t t0 = 1700000000000, step = 3600000;
+    ttimer early, later, fresh;
+    struct list_node expired;
+    list_init(&expired);
+    wheel *w = wheel_create(512, 1, t0);
+    add_timer(w, &early, t0 + 5, 0);
+    add_timer(w, &later, t0 + 20, 1);
+    assert_int_equal(wheel_advance(w, t0 + 10, &expired), 1); /* early, still in the caller's list */
+    uint64_t now = t0 + 10 - step;                            /* the clock steps back */
+    assert_int_equal(wheel_advance(w, now, &expired), 0);
+    add_timer(w, &fresh, now + 3, 2);
+    assert_int_equal(wheel_count(w), 2);
+    assert_true(wheel_next_ms(w, now) <= 3);
+    wheel_cancel(w, &early.t); /* handed out before the step: not the wheel's */
+    assert_int_equal(wheel_count(w), 2);
+    assert_null(pop_timer(&expired));
+    assert_int_equal(wheel_advance(w, now + 2, &expired), 0); /* never early */
+    assert_int_equal(wheel_advance(w, now + 3, &expired), 1);
+    assert_ptr_equal(pop_timer(&expired), &fresh);
+    assert_int_equal(wheel_advance(w, t0 + 19, &expired), 0);
+    assert_int_equal(wheel_advance(w, t0 + 20, &expired), 1);
+    assert_ptr_equal(pop_timer(&expired), &later);
+    assert_int_equal(wheel_count(w), 0);
+    wheel_free(w);
+}
+
 /* Adds n random timers due over several turns, advances in random steps
  * (some longer than a turn) and checks the whole sequence. */
 static void run_random_order(size_t n, uint32_t slots, uint32_t tick_ms, uint64_t spread_ms,
@@ -393,6 +426,7 @@ int main(void)
         cmocka_unit_test(test_wheel_keeps_fifo_order_within_a_tick),
         cmocka_unit_test(test_wheel_cancelled_timer_is_never_returned),
         cmocka_unit_test(test_wheel_cancel_after_expiry_only_unlinks_it_from_the_expired_list),
+        cmocka_unit_test(test_wheel_follows_the_wall_clock_when_it_steps_back),
         cmocka_unit_test(test_wheel_expires_100k_random_timers_once_in_tick_order),
         cmocka_unit_test(test_wheel_past_due_timer_expires_at_the_next_tick),
         cmocka_unit_test(test_wheel_next_ms_is_minus_one_when_empty_and_the_distance_otherwise),
