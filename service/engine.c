@@ -141,6 +141,7 @@ struct engine {
     int permits_active;       /* the last call had something to say: renew */
     int permits_soon;         /* a shared queue has jobs it holds no permits for: ask now */
     uint64_t next_sweep_ms;
+    uint64_t last_now_ms; /* the wall clock when the loop last read it (follow_clock) */
     int sweep_more;       /* a partition returned a full batch: sweep again at once */
     uint64_t sweep_base;  /* the sweep's claims per partition (sweep_limit) ... */
     uint32_t sweep_extra; /* ... plus one for this many partitions ... */
@@ -1390,10 +1391,41 @@ static int wait_events(engine *e, struct epoll_event *evs, int max, uint64_t wak
     return n;
 }
 
+/* Everything the loop schedules by the wall clock (the wheel, sweeps,
+ * reaper rounds, polls, lingering finishes) is pulled in to now when the
+ * clock stepped back since the loop last read it (NTP, an operator's date):
+ * otherwise each would wait out the step, an hour for an hour's step, while
+ * the timers due meanwhile wait in Redis. Permits granted for a while are
+ * trusted no longer than a fresh grant would be. */
+static void follow_clock(engine *e, uint64_t now)
+{
+    uint64_t last = e->last_now_ms;
+    e->last_now_ms = now;
+    if (now >= last)
+        return;
+    if (last - now >= 1000)
+        LOG(LOG_WARN, "the wall clock stepped back", "\"by_ms\":%" PRIu64, last - now);
+    wheel_rewind(e->w, wheel_time(e, now));
+    if (e->next_sweep_ms > now)
+        e->next_sweep_ms = now;
+    if (e->next_reap_ms > now)
+        e->next_reap_ms = now;
+    if (e->next_queues_ms > now)
+        e->next_queues_ms = now;
+    if (e->next_permits_ms > now)
+        e->next_permits_ms = now;
+    if (e->permits_until_ms > now + PERMITS_TTL_MS - PERMITS_MARGIN_MS)
+        e->permits_until_ms = now + PERMITS_TTL_MS - PERMITS_MARGIN_MS;
+    for (uint32_t p = 0; p < e->cfg->partitions; p++)
+        if (e->finishes[p] && e->finishes[p]->since_ms > now)
+            e->finishes[p]->since_ms = now;
+}
+
 static void poll_once(engine *e, uint64_t wake_us)
 {
     struct epoll_event evs[256];
     int n = wait_events(e, evs, 256, wake_us);
+    follow_clock(e, clock_now_ms()); /* before the inbox's jobs go into the wheel */
     for (int i = 0; i < n; i++) {
         if (evs[i].data.fd == e->evfd) {
             uint64_t v;
@@ -1418,6 +1450,7 @@ static void run(engine *e)
 {
     while (!atomic_load(&e->stop)) {
         uint64_t now = clock_now_ms();
+        follow_clock(e, now);
         uint64_t chores = housekeeping(e, now);
         if ((now >= e->next_sweep_ms || e->sweep_more) && atomic_load(&e->pending_ops) == 0 && !e->backlog) {
             sweep(e, now);

@@ -255,21 +255,24 @@ static size_t advance_full(wheel *w, uint64_t target, struct list_node *expired)
     return moved;
 }
 
+void wheel_rewind(wheel *w, uint64_t now_ms)
+{
+    /* Linked timers keep their absolute ticks, all > done > the new done, so
+     * they still expire at their due time; but `done` must follow the clock
+     * back, or a timer added now with a due time before the old `done` would
+     * be put at done + 1 and wait out the whole step. */
+    if (now_ms / w->tick_ms < w->done)
+        w->done = now_ms / w->tick_ms;
+}
+
 size_t wheel_advance(wheel *w, uint64_t now_ms, struct list_node *expired)
 {
     uint64_t target = now_ms / w->tick_ms;
     size_t moved = 0;
-    if (target < w->done) {
-        /* The wall clock stepped back (NTP, an operator). Linked timers keep
-         * their absolute ticks, all > done > target, so they still expire at
-         * their due time; but `done` must follow the clock back, or a timer
-         * added now with a due time before the old `done` would be put at
-         * done + 1 and wait out the whole step. */
-        w->done = target;
+    if (target <= w->done) {
+        wheel_rewind(w, now_ms);
         return 0;
     }
-    if (target == w->done)
-        return 0;
     if (w->count) {
         if (target - w->done < w->nslots)
             moved = advance_partial(w, target - w->done, expired);

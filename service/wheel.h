@@ -42,6 +42,12 @@ void wheel_add(wheel *w, wtimer *t);
 /* Unlinks t if it is linked; a no-op otherwise. O(1). */
 void wheel_cancel(wheel *w, wtimer *t);
 
+/* Follows the wall clock back when it stepped back to before the wheel's
+ * last advance (NTP, an operator's date): timers added from now on expire at
+ * their own due time, not once the clock has caught up again. A no-op
+ * otherwise; wheel_advance does it too. O(1). */
+void wheel_rewind(wheel *w, uint64_t now_ms);
+
 /* Advances the wheel to now_ms, moving every timer whose tick is at or before
  * floor(now_ms / tick_ms) to the tail of `expired`, in tick order and, within
  * a tick, in insertion order (FIFO). Returns the number moved. */

@@ -1,0 +1,55 @@
+"""Integration tests of wall-clock steps: due times are wall-clock epoch
+milliseconds (shared through Redis), so an NTP step or an operator's `date`
+moves every instance's idea of now. A step back must not hold timers due
+after it for the length of the step: hookwheel runs here with its clock
+shifted by an LD_PRELOAD library (clockshift.c) that the test steps."""
+
+import os
+import struct
+import subprocess
+import time
+
+import pytest
+
+from conftest import CLUSTER_MODE, assert_created, scaled
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HOUR_MS = 3600 * 1000
+
+
+@pytest.fixture
+def clockshift(tmp_path):
+    """(env for hookwheel, step(offset_ms)): the shim built, its offset file at 0."""
+    lib = tmp_path / "libclockshift.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(lib), os.path.join(HERE, "clockshift.c"), "-ldl"],
+                   check=True)
+    offset = tmp_path / "clock-offset"
+    offset.write_bytes(struct.pack("=q", 0))
+    env = {"LD_PRELOAD": str(lib), "CLOCKSHIFT_FILE": str(offset),
+           "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+
+    def step(offset_ms):
+        with open(offset, "r+b") as f:  # in place: the process maps this file
+            f.write(struct.pack("=q", offset_ms))
+
+    return env, step
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="one instance's clock; the topology does not matter")
+def test_timers_due_after_a_step_back_of_the_wall_clock_fire_on_time(redis, hookwheel_factory, receiver,
+                                                                    clockshift):
+    """The wall clock steps back an hour. A timer due within the window
+    (straight into the wheel) and one due beyond it (claimed by a sweep) are
+    both delivered about when due, not an hour later."""
+    env, step = clockshift
+    hw = hookwheel_factory(redis, env=env, args=["--window-ms", "1000"])
+    time.sleep(1.0)  # a few sweeps and ticks at the unshifted time
+    step(-HOUR_MS)
+    time.sleep(0.2)
+    ids = []
+    for path, delay in (("/near", 200), ("/far", 2500)):
+        status, headers, timer = hw.create({"url": receiver.url(path), "delay_ms": delay})
+        assert_created(status, headers, timer)
+        ids.append(timer["id"])
+    got = receiver.wait_for(2, timeout=scaled(15))
+    assert sorted(r.path for r in got) == ["/far", "/near"], [hw.get(i) for i in ids]
