@@ -289,6 +289,8 @@ uint64_t limiter_tick(limiter *l, uint64_t now_us, uint64_t period_us)
             if (q->tokens > capacity)
                 q->tokens = capacity;
             q->refilled_us = now_us;
+        } else {
+            q->refilled_us = now_us; /* the wall clock stepped back: refill from here on */
         }
         queue_update(l, q);
         if (q->tokens < 1.0 && q->waiting > 0 && !q->paused) {

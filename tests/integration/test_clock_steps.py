@@ -53,3 +53,25 @@ def test_timers_due_after_a_step_back_of_the_wall_clock_fire_on_time(redis, hook
         ids.append(timer["id"])
     got = receiver.wait_for(2, timeout=scaled(15))
     assert sorted(r.path for r in got) == ["/far", "/near"], [hw.get(i) for i in ids]
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="one instance's clock; the topology does not matter")
+def test_a_rate_limited_queue_goes_on_after_a_step_back_of_the_wall_clock(redis, hookwheel_factory, receiver,
+                                                                         clockshift):
+    """A queue paced at 5 dispatches a second (per instance) keeps its pace after the wall
+    clock steps back an hour: its bucket refills from the new time on."""
+    env, step = clockshift
+    hw = hookwheel_factory(redis, env=env)
+    status, _, body = hw.request("PUT", "/queues/paced", json_body={"max_dispatches_per_second": 5, "scope": "instance"})
+    assert status == 200, body
+    time.sleep(scaled(1.5))  # the settings applied
+    status, headers, timer = hw.create({"url": receiver.url("/before"), "delay_ms": 0, "queue": "paced"})
+    assert_created(status, headers, timer)
+    assert len(receiver.wait_for(1, path="/before", timeout=scaled(10))) == 1
+    step(-HOUR_MS)
+    time.sleep(0.2)
+    for i in range(10):
+        status, headers, timer = hw.create({"url": receiver.url("/after"), "delay_ms": 0, "queue": "paced"})
+        assert_created(status, headers, timer)
+    got = receiver.wait_for(10, path="/after", timeout=scaled(10))
+    assert len(got) == 10, hw.log_tail(20)
