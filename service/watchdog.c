@@ -97,9 +97,12 @@ uint64_t watchdog_run(watchdog *w, uint64_t now_ms)
     for (wlease *l = w->leases; l; l = l->next) {
         if (l->removed || atomic_load(&l->lost))
             continue;
-        if (now_ms >= l->next_ms && !atomic_load(&l->inflight)) {
+        uint64_t period = l->ttl_ms / 3 ? l->ttl_ms / 3 : 1;
+        /* (a next renewal more than a period away: the wall clock stepped
+         * back, and the key's PX does not wait for it to catch up) */
+        if ((now_ms >= l->next_ms || l->next_ms > now_ms + period) && !atomic_load(&l->inflight)) {
             renew(w, l);
-            l->next_ms = now_ms + (l->ttl_ms / 3 ? l->ttl_ms / 3 : 1);
+            l->next_ms = now_ms + period;
         }
         if (l->next_ms < next)
             next = l->next_ms;

@@ -75,3 +75,19 @@ def test_a_rate_limited_queue_goes_on_after_a_step_back_of_the_wall_clock(redis,
         assert_created(status, headers, timer)
     got = receiver.wait_for(10, path="/after", timeout=scaled(10))
     assert len(got) == 10, hw.log_tail(20)
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="one instance's clock; the topology does not matter")
+def test_the_instance_lease_is_renewed_after_a_step_back_of_the_wall_clock(redis, hookwheel_factory, clockshift):
+    """The instance's lease key lives by its PX, not by the wall clock: after
+    the clock steps back an hour it is still renewed every ttl/3, so it never
+    lapses and no other instance takes this one's claims."""
+    env, step = clockshift
+    hw = hookwheel_factory(redis, env=env, args=["--lease-ttl-ms", "1500"])
+    key = f"hw:instance:{hw.instance_id}"
+    time.sleep(0.5)
+    step(-HOUR_MS)
+    for _ in range(8):  # well past the ttl
+        time.sleep(0.4)
+        assert redis.cmd("GET", key) == hw.instance_id, hw.log_tail(20)
+    assert "lease had lapsed" not in hw.log_tail(400)
