@@ -1809,7 +1809,6 @@ static void abandon_cb(job *j, void *arg)
 static void shutdown_engine(engine *e)
 {
     atomic_store(&e->accepting, 0);
-    flush(e); /* lingering finishes too (stop is set): release_all would take them for interrupted attempts */
     while (e->backlog) { /* not in the wheel yet: the release hands them back */
         job *j = e->backlog;
         e->backlog = j->inbox_next;
@@ -1822,11 +1821,21 @@ static void shutdown_engine(engine *e)
         job *j = container_of(n, job, all_node);
         if (j->phase == JOB_WHEEL || j->phase == JOB_READY || (j->phase == JOB_PARKED && !j->last_json))
             job_free(e, j);
+        else if (j->phase == JOB_PARKED) { /* an outcome Redis missed: it goes out now, not after the release */
+            wheel_cancel(e->w, &j->wt);
+            send_finish(e, j);
+        }
     }
+    /* Lingering finishes too (stop is set), and the parked ones above:
+     * release_all would take them all for interrupted attempts. */
+    flush(e);
     uint64_t deadline = clock_now_ms() + e->cfg->shutdown_grace_ms;
+    /* What remains in the wheel are outcomes Redis missed again (parked):
+     * tried again every PARK_MS until the grace deadline. */
     while ((dispatch_running(e->d) || e->store_jobs || e->starting || !list_empty(&e->held) ||
-            atomic_load(&e->pending_ops)) &&
+            wheel_count(e->w) || atomic_load(&e->pending_ops)) &&
            clock_now_ms() < deadline) {
+        expire(e, clock_now_ms());
         /* The attempts still running hold their queues' permits: renewed
          * as usual, or another instance would take them 3 s from now. */
         apply_permits(e);
