@@ -103,6 +103,7 @@ typedef struct job {
     int64_t retry_after_ms;
     int64_t next_delay_hdr_ms;
     uint64_t started_us;
+    uint64_t started_mono_us; /* the same start on the monotonic clock: durations, whatever the wall clock does */
     char errbuf[256];
     const struct netpolicy *policy; /* the dispatcher's, for its open-socket callback */
     char refused[64];          /* "" or the address the policy refused this attempt */

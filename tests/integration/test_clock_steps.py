@@ -91,3 +91,24 @@ def test_the_instance_lease_is_renewed_after_a_step_back_of_the_wall_clock(redis
         time.sleep(0.4)
         assert redis.cmd("GET", key) == hw.instance_id, hw.log_tail(20)
     assert "lease had lapsed" not in hw.log_tail(400)
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="one instance's clock; the topology does not matter")
+def test_an_attempt_across_a_step_back_of_the_wall_clock_has_no_absurd_duration(redis, hookwheel_factory, receiver,
+                                                                               clockshift):
+    """The clock steps back an hour while the receiver takes its time: the
+    attempt's recorded duration is not the unsigned wrap of a negative
+    difference (49 days)."""
+    from conftest import Reply
+    env, step = clockshift
+    receiver.plan("/slow", [Reply(200, delay_s=0.6)])
+    hw = hookwheel_factory(redis, env=env)
+    status, headers, timer = hw.create({"url": receiver.url("/slow"), "delay_ms": 0})
+    assert_created(status, headers, timer)
+    deadline = time.monotonic() + scaled(10)
+    while not receiver.requests("/slow") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    step(-HOUR_MS)
+    done = hw.wait_state(timer["id"], ("delivered", "failed"), timeout=scaled(10))
+    assert done.get("state") == "delivered", done
+    assert 0 <= done["last_attempt"]["duration_ms"] < 60000, done["last_attempt"]
