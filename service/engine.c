@@ -1036,7 +1036,6 @@ struct held_slice {
     struct held_slice *next;
     uint32_t partition;
     int ok;               /* Redis answered */
-    uint64_t next_offset; /* where the partition's listing would go on (0: done; a round does not) */
     size_t n;
     timer_held items[];   /* ids owned (held_slice_free) */
 };
@@ -1055,7 +1054,8 @@ static void held_cb(void *arg, int status, uint64_t next, size_t n, const timer_
     sweep_ctx *c = arg; /* (the partition's context) */
     engine *e = c->e;
     struct held_slice *h = xmalloc(sizeof *h + n * sizeof *h->items);
-    *h = (struct held_slice){NULL, c->partition, status == TIMERS_OK, next, n};
+    (void)next; /* a round reads each partition's soonest due slice only (reconcile_slices) */
+    *h = (struct held_slice){NULL, c->partition, status == TIMERS_OK, n};
     for (size_t i = 0; i < n; i++) {
         h->items[i] = items[i];
         h->items[i].id = xstrdup(items[i].id);
