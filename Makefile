@@ -1,5 +1,5 @@
 # hookwheel - build, run and test. Targets: all (default), run, test, deps (what testing needs), deps-run,
-# unit, integration, integration-cluster, test-sanitize, test-fuzz, fuzz, bench, bench-quick, clean. SANITIZER=address,undefined
+# unit, integration, integration-cluster, test-sanitize, test-fuzz, test-compose, fuzz, bench, bench-quick, clean. SANITIZER=address,undefined
 # (test-sanitize adds float-cast-overflow,float-divide-by-zero) builds into build/sanitize.
 
 CC        ?= cc
@@ -22,6 +22,11 @@ TEST_PKGS := libcmocka-dev nginx-light python3 python3-pytest curl clang libclan
 # NodeSource's nodejs; with Debian's nodejs it is a package of its own.
 TEST_PKGS += docker-compose python3-jsonschema python3-yaml nodejs \
              $(if $(shell command -v npm 2>/dev/null),,npm)
+# The compose test (tests/compose) brings docker/docker-compose.yml up on a
+# Docker engine, with base images made offline by debootstrap. Debian's
+# docker.io is installed only where no dockerd is (Docker's own packages
+# conflict with it).
+TEST_PKGS += debootstrap $(if $(shell command -v dockerd 2>/dev/null),,docker.io)
 # GET /metrics is checked with a maintained Prometheus text parser.
 TEST_PKGS += python3-prometheus-client
 # The TLS tests make their certificates with the openssl command.
@@ -62,7 +67,7 @@ CLI_BIN   := $(BUILD)/hookwheelctl
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run test unit integration integration-cluster test-sanitize test-fuzz deps check-deps clean
+.PHONY: all run test unit integration integration-cluster test-sanitize test-fuzz test-compose unit-fuzz-compose deps check-deps clean
 # ./hookwheel points at the default build only: `make BUILD=elsewhere` (a
 # second build directory) leaves it alone.
 all: check-run-deps $(BIN) $(CLI_BIN) $(if $(filter build,$(BUILD)),hookwheel hookwheelctl)
@@ -159,7 +164,20 @@ test-sanitize:
 # The fuzz target: every kept input once (regressions), then 60 s of fuzzing.
 test-fuzz: fuzz-regress fuzz-ci
 
-test: deps lint-openapi unit test-fuzz integration test-sanitize
+# docker/docker-compose.yml up for real (tests/compose/run.sh starts dockerd
+# for the run when none answers and it runs as root).
+test-compose:
+	PYTHON=$(PYTHON) tests/compose/run.sh
+
+# The compose test waits mostly on debootstrap, apt and dockerd: it runs
+# beside the unit tests and the fuzzer, and its output is printed after.
+unit-fuzz-compose:
+	@mkdir -p $(BUILD); $(MAKE) --no-print-directory test-compose > $(BUILD)/compose.log 2>&1 & pid=$$!; \
+	$(MAKE) --no-print-directory unit test-fuzz; rc=$$?; \
+	wait $$pid; crc=$$?; echo "== make test-compose"; cat $(BUILD)/compose.log; \
+	[ $$rc -eq 0 ] && [ $$crc -eq 0 ]
+
+test: deps lint-openapi unit-fuzz-compose integration test-sanitize
 
 # check-run-deps and deps-run: the same for RUN_PKGS alone.
 .PHONY: check-run-deps deps-run

@@ -42,13 +42,17 @@ LISTEN_LINE = re.compile(r"^(?P<indent>\s*)listen\s+[^;#]+;\s*# test:listen\s*$"
 
 def render_conf(text, upstream_ports, listen_port):
     """docker/nginx.conf's text with the marked upstream server line repeated
-    once per loopback port (its parameters kept) and the marked listen line
+    once per loopback port (its parameters kept but `resolve`) and the marked listen line
     on 127.0.0.1:listen_port. Nothing else changes."""
     assert len(UPSTREAM_LINE.findall(text)) == 1, "docker/nginx.conf: one `# test:upstream` line"
     assert len(LISTEN_LINE.findall(text)) == 1, "docker/nginx.conf: one `# test:listen` line"
 
+    # `resolve` needs nginx 1.27.3 or later and a name: the loopback addresses
+    # here are literal, and Debian's nginx is older.
+    params = lambda m: re.sub(r"\s+resolve\b", "", m["params"])
+
     def servers(m):
-        return "\n".join(f"{m['indent']}server 127.0.0.1:{p}{m['params']};" for p in upstream_ports)
+        return "\n".join(f"{m['indent']}server 127.0.0.1:{p}{params(m)};" for p in upstream_ports)
     text = UPSTREAM_LINE.sub(servers, text)
     return LISTEN_LINE.sub(lambda m: f"{m['indent']}listen 127.0.0.1:{listen_port};", text)
 
