@@ -90,6 +90,13 @@ static int parse_line(auth *a, char *line, const char **why)
     entry e;
     if (token_digest(tok, e.digest, why) < 0)
         return -EINVAL;
+    /* One token, one namespace: auth_check takes the first match, so a token
+     * also given to another namespace would act in the first one's. */
+    for (size_t i = 0; i < a->n; i++)
+        if (memcmp(a->e[i].digest, e.digest, sizeof e.digest) == 0 && strcmp(a->e[i].ns, ns) != 0) {
+            *why = "the token is already given to another namespace";
+            return -EINVAL;
+        }
     snprintf(e.ns, sizeof e.ns, "%s", ns);
     if (a->n == a->cap) {
         a->cap = a->cap ? 2 * a->cap : 8;

@@ -3,7 +3,8 @@
  * HOOKWHEEL_API_TOKENS_FILE holds one token per line,
  *   <namespace> <token>            or
  *   <namespace> sha256:<64 hex digits of the token's SHA-256>
- * with `#` comments and blank lines. Only SHA-256 digests are kept in
+ * with `#` comments and blank lines; a token belongs to one namespace (a
+ * file giving it to two is refused). Only SHA-256 digests are kept in
  * memory; a presented token is hashed and compared with every entry in
  * constant time (CRYPTO_memcmp over all of them, no early exit), so neither
  * the token nor which entry matched shows in the timing.

@@ -103,3 +103,19 @@ def test_a_bad_tokens_file_stops_the_start_with_its_line(tmp_path, redis, hookwh
     assert proc.returncode == 2, proc
     assert "line 2" in proc.stderr and "namespace" in proc.stderr, proc.stderr
     assert TOKEN_A not in proc.stderr + proc.stdout
+
+
+def test_a_token_given_to_two_namespaces_stops_the_start(tmp_path, redis):
+    # the first namespace's line would win, and the second's holder would act in the first's
+    import subprocess
+    from conftest import HOOKWHEEL_BIN
+    tokens = tmp_path / "shared-tokens"
+    tokens.write_text(f"team-a {TOKEN_A}\n"
+                      f"team-b {TOKEN_B}\n"
+                      f"team-b sha256:{hashlib.sha256(TOKEN_A.encode()).hexdigest()}\n")
+    proc = subprocess.run([HOOKWHEEL_BIN, "--redis-url", redis.url, "--listen", "127.0.0.1:0",
+                           "--api-tokens-file", str(tokens)],
+                          capture_output=True, text=True, timeout=scaled(20))
+    assert proc.returncode == 2, proc
+    assert "line 3" in proc.stderr and "another namespace" in proc.stderr, proc.stderr
+    assert TOKEN_A not in proc.stderr + proc.stdout

@@ -76,6 +76,24 @@ static void test_bad_lines_are_refused_with_their_line_number(void **state)
     assert_null(load("ns\n", err, sizeof err));
     assert_non_null(strstr(err, "line 1: expected"));
     assert_null(load("ns a-token-long-enough extra\n", err, sizeof err));
+    assert_null(load("team-a token-long-enough-123\nteam-b token-long-enough-123\n", err, sizeof err));
+    assert_non_null(strstr(err, "line 2: the token is already given to another namespace"));
+    assert_null(strstr(err, "token-long-enough-123"));
+    /* the same token as its digest (sha256 of "token-long-enough-123") */
+    FILE *p = popen("printf %s token-long-enough-123 | sha256sum", "r");
+    char hex[80] = "", text[200];
+    assert_non_null(p);
+    assert_non_null(fgets(hex, sizeof hex, p));
+    pclose(p);
+    hex[64] = '\0';
+    snprintf(text, sizeof text, "team-a token-long-enough-123\nteam-b sha256:%s\n", hex);
+    assert_null(load(text, err, sizeof err));
+    assert_non_null(strstr(err, "line 2: the token is already given"));
+    snprintf(text, sizeof text, "team-a token-long-enough-123\nteam-a sha256:%s\n", hex);
+    auth *same = load(text, err, sizeof err); /* twice in one namespace: harmless */
+    assert_non_null(same);
+    assert_string_equal(auth_check(same, "Bearer token-long-enough-123"), "team-a");
+    auth_free(same);
     assert_null(load("# only a comment\n", err, sizeof err));
     assert_non_null(strstr(err, "no tokens"));
     assert_null(auth_load("/nonexistent/tokens", err, sizeof err));
