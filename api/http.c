@@ -847,6 +847,16 @@ static const char *framing_error(const http_req *r)
     return NULL;
 }
 
+/* The request has exactly one Authorization header. */
+static bool single_authorization(const http_req *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->nheaders; i++)
+        if (strcasecmp(r->headers[i].name, "Authorization") == 0)
+            n++;
+    return n == 1;
+}
+
 /* ---- the access handler's steps ------------------------------------------ */
 
 /* First call: refuse what cannot succeed before reading any body. */
@@ -870,7 +880,10 @@ static enum MHD_Result req_begin(http_server *s, http_req *r)
         return problem_now(r, 404, "no such resource");
     r->ns = "";
     if (s->auth && !r->route->open) {
-        r->ns = auth_check(s->auth, kv_find(r->headers, r->nheaders, "Authorization", true));
+        /* Only one Authorization header: of several, a proxy in front may
+         * have checked or added another one than the first. */
+        const char *given = kv_find(r->headers, r->nheaders, "Authorization", true);
+        r->ns = single_authorization(r) ? auth_check(s->auth, given) : NULL;
         if (!r->ns)
             return unauthorized_now(r);
     }
