@@ -134,10 +134,26 @@ static int item_cmp(const void *a, const void *b, void *asc)
     return pos_cmp(*(const int *)asc, &((const item *)a)->at, &((const item *)b)->at);
 }
 
-/* "<score>~<public id>": the position after which the next page starts. */
-static void cursor_text(const pos *p, char *buf, size_t size)
+/* "<score>~<public id>": the position after which the next page starts.
+ * A page that ran out of budget among another namespace's timers (a waiting
+ * state's listing steps over them in the claimed zsets, list.lua) stopped at
+ * one of theirs, whose id and due time the caller must not learn. Key ids
+ * sort by namespace first, so the caller's entries with that score all
+ * come before it (it sorts after "<ns>/") or all after it (before "<ns>/"):
+ * the cursor is then "<score + 1>~" or "<score>~", an empty id, which
+ * parse_query reads as "<ns>/", the place before the namespace's first id.
+ * Only ascending listings read claimed zsets; a descending one reads the
+ * namespace's own index alone. */
+static void cursor_text(const list_ctx *c, const pos *p, char *buf, size_t size)
 {
-    snprintf(buf, size, "%lld~%s", p->score, api_public_id(p->id));
+    size_t nslen = strlen(c->ns);
+    if (!nslen || (strncmp(p->id, c->ns, nslen) == 0 && p->id[nslen] == '/')) {
+        snprintf(buf, size, "%lld~%s", p->score, api_public_id(p->id));
+        return;
+    }
+    char own[KEY_ID_MAX];
+    api_key_id(own, sizeof own, c->ns, "");
+    snprintf(buf, size, "%lld~", p->score + (strcmp(p->id, own) > 0));
 }
 
 static void answer(list_ctx *c)
@@ -179,9 +195,9 @@ static void answer(list_ctx *c)
     }
     char cur[KEY_ID_MAX + 32] = "";
     if ((cut || keep == c->limit) && keep > 0)
-        cursor_text(&c->items[keep - 1].at, cur, sizeof cur);
+        cursor_text(c, &c->items[keep - 1].at, cur, sizeof cur);
     else if (c->bounded)
-        cursor_text(&c->bound, cur, sizeof cur);
+        cursor_text(c, &c->bound, cur, sizeof cur);
     out = xrealloc(out, len + sizeof cur + 40);
     if (cur[0])
         len += (size_t)sprintf(out + len, "],\"next_cursor\":\"%s\"}", cur);
@@ -250,8 +266,10 @@ static int parse_query(http_req *r, int *asc, const char **state, uint32_t *limi
     if (cs) {
         const char *tilde = strchr(cs, '~');
         char score[24];
-        if (!tilde || tilde == cs || (size_t)(tilde - cs) >= sizeof score || !spec_lookup_id_valid(tilde + 1) ||
-            strspn(cs, "0123456789") != (size_t)(tilde - cs)) {
+        /* an empty id: before the namespace's first at that score (cursor_text) */
+        int empty = tilde && !tilde[1] && http_req_namespace(r)[0];
+        if (!tilde || tilde == cs || (size_t)(tilde - cs) >= sizeof score ||
+            (!empty && !spec_lookup_id_valid(tilde + 1)) || strspn(cs, "0123456789") != (size_t)(tilde - cs)) {
             http_respond_problem(r, 400, "cursor is not one this API gave", "cursor", NULL, 0);
             return -EINVAL;
         }

@@ -2,8 +2,9 @@
 endpoint but the probes needs a token, and a token's namespace sees only its
 own timers (404 for the others', never 403)."""
 import hashlib
+from urllib.parse import quote
 
-from conftest import scaled
+from conftest import now_ms, owner_tag, scaled, wait_until
 
 TOKEN_A = "team-a-token-3c1e9b7d2f"
 TOKEN_B = "team-b-token-8a4f0d6e1c"
@@ -119,3 +120,41 @@ def test_a_token_given_to_two_namespaces_stops_the_start(tmp_path, redis):
     assert proc.returncode == 2, proc
     assert "line 3" in proc.stderr and "another namespace" in proc.stderr, proc.stderr
     assert TOKEN_A not in proc.stderr + proc.stdout
+
+
+def test_a_listing_that_steps_over_another_namespaces_held_timers_names_none_of_them(
+        tmp_path, redis, receiver, hookwheel_factory):
+    # All timers due within the window are held (in the instance's claimed set,
+    # which every namespace shares); one partition puts them all in one set, and
+    # limit=1 lets a page examine at most 10 entries, so pages stop among B's.
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"team-a {TOKEN_A}\nteam-b {TOKEN_B}\n")
+    hw = hookwheel_factory(redis, args=["--window-ms", "600000", "--partitions", "1"],
+                           env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens)})
+    at = int(now_ms()) + 300000
+    spec = {"url": receiver.url("/b")}
+    b_timers = ([dict(spec, id=f"b-same-{i:02d}", fire_at_ms=at) for i in range(30)] +
+                [dict(spec, id=f"b-apart-{i:02d}", fire_at_ms=at + 1000 + i) for i in range(30)])
+    status, _, batch = hw.request("POST", "/timers/batch", json_body={"timers": b_timers}, headers=bearer(TOKEN_B))
+    assert status == 200 and batch["created"] == 60, batch
+    a_timers = [("a-1", at), ("zz", at), ("mid", at + 1015), ("later", at + 100000)]
+    for tid, fire in a_timers:
+        status, _, t = hw.create({"id": tid, "url": receiver.url("/a"), "fire_at_ms": fire}, headers=bearer(TOKEN_A))
+        assert status == 201, t
+
+    claimed = "hw:{0}:cl:" + owner_tag(hw.instance_id)
+    wait_until(lambda: redis.cmd("ZCARD", claimed) == 64, scaled(10))
+    seen, cursors, cursor = [], [], None
+    for _ in range(40):  # 13 pages suffice: one per A timer, one per 10 of B's held ones
+        path = "/timers?state=scheduled&limit=1" + (f"&cursor={quote(cursor)}" if cursor else "")
+        status, _, page = hw.request("GET", path, headers=bearer(TOKEN_A))
+        assert status == 200, page
+        seen += [t["id"] for t in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+        cursors.append(cursor)
+    # every A timer once, in order, and the listing ends (it once went round
+    # among B's 30 timers of one due time for ever)
+    assert seen == [tid for tid, _ in a_timers], (seen, cursors)
+    assert not [c for c in cursors if "b-" in c or str(at + 1000) in c], cursors
