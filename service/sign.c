@@ -106,9 +106,16 @@ static int ns_line(signer *s, char *line, char *err, size_t errlen)
     char *save = NULL, *ns = strtok_r(line, " \t\r\n", &save);
     if (!ns || ns[0] == '#')
         return 0;
-    char *secrets = strtok_r(NULL, " \t\r\n", &save);
+    char *secrets = strtok_r(NULL, " \t\r\n", &save), *extra = strtok_r(NULL, " \t\r\n", &save);
     if (!secrets || strlen(ns) >= sizeof s->nss->ns) {
         snprintf(err, errlen, "expected <namespace> whsec_...[,whsec_...]");
+        return -1;
+    }
+    /* A second field would be a secret of a rotation written after a space
+     * ("whsec_a, whsec_b"): dropped, it would leave receivers that verify
+     * with it refusing every request. */
+    if (extra && extra[0] != '#') {
+        snprintf(err, errlen, "expected <namespace> whsec_...[,whsec_...], the secrets one field (no spaces)");
         return -1;
     }
     for (size_t i = 0; i < s->nns; i++)

@@ -73,3 +73,22 @@ def test_a_namespace_with_a_secret_of_its_own_signs_with_it(tmp_path, redis, rec
     assert hw.stop() == 0
     log = hw.log.read_text(errors="replace")
     assert own not in log and own[6:] not in log
+
+
+def test_a_namespace_secrets_line_with_a_second_field_stops_the_start(tmp_path, redis):
+    # "whsec_old, whsec_new": the new secret after the space was dropped unseen,
+    # and receivers verifying with it refused every request of the namespace
+    import subprocess
+    from conftest import HOOKWHEEL_BIN
+    own = "whsec_" + base64.b64encode(b"team-a-own-secret-key-000").decode()
+    tokens = tmp_path / "tokens"
+    tokens.write_text("team-a token-of-team-a-000000\n")
+    secrets = tmp_path / "namespace-secrets"
+    secrets.write_text(f"team-b {OLD}  # a comment may follow\nteam-a {own}, {NEW}\n")
+    proc = subprocess.run([HOOKWHEEL_BIN, "--redis-url", redis.url, "--listen", "127.0.0.1:0",
+                           "--api-tokens-file", str(tokens), "--namespace-secrets-file", str(secrets)],
+                          capture_output=True, text=True, timeout=scaled(20))
+    assert proc.returncode == 2, proc
+    assert "line 2: expected" in proc.stderr, proc.stderr
+    for secret in (own, NEW, own[6:], NEW[6:]):
+        assert secret not in proc.stderr + proc.stdout

@@ -97,6 +97,23 @@ static void test_a_namespace_secret_signs_that_namespace_only(void **state)
     assert_non_null(strstr(err, "line 1"));
     assert_null(strstr(err, "whsec_bad"));
     signer_free(s);
+    /* a rotation's second secret after a space is not dropped unseen */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    text = "team-a " SECRET ", " SECRET "\n";
+    assert_true(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+    s = signer_create_empty();
+    assert_int_equal(signer_load_namespaces(s, path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "line 1: expected"));
+    assert_null(strstr(err, SECRET + 6));
+    signer_free(s);
+    fd = open(path, O_WRONLY | O_TRUNC);
+    text = "team-a " SECRET "  # since March\n";
+    assert_true(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+    s = signer_create_empty();
+    assert_int_equal(signer_load_namespaces(s, path, err, sizeof err), 0);
+    signer_free(s);
     unlink(path);
 }
 
