@@ -147,6 +147,14 @@ void auth_free(auth *a)
 
 size_t auth_count(const auth *a) { return a ? a->n : 0; }
 
+int auth_has_namespace(const auth *a, const char *ns)
+{
+    for (size_t i = 0; a && i < a->n; i++)
+        if (strcmp(a->e[i].ns, ns) == 0)
+            return 1;
+    return 0;
+}
+
 const char *auth_check(const auth *a, const char *authorization)
 {
     if (!a || !authorization || strncasecmp(authorization, "Bearer ", 7) != 0)

@@ -35,6 +35,9 @@ size_t auth_count(const auth *a);
  * absent, malformed or holds no known token. */
 const char *auth_check(const auth *a, const char *authorization);
 
+/* 1 if a token of a belongs to namespace ns, else 0 (also for a NULL a). */
+int auth_has_namespace(const auth *a, const char *ns);
+
 /* 1 if name is a valid namespace: [A-Za-z0-9._-]{1,64}. */
 int auth_namespace_valid(const char *name);
 

@@ -277,6 +277,14 @@ int main(int argc, char **argv)
             HOOKWHEEL_VERSION, a.cfg.listen, http_port(a.http), a.cfg.instance_id,
             a.cfg.redis_url ? "external" : "embedded", a.auth ? "tokens" : "open", auth_count(a.auth),
             a.sign ? "true" : "false");
+        /* A misspelt name signs nothing, and the namespace meant falls back
+         * to HOOKWHEEL_SIGNING_SECRET, which other namespaces' receivers may
+         * hold: they could then verify, and forge, its requests. */
+        const char *ns;
+        for (size_t i = 0; (ns = signer_namespace(a.sign, i)); i++)
+            if (!auth_has_namespace(a.auth, ns))
+                LOG(LOG_WARN, "namespace secrets for a namespace no API token belongs to: its line signs nothing new",
+                    "\"namespace\":\"%s\"", ns);
         if (!a.auth && strncmp(a.cfg.listen, "127.", 4) != 0 && strncmp(a.cfg.listen, "[::1]", 5) != 0)
             LOG(LOG_WARN, "the API is open to anyone who can reach it: set HOOKWHEEL_API_TOKENS_FILE",
                 "\"listen\":\"%s\"", a.cfg.listen);

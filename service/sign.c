@@ -9,6 +9,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "auth.h"
 #include "xalloc.h"
 
 #define KEY_MAX 128
@@ -111,6 +112,10 @@ static int ns_line(signer *s, char *line, char *err, size_t errlen)
         snprintf(err, errlen, "expected <namespace> whsec_...[,whsec_...]");
         return -1;
     }
+    if (!auth_namespace_valid(ns)) { /* no timer's namespace: the line could sign nothing */
+        snprintf(err, errlen, "namespace must match [A-Za-z0-9._-]{1,64}");
+        return -1;
+    }
     /* A second field would be a secret of a rotation written after a space
      * ("whsec_a, whsec_b"): dropped, it would leave receivers that verify
      * with it refusing every request. */
@@ -151,6 +156,11 @@ int signer_load_namespaces(signer *s, const char *path, char *err, size_t errlen
     OPENSSL_cleanse(line, sizeof line);
     fclose(f);
     return rc;
+}
+
+const char *signer_namespace(const signer *s, size_t i)
+{
+    return s && i < s->nns ? s->nss[i].ns : NULL;
 }
 
 const signer *signer_for(const signer *s, const char *key_id)

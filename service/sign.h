@@ -36,6 +36,10 @@ signer *signer_create_empty(void);
 int signer_load_namespaces(signer *s, const char *path, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/* The namespace of s's i-th namespace secrets line, or NULL when it has
+ * fewer (for the start-up check against the tokens file). */
+const char *signer_namespace(const signer *s, size_t i);
+
 /* The signer for a timer's key id ("<namespace>/<id>" or "<id>"): its
  * namespace's, or s itself. */
 const signer *signer_for(const signer *s, const char *key_id);

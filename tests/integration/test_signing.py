@@ -5,6 +5,7 @@ secrets never show in logs or answers."""
 import base64
 import hashlib
 import hmac
+import json
 
 from conftest import scaled
 
@@ -92,3 +93,31 @@ def test_a_namespace_secrets_line_with_a_second_field_stops_the_start(tmp_path, 
     assert "line 2: expected" in proc.stderr, proc.stderr
     for secret in (own, NEW, own[6:], NEW[6:]):
         assert secret not in proc.stderr + proc.stdout
+
+
+def test_a_namespace_secrets_line_that_can_sign_nothing_is_refused_or_warned_about(tmp_path, redis,
+                                                                                    hookwheel_factory):
+    # a misspelt namespace's line signed nothing, and the namespace meant went
+    # on with HOOKWHEEL_SIGNING_SECRET, without a word
+    import subprocess
+    from conftest import HOOKWHEEL_BIN
+    own = "whsec_" + base64.b64encode(b"team-a-own-secret-key-000").decode()
+    tokens = tmp_path / "tokens"
+    tokens.write_text("team-a token-of-team-a-000000\nteam-b token-of-team-b-000000\n")
+    secrets = tmp_path / "namespace-secrets"
+    secrets.write_text(f"team-b {NEW}\ntaem-a {own}\n")
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens),
+                                       "HOOKWHEEL_NAMESPACE_SECRETS_FILE": str(secrets),
+                                       "HOOKWHEEL_SIGNING_SECRET": OLD})
+    assert hw.stop() == 0  # the warning is written right after the start-up line
+    warnings = [json.loads(line) for line in hw.log.read_text(errors="replace").splitlines()
+                if "no API token belongs to" in line]
+    assert [(w["level"], w["namespace"]) for w in warnings] == [("warn", "taem-a")], warnings
+    # a name no namespace can have stops the start
+    secrets.write_text(f"team/a {own}\n")
+    proc = subprocess.run([HOOKWHEEL_BIN, "--redis-url", redis.url, "--listen", "127.0.0.1:0",
+                           "--api-tokens-file", str(tokens), "--namespace-secrets-file", str(secrets)],
+                          capture_output=True, text=True, timeout=scaled(20))
+    assert proc.returncode == 2, proc
+    assert "line 1: namespace must match" in proc.stderr, proc.stderr
+    assert own not in proc.stderr and own[6:] not in proc.stderr

@@ -108,11 +108,21 @@ static void test_a_namespace_secret_signs_that_namespace_only(void **state)
     assert_null(strstr(err, SECRET + 6));
     signer_free(s);
     fd = open(path, O_WRONLY | O_TRUNC);
+    text = "team/a " SECRET "\n";
+    assert_true(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+    s = signer_create_empty();
+    assert_int_equal(signer_load_namespaces(s, path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "line 1: namespace must match"));
+    signer_free(s);
+    fd = open(path, O_WRONLY | O_TRUNC);
     text = "team-a " SECRET "  # since March\n";
     assert_true(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
     close(fd);
     s = signer_create_empty();
     assert_int_equal(signer_load_namespaces(s, path, err, sizeof err), 0);
+    assert_string_equal(signer_namespace(s, 0), "team-a");
+    assert_null(signer_namespace(s, 1));
     signer_free(s);
     unlink(path);
 }
