@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "log.h"
 #include "nsgate.h"
 #include "xalloc.h"
@@ -142,11 +143,20 @@ static int item_cmp(const void *a, const void *b, void *asc)
  * come before it (it sorts after "<ns>/") or all after it (before "<ns>/"):
  * the cursor is then "<score + 1>~" or "<score>~", an empty id, which
  * parse_query reads as "<ns>/", the place before the namespace's first id.
+ * The open API's ids hold no '/' and may sort anywhere among a namespace's
+ * (timers kept from a run with tokens): its cursor is then "<score>~<that
+ * namespace>/~", after every id of that namespace ('~' follows every
+ * character of an id) and before any other, naming the namespace only.
  * Only ascending listings read claimed zsets; a descending one reads the
  * namespace's own index alone. */
 static void cursor_text(const list_ctx *c, const pos *p, char *buf, size_t size)
 {
     size_t nslen = strlen(c->ns);
+    const char *slash = strchr(p->id, '/');
+    if (!nslen && slash) {
+        snprintf(buf, size, "%lld~%.*s/~", p->score, (int)(slash - p->id), p->id);
+        return;
+    }
     if (!nslen || (strncmp(p->id, c->ns, nslen) == 0 && p->id[nslen] == '/')) {
         snprintf(buf, size, "%lld~%s", p->score, api_public_id(p->id));
         return;
@@ -230,6 +240,17 @@ static void list_cb(void *arg, int status, int more, const char *last_score, con
     ctx_unref(c);
 }
 
+/* s is "<namespace>/~" (an open API's cursor past a namespace's ids). */
+static int past_namespace(const char *s)
+{
+    const char *slash = strchr(s, '/');
+    char ns[72];
+    if (!slash || strcmp(slash, "/~") != 0 || (size_t)(slash - s) >= sizeof ns)
+        return 0;
+    snprintf(ns, sizeof ns, "%.*s", (int)(slash - s), s);
+    return auth_namespace_valid(ns);
+}
+
 /* Reads limit, state, queue and cursor; answers 400 and returns -EINVAL on
  * a bad one. */
 static int parse_query(http_req *r, int *asc, const char **state, uint32_t *limit, pos *cur, int *has_cur)
@@ -266,15 +287,17 @@ static int parse_query(http_req *r, int *asc, const char **state, uint32_t *limi
     if (cs) {
         const char *tilde = strchr(cs, '~');
         char score[24];
-        /* an empty id: before the namespace's first at that score (cursor_text) */
-        int empty = tilde && !tilde[1] && http_req_namespace(r)[0];
+        /* an empty id: before the namespace's first at that score; without
+         * tokens "<namespace>/~": after that namespace's last (cursor_text) */
+        const char *ns = http_req_namespace(r);
+        int empty = tilde && !tilde[1] && ns[0], past = tilde && !ns[0] && past_namespace(tilde + 1);
         if (!tilde || tilde == cs || (size_t)(tilde - cs) >= sizeof score ||
-            (!empty && !spec_lookup_id_valid(tilde + 1)) || strspn(cs, "0123456789") != (size_t)(tilde - cs)) {
+            (!empty && !past && !spec_lookup_id_valid(tilde + 1)) ||
+            strspn(cs, "0123456789") != (size_t)(tilde - cs)) {
             http_respond_problem(r, 400, "cursor is not one this API gave", "cursor", NULL, 0);
             return -EINVAL;
         }
         snprintf(score, sizeof score, "%.*s", (int)(tilde - cs), cs);
-        const char *ns = http_req_namespace(r);
         char kid[KEY_ID_MAX];
         api_key_id(kid, sizeof kid, ns, tilde + 1);
         pos_set(cur, score, kid);

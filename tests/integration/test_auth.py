@@ -158,3 +158,39 @@ def test_a_listing_that_steps_over_another_namespaces_held_timers_names_none_of_
     # among B's 30 timers of one due time for ever)
     assert seen == [tid for tid, _ in a_timers], (seen, cursors)
     assert not [c for c in cursors if "b-" in c or str(at + 1000) in c], cursors
+
+
+def test_an_open_listing_steps_over_a_namespaces_held_timers_to_its_own(tmp_path, redis, receiver,
+                                                                        hookwheel_factory):
+    # The way README gives to reach timers made while the API was open: start
+    # without the tokens file. The namespaces' timers are then held beside the
+    # open ones, whose ids may sort anywhere among theirs.
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"team-a {TOKEN_A}\n")
+    args = ["--window-ms", "600000", "--partitions", "1"]
+    hw = hookwheel_factory(redis, args=args, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens)})
+    at = int(now_ms()) + 300000
+    team_a = [{"id": f"b-{i:02d}", "url": receiver.url("/a"), "fire_at_ms": at} for i in range(30)]
+    status, _, batch = hw.request("POST", "/timers/batch", json_body={"timers": team_a}, headers=bearer(TOKEN_A))
+    assert status == 200 and batch["created"] == 30, batch
+    assert hw.stop() == 0
+    hw = hookwheel_factory(redis, args=args)
+    own = [("a0", at), ("u1", at), ("later", at + 5000)]
+    for tid, fire in own:
+        status, _, t = hw.create({"id": tid, "url": receiver.url("/open"), "fire_at_ms": fire})
+        assert status == 201, t
+    claimed = "hw:{0}:cl:" + owner_tag(hw.instance_id)
+    wait_until(lambda: redis.cmd("ZCARD", claimed) == 33, scaled(10))
+    seen, cursors, cursor = [], [], None
+    for _ in range(40):
+        path = "/timers?state=scheduled&limit=1" + (f"&cursor={quote(cursor)}" if cursor else "")
+        status, _, page = hw.request("GET", path)
+        assert status == 200, page
+        seen += [t["id"] for t in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+        cursors.append(cursor)
+    # it once went round on "<at>~b-09" for ever, never reaching u1 and later
+    assert seen == [tid for tid, _ in own], (seen, cursors)
+    assert not [c for c in cursors if "b-" in c], cursors
