@@ -46,6 +46,7 @@ typedef struct cmd {
     int len;
     int slot; /* cluster: the slot of the command's key, -1 none */
     uint64_t held_since; /* when it was first held back (0: never) */
+    uint32_t hold_max_ms; /* held longer, it fails (it never ran) */
     int writes;          /* a write the API acknowledges: only once replicas have it */
     redisReply *reply;   /* its reply while the replicas' acknowledgement is read */
     store_reply_cb cb;
@@ -943,7 +944,6 @@ lost:
 
 #define MAX_HOPS 5        /* redirections one command follows */
 #define TRYAGAIN_MS 20    /* wait before retrying a call that met a migrating slot */
-#define HOLD_MAX_MS 10000 /* then it fails as if Redis were unreachable (it did not run) */
 
 static int is_fcall(const cmd *c)
 {
@@ -953,13 +953,13 @@ static int is_fcall(const cmd *c)
 /* Holds a call that met a slot in migration, to be sent again after
  * TRYAGAIN_MS with everything else held (run_batch); calls to its slot that
  * come later wait behind it, so a slot's calls keep their order. A call
- * held for HOLD_MAX_MS gets reply NULL: it never ran. */
+ * held for its hold_max_ms gets reply NULL: it never ran. */
 static void hold(store *s, cmd *c)
 {
     uint64_t now = clock_now_ms();
     if (!c->held_since)
         c->held_since = now;
-    if (now - c->held_since > HOLD_MAX_MS) {
+    if (now - c->held_since > c->hold_max_ms) {
         finish_cmd(c, NULL);
         return;
     }
@@ -1308,12 +1308,13 @@ uint32_t store_max_queued(const store *s) { return s->max_queued; }
 
 /* admitted: the command carries writes admitted before (store_eval_admitted),
  * so a full queue does not refuse it. */
-static int submit(store *s, char *buf, int len, int slot, int writes, int admitted, store_reply_cb cb, void *arg)
+static int submit(store *s, char *buf, int len, int slot, int writes, uint32_t hold_max_ms, int admitted,
+                  store_reply_cb cb, void *arg)
 {
     if (len < 0)
         return -ENOMEM;
     cmd *c = xmalloc(sizeof *c);
-    *c = (cmd){NULL, buf, len, slot, 0, writes, NULL, cb, arg};
+    *c = (cmd){NULL, buf, len, slot, 0, hold_max_ms, writes, NULL, cb, arg};
     pthread_mutex_lock(&s->mu);
     int rc = s->stopping ? -ESHUTDOWN : s->queued >= s->max_queued && !admitted ? -EAGAIN : 0;
     if (rc == 0) {
@@ -1367,16 +1368,16 @@ static int key_slot(const store *s, int argc, const char **argv, const size_t *l
 }
 
 static int command_at(store *s, int argc, const char **argv, const size_t *lens, int slot, int writes,
-                      int admitted, store_reply_cb cb, void *arg)
+                      uint32_t hold_max_ms, int admitted, store_reply_cb cb, void *arg)
 {
     char *buf = NULL;
     int len = format_resp(&buf, argc, argv, lens);
-    return submit(s, buf, len, slot, writes, admitted, cb, arg);
+    return submit(s, buf, len, slot, writes, hold_max_ms, admitted, cb, arg);
 }
 
 int store_command(store *s, int argc, const char **argv, const size_t *lens, store_reply_cb cb, void *arg)
 {
-    return command_at(s, argc, argv, lens, key_slot(s, argc, argv, lens, 1), 0, 0, cb, arg);
+    return command_at(s, argc, argv, lens, key_slot(s, argc, argv, lens, 1), 0, STORE_HOLD_MAX_MS, 0, cb, arg);
 }
 
 /* The migration guard of a cluster call whose first key is key: a key of
@@ -1437,8 +1438,13 @@ static int eval(store *s, enum store_script script, int nkeys, int argc, const c
     int writes = script == SCRIPT_CREATE || script == SCRIPT_CREATE_BATCH || script == SCRIPT_SELECT ||
                  script == SCRIPT_CANCEL || script == SCRIPT_CONTROL || script == SCRIPT_QUEUES ||
                  script == SCRIPT_LEASE || script == SCRIPT_DEADLETTERS;
-    int rc = command_at(s, total, v, l, nkeys > 0 ? key_slot(s, argc, argv, lens, 0) : -1, writes, admitted, cb,
-                        arg);
+    /* The engine claims one partition at a time, each claim sent once the
+     * one before answered: a claim held while its slot migrates would hold
+     * back the claims of every partition after it. It fails soon instead
+     * (it never ran), and the next sweep claims that partition again. */
+    uint32_t hold_max_ms = script == SCRIPT_CLAIM ? STORE_CLAIM_HOLD_MAX_MS : STORE_HOLD_MAX_MS;
+    int rc = command_at(s, total, v, l, nkeys > 0 ? key_slot(s, argc, argv, lens, 0) : -1, writes, hold_max_ms,
+                        admitted, cb, arg);
     if (v != vs) {
         free(v);
         free(l);

@@ -70,7 +70,10 @@ int store_url_valid(const char *url);
  *       sends each command to the master of its key's slot (FCALL: its first
  *       key; a plain command: argv[1]), follows MOVED (and learns the map
  *       again) and ASK (ASKING, once), waits briefly on TRYAGAIN, and loads
- *       the function library on every master it connects to.
+ *       the function library on every master it connects to. A function
+ *       call that meets its slot in migration is held and sent again every
+ *       20 ms until the slot has moved; held for STORE_HOLD_MAX_MS (a claim:
+ *       STORE_CLAIM_HOLD_MAX_MS) it gets reply NULL, having never run.
  *   redis+sentinel://[user[:password]@]host:port[,host:port...]/<master>[/db]
  *       one Redis whose master Redis Sentinel names: before every connect
  *       the writer asks the sentinels (in the URL's order) where <master>
@@ -81,6 +84,8 @@ int store_url_valid(const char *url);
  *       the same over TLS to every node (sentinels included), with the
  *       settings of store_tls_init, which must have succeeded before. */
 store *store_create(const char *url, uint32_t timeout_ms, uint32_t max_queued);
+#define STORE_HOLD_MAX_MS 10000
+#define STORE_CLAIM_HOLD_MAX_MS 200
 
 /* TLS for rediss:// URLs. The server's certificate must chain to ca_file
  * (PEM; NULL: the system's default CAs) and, when verify_host is set, name

@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from cluster import CreateStream, RedisCluster, cluster_cli, running_cluster
-from conftest import create_many, now_ms, scaled, wait_until
+from conftest import create_many, now_ms, partition, scaled, wait_until
 from test_listing import walk
 
 LEASE = ["--lease-ttl-ms", "1500"]
@@ -146,6 +146,38 @@ def test_timers_created_while_slots_move_between_masters_are_all_delivered(clust
                     for hw in (a, b))
     assert redirects > 0, "no MOVED or ASK was followed while slots moved"
     assert wait_until(lambda: metric(a, "hookwheel_redis_slot_map_refreshes_total") >= 2, scaled(5))
+
+
+def test_a_slot_in_migration_holds_back_only_its_own_partition_not_the_others_claims(cluster, start, receiver):
+    """The engine claims one partition at a time. A claim held while its
+    slot migrates must not hold back the claims of every other partition:
+    their timers are claimed and delivered on time, and the migrating
+    partition's once its slot is usable again."""
+    a = start()
+    slot = int(cluster.masters()[0].cmd("CLUSTER", "KEYSLOT", "{0}"))  # partition 0: the sweep's first
+    src = cluster.node(cluster.slot_map()[slot])
+    dst = next(m for m in cluster.masters() if m.port != src.port)
+    url = receiver.url("/migrating")
+    t0 = int(now_ms())
+    specs = [{"id": f"mig-{i:03d}", "url": url, "fire_at_ms": t0 + 8000 + i * 10} for i in range(300)]
+    fire_at, errors = create_many(a.api, specs, threads=4)  # beyond the claim window: sweeps claim them
+    assert not errors, errors[:3]
+    mine = {t for t in fire_at if partition(t, PARTITIONS) == 0}
+    others = set(fire_at) - mine
+    assert mine and others
+    dst.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", src.cmd("CLUSTER", "MYID"))
+    src.cmd("CLUSTER", "SETSLOT", slot, "MIGRATING", dst.cmd("CLUSTER", "MYID"))
+    try:
+        receiver.wait_until(lambda reqs: {r.timer_id for r in reqs if r.path == "/migrating"} >= others,
+                            scaled(30))
+    finally:
+        src.cmd("CLUSTER", "SETSLOT", slot, "STABLE")
+        dst.cmd("CLUSTER", "SETSLOT", slot, "STABLE")
+    late = sorted(r.wall_ms - fire_at[r.timer_id] for r in receiver.requests("/migrating") if r.timer_id in others)
+    assert len(late) == len(others) and late[-1] < scaled(2000), \
+        f"other partitions' timers late by {late[len(late) // 2]:.0f} ms (median), {late[-1]:.0f} ms at most"
+    receiver.wait_until(lambda reqs: {r.timer_id for r in reqs if r.path == "/migrating"} >= set(fire_at), scaled(20))
+    assert max(arrivals(receiver, "/migrating").values()) == 1
 
 
 def test_watchdog_leases_without_a_hash_tag_in_the_prefix_are_refused_with_501_and_write_nothing(cluster, start):
