@@ -15,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -70,6 +71,8 @@ typedef struct node {
     uint64_t last_try_ms;
     uint64_t backoff_ms; /* wait before the next connect */
     int warned;          /* the outage was logged */
+    uint64_t down_logged_ms; /* cluster: when its CLUSTERDOWN answers were last logged */
+    uint64_t down_calls;     /* cluster: calls it answered CLUSTERDOWN since then */
     cmd *q, **qtail;     /* this batch's commands for it, in order */
     int waited;          /* a WAIT follows them (a write among them, min_replicas > 0) */
 } node;
@@ -754,6 +757,8 @@ static void adopt_map(store *s, cluster_map *m)
                 n->last_try_ms = old[j].last_try_ms;
                 n->backoff_ms = old[j].backoff_ms;
                 n->warned = old[j].warned;
+                n->down_logged_ms = old[j].down_logged_ms;
+                n->down_calls = old[j].down_calls;
                 old[j].conn = (conn){NULL, NULL};
                 old[j].host = NULL;
             }
@@ -852,6 +857,31 @@ static void note_writable(store *s, const cmd *c, const redisReply *r)
         s->oom_ms = clock_now_ms();
     else if (r->type != REDIS_REPLY_ERROR && s->oom_ms && c->len > 16 && memmem(c->buf, 16, "FCALL", 5))
         s->oom_ms = 0;
+}
+
+#define DOWN_LOG_MS 10000 /* a node's CLUSTERDOWN answers are logged once in this time */
+
+/* Whether r, from node n, is CLUSTERDOWN: the node serves no call for that
+ * slot now (the cluster lost a master and has not failed over yet, a node
+ * that has just come back has not rejoined, a slot has no master). The call
+ * never ran; it fails as when Redis is unreachable (reply NULL), and the
+ * answers are logged once per DOWN_LOG_MS per node with their count, not
+ * once per call. */
+static int cluster_down(store *s, node *n, const redisReply *r)
+{
+    if (!s->cluster || r->type != REDIS_REPLY_ERROR || strncmp(r->str, "CLUSTERDOWN", 11) != 0)
+        return 0;
+    uint64_t now = clock_now_ms();
+    n->down_calls++;
+    if (!n->down_logged_ms || now - n->down_logged_ms >= DOWN_LOG_MS) {
+        char eb[256];
+        LOG(LOG_WARN, "Redis Cluster node answers CLUSTERDOWN: its calls fail as when Redis is unreachable",
+            "\"node\":\"%s:%d\",\"error\":\"%s\",\"calls\":%" PRIu64, n->host, n->port,
+            log_json_escape(r->str, eb, sizeof eb), n->down_calls);
+        n->down_logged_ms = now;
+        n->down_calls = 0;
+    }
+    return 1;
 }
 
 /* Redis lost the library (a restart without persistence, FUNCTION FLUSH). */
@@ -1017,6 +1047,10 @@ static void resend(store *s, cmd *c, redisReply *r, int i)
         freeReplyObject(r);
         r = send_alone(s, i, c, asking);
     }
+    if (r && cluster_down(s, &s->nodes[i], r)) {
+        freeReplyObject(r);
+        r = NULL;
+    }
     if (r)
         note_writable(s, c, r);
     finish_cmd(c, r);
@@ -1056,6 +1090,9 @@ static void read_replies(store *s, int i, cmd ***redo, redisReply ***rr, int **f
             *redo = &c->next;
             *(*rr)++ = r;
             *(*from)++ = i;
+        } else if (cluster_down(s, n, r)) {
+            finish_cmd(c, NULL);
+            freeReplyObject(r);
         } else if (waited && needs_wait(s, c) && r->type != REDIS_REPLY_ERROR) {
             c->reply = r;
             c->next = NULL;

@@ -279,6 +279,34 @@ def test_a_master_down_without_a_replica_is_retried_with_backoff_not_on_every_ba
         own.stop()
 
 
+def test_calls_a_node_answers_clusterdown_fail_as_unreachable_and_are_logged_once_not_per_call(
+        tmp_path, hookwheel_factory, receiver):
+    """A node answers CLUSTERDOWN while it serves no call for a slot (a
+    master lost before its replica took over, with the default
+    cluster-require-full-coverage every master; a node just back; here a
+    slot without a master). The calls fail as when Redis is unreachable
+    (503), the log says so once per node, not once per call, and once the
+    slot is served again everything works."""
+    own = RedisCluster(tmp_path / "down", masters=3, replicas=0).start()
+    try:
+        a = hookwheel_factory(own.url, args=["--partitions", str(PARTITIONS), *LEASE])
+        slot = int(own.nodes[0].cmd("CLUSTER", "KEYSLOT", "{0}"))
+        owner = own.node(own.slot_map()[slot])
+        ids = [f"cd-{i}" for i in range(3000) if partition(f"cd-{i}", PARTITIONS) == 0][:60]
+        for n in own.nodes:
+            n.cmd("CLUSTER", "DELSLOTS", slot)  # now every node answers CLUSTERDOWN Hash slot not served
+        codes = Counter(a.create({"id": t, "url": receiver.url("/cd"), "delay_ms": 1000})[0] for t in ids)
+        assert codes == {503: len(ids)}, codes
+        lines = [line for line in a.log.read_text(errors="replace").splitlines() if "CLUSTERDOWN" in line]
+        assert 1 <= len(lines) <= 3, f"{len(lines)} log lines for {len(ids)} calls answered CLUSTERDOWN"
+        owner.cmd("CLUSTER", "ADDSLOTS", slot)
+        assert wait_until(lambda: a.create({"id": ids[0], "url": receiver.url("/cd"), "delay_ms": 300})[0] == 201,
+                          scaled(20), interval=0.2)
+        assert receiver.wait_for(1, scaled(10), path="/cd")
+    finally:
+        own.stop()
+
+
 # This one changes the cluster (a master dies, its replica takes over): it
 # runs last in the module.
 def test_a_master_killed_under_creates_loses_no_acknowledged_timer(cluster, start, receiver):
