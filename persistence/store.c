@@ -100,6 +100,7 @@ struct store {
     int nseeds;
     cluster_map *map;          /* cluster: slot -> master; NULL until learned */
     int map_stale;             /* a redirection or a lost master: learn it again */
+    int map_partial;           /* cluster: the map has slots without a master (logged once) */
     uint64_t map_try_ms;
     cmd *held, **held_tail;    /* cluster: calls to retry after held_until, in order */
     uint64_t held_until;
@@ -771,15 +772,23 @@ static void adopt_map(store *s, cluster_map *m)
 
 /* Asks a known master, then each seed, for the slot map (CLUSTER SLOTS)
  * and adopts the first complete answer. At most one try per
- * RECONNECT_MIN_MS, so a cluster that is down is not hammered. */
+ * RECONNECT_MIN_MS, so a cluster that is down is not hammered. When no node
+ * gives a complete map (slots without a master: a master lost with no
+ * replica and forgotten, slots deleted), the most complete answer is
+ * adopted: the slots that have a master are served, the others' calls fail
+ * as when Redis is unreachable, the store is not ready (/readyz), and the
+ * map is asked for again once per RECONNECT_MAX_MS, logged once until it is
+ * complete again. */
 static int refresh_map(store *s)
 {
     uint64_t now = clock_now_ms();
-    if (s->map && now - s->map_try_ms < RECONNECT_MIN_MS)
+    if (s->map && now - s->map_try_ms < (s->map_partial ? RECONNECT_MAX_MS : RECONNECT_MIN_MS))
         return -EAGAIN;
     s->map_try_ms = now;
-    cluster_map *m = xmalloc(sizeof *m);
-    int ncand = s->nnodes + s->nseeds, rc = -EIO;
+    cluster_map *m = xmalloc(sizeof *m), *best = NULL;
+    int ncand = s->nnodes + s->nseeds, rc = -EIO, best_covered = 0;
+    const char *best_host = "";
+    int best_port = 0;
     for (int i = 0; i < ncand && rc < 0; i++) {
         if (i < s->nnodes && !s->nodes[i].conn.ctx && now - s->nodes[i].last_try_ms < s->nodes[i].backoff_ms)
             continue; /* a master known to be unreachable: the others, or the seeds, answer */
@@ -788,22 +797,38 @@ static int refresh_map(store *s)
         conn k;
         redisReply *r = open_ctx(s, host, port, &warned, &k) == 0 ? conn_command(&k, "CLUSTER SLOTS") : NULL;
         int covered = r ? cluster_map_parse(m, r, host) : -EIO;
-        if (covered == CLUSTER_SLOTS)
+        if (covered == CLUSTER_SLOTS) {
             rc = 0;
-        else if (r)
-            LOG(LOG_WARN, "Redis Cluster node gave no complete slot map", "\"node\":\"%s:%d\",\"covered\":%d",
-                host, port, covered);
+        } else if (covered > best_covered) { /* the most complete so far: kept, m is filled anew */
+            cluster_map *t = best ? best : xmalloc(sizeof *t);
+            best = m;
+            m = t;
+            best_covered = covered;
+            best_host = host;
+            best_port = port;
+        }
         freeReplyObject(r);
         conn_close(&k);
     }
-    if (rc < 0) {
+    if (rc < 0 && best) {
+        if (!s->map_partial)
+            LOG(LOG_WARN, "Redis Cluster gives no complete slot map: calls to the slots without a master fail",
+                "\"node\":\"%s:%d\",\"covered\":%d", best_host, best_port, best_covered);
+        free(m);
+        m = best;
+        best = NULL;
+    } else if (rc < 0) {
         free(m);
         return rc;
+    } else if (s->map_partial) {
+        LOG(LOG_INFO, "Redis Cluster gives a complete slot map again", "%s", "");
     }
+    free(best);
+    s->map_partial = rc < 0;
     adopt_map(s, m);
     free(s->map);
     s->map = m;
-    s->map_stale = 0;
+    s->map_stale = s->map_partial;
     STAT_ADD(s, map_refreshes);
     return 0;
 }
@@ -1207,7 +1232,7 @@ static void run_batch(store *s, cmd *batch)
     free(froms);
     for (int i = 0; i < s->nnodes && up; i++)
         up = s->nodes[i].conn.ctx != NULL;
-    s->ready = up && s->nnodes > 0;
+    s->ready = up && s->nnodes > 0 && !s->map_partial;
 }
 
 static void *writer_main(void *arg)
@@ -1264,7 +1289,7 @@ static void connect_all(store *s)
     int up = 1;
     for (int i = 0; i < s->nnodes; i++)
         up &= connect_node(s, &s->nodes[i]) == 0;
-    s->ready = up;
+    s->ready = up && !s->map_partial;
 }
 
 int store_start(store *s)

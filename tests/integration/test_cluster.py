@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from cluster import CreateStream, RedisCluster, cluster_cli, running_cluster
-from conftest import create_many, now_ms, partition, scaled, wait_until
+from conftest import Hookwheel, create_many, free_port, now_ms, partition, scaled, wait_until
 from test_listing import walk
 
 LEASE = ["--lease-ttl-ms", "1500"]
@@ -304,6 +304,66 @@ def test_calls_a_node_answers_clusterdown_fail_as_unreachable_and_are_logged_onc
                           scaled(20), interval=0.2)
         assert receiver.wait_for(1, scaled(10), path="/cd")
     finally:
+        own.stop()
+
+
+def test_a_slot_without_a_master_fails_its_calls_only_and_the_map_is_not_asked_for_in_a_loop(
+        tmp_path, hookwheel_factory, receiver):
+    """A cluster that covers all slots but one (a master lost without a
+    replica and forgotten, slots deleted): the store adopts the map it has,
+    the other slots are served, /readyz answers 503, and the map is asked
+    for again at the slow pace, logged once; an instance started meanwhile
+    serves the other slots too. Once the slot has a master again, all is
+    ready."""
+    own = RedisCluster(tmp_path / "uncovered", masters=3, replicas=0).start()
+    b = None
+    try:
+        a = hookwheel_factory(own.url, args=["--partitions", str(PARTITIONS), *LEASE])
+        slot = int(own.nodes[0].cmd("CLUSTER", "KEYSLOT", "{0}"))
+        owner = own.node(own.slot_map()[slot])
+        for n in own.nodes:
+            n.cmd("CLUSTER", "DELSLOTS", slot)
+        for n in own.nodes:
+            n.cmd("CLIENT", "KILL", "TYPE", "normal")  # the connections break: the map is learned again
+        assert wait_until(lambda: a.request("GET", "/readyz")[0] == 503, scaled(5))
+
+        def connections():
+            return sum(int(n.cmd("INFO", "stats").split("total_connections_received:")[1].split()[0])
+                       for n in own.nodes)
+
+        def map_lines(hw):
+            return sum("slot map" in line for line in hw.log.read_text(errors="replace").splitlines())
+
+        time.sleep(1.0)
+        lines, conns = map_lines(a), connections()
+        time.sleep(5.0)
+        assert map_lines(a) - lines == 0 and connections() - conns <= 30, \
+            f"in 5 s: {map_lines(a) - lines} log lines, {connections() - conns} connections to learn the map"
+        others = [f"un-{i}" for i in range(400) if partition(f"un-{i}", PARTITIONS) != 0][:50]
+        codes = Counter(a.create({"id": t, "url": receiver.url("/un"), "delay_ms": 600_000})[0] for t in others)
+        assert codes == {201: len(others)}, codes
+        # an instance that starts now serves the slots that have a master
+        b = Hookwheel(tmp_path, own.url, args=["--partitions", str(PARTITIONS), *LEASE], name="late")
+        b.port = free_port()
+        b._spawn()
+
+        def up():
+            try:
+                return b.request("GET", "/healthz")[0] == 200
+            except OSError:
+                return False
+
+        assert wait_until(up, scaled(10), interval=0.1), b.log_tail()
+        assert b.request("GET", "/readyz")[0] == 503
+        codes = Counter(b.create({"id": t + "-b", "url": receiver.url("/un"), "delay_ms": 600_000})[0]
+                        for t in others)
+        assert codes == {201: len(others)}, codes
+        owner.cmd("CLUSTER", "ADDSLOTS", slot)
+        for hw in (a, b):
+            assert wait_until(lambda: hw.request("GET", "/readyz")[0] == 200, scaled(15), interval=0.2)
+    finally:
+        if b and b.alive():
+            b.stop()
         own.stop()
 
 
