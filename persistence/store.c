@@ -897,6 +897,8 @@ static int cluster_down(store *s, node *n, const redisReply *r)
     if (!s->cluster || r->type != REDIS_REPLY_ERROR || strncmp(r->str, "CLUSTERDOWN", 11) != 0)
         return 0;
     uint64_t now = clock_now_ms();
+    if (strstr(r->str, "not served"))
+        s->map_stale = 1; /* "Hash slot not served": the slot has no master now, the map says otherwise */
     n->down_calls++;
     if (!n->down_logged_ms || now - n->down_logged_ms >= DOWN_LOG_MS) {
         char eb[256];

@@ -299,9 +299,12 @@ def test_calls_a_node_answers_clusterdown_fail_as_unreachable_and_are_logged_onc
         assert codes == {503: len(ids)}, codes
         lines = [line for line in a.log.read_text(errors="replace").splitlines() if "CLUSTERDOWN" in line]
         assert 1 <= len(lines) <= 3, f"{len(lines)} log lines for {len(ids)} calls answered CLUSTERDOWN"
+        # the map is learned again: the slot has no master, so not ready
+        assert wait_until(lambda: a.request("GET", "/readyz")[0] == 503, scaled(5))
         owner.cmd("CLUSTER", "ADDSLOTS", slot)
         assert wait_until(lambda: a.create({"id": ids[0], "url": receiver.url("/cd"), "delay_ms": 300})[0] == 201,
                           scaled(20), interval=0.2)
+        assert wait_until(lambda: a.request("GET", "/readyz")[0] == 200, scaled(10))
         assert receiver.wait_for(1, scaled(10), path="/cd")
     finally:
         own.stop()
