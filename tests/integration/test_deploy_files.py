@@ -212,7 +212,14 @@ def test_nginx_limits_and_timeouts_match_hookwheel():
     body_cap = int(env.get("HOOKWHEEL_MAX_BODY_BYTES", settings["HOOKWHEEL_MAX_BODY_BYTES"]))
     assert size_bytes(re.search(r"client_max_body_size\s+(\S+);", conf).group(1)) == body_cap
     assert size_bytes(re.search(r"client_body_buffer_size\s+(\S+);", conf).group(1)) >= body_cap
-    assert f"larger than {body_cap} bytes" in conf
+    # the 413's detail names the cap of the request's path
+    assert "larger than $hw_body_cap bytes" in conf
+    cap_map = re.search(r"map \$uri \$hw_body_cap \{(.*?)\}", conf, re.S).group(1)
+    caps = dict(re.findall(r"^\s*(\S+)\s+(\d+);$", cap_map, re.M))
+    batch_cap = int(env.get("HOOKWHEEL_MAX_BATCH_BODY_BYTES", settings["HOOKWHEEL_MAX_BATCH_BODY_BYTES"]))
+    batch_location = re.search(r"location = /timers/batch \{(.*?)\}", conf, re.S).group(1)
+    assert size_bytes(re.search(r"client_max_body_size\s+(\S+);", batch_location).group(1)) == batch_cap
+    assert caps == {"/timers/batch": str(batch_cap), "default": str(body_cap)}, caps
     idle = int(env.get("HOOKWHEEL_CONNECTION_TIMEOUT_S", settings["HOOKWHEEL_CONNECTION_TIMEOUT_S"]))
     assert seconds(re.search(r"keepalive_timeout\s+(\S+);", conf).group(1)) < idle
     # retries: connection errors and timeouts only, never a sent POST

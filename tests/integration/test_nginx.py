@@ -326,6 +326,7 @@ def test_a_body_over_64_kib_gets_413_from_nginx_and_one_at_the_limit_passes(
                                     headers={"Content-Type": "application/json", "X-Request-Id": rid})
     assert status == 413, body
     assert_matches_contract("POST", "/timers", status, headers, body)
+    assert body["detail"] == "the request body is larger than 65536 bytes", body
     assert headers["X-Request-Id"] == rid
     entry = wait_until(lambda: [e for e in nginx.log_entries() if e["request_id"] == rid], timeout=5)
     assert entry and entry[0]["upstream_addr"] in ("", "-"), entry  # never passed on
@@ -342,8 +343,12 @@ def test_a_batch_of_a_megabyte_passes_nginx_and_one_over_4_mib_gets_413(
     status, _, body = request(nginx.port, "POST", "/timers/batch", raw, headers={"Content-Type": "application/json"})
     assert status == 200 and body["created"] == 1000, body if status != 200 else body["failed"]
     raw = json.dumps({"timers": specs[:1], "pad": "x" * (4 << 20)}).encode()
-    status, _, body = request(nginx.port, "POST", "/timers/batch", raw, headers={"Content-Type": "application/json"})
+    status, headers, body = request(nginx.port, "POST", "/timers/batch", raw,
+                                    headers={"Content-Type": "application/json"})
     assert status == 413, body
+    assert_matches_contract("POST", "/timers/batch", status, headers, body)
+    # the detail names the cap of this path, not the 64 KiB of the others
+    assert body["detail"] == "the request body is larger than 4194304 bytes", body
 
 
 def test_with_one_instance_killed_requests_through_nginx_succeed_once_and_its_timers_fire(
