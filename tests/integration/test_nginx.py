@@ -333,6 +333,66 @@ def test_a_body_over_64_kib_gets_413_from_nginx_and_one_at_the_limit_passes(
     assert rid not in logged_request_ids(a, b)
 
 
+def raw_exchange(port, data, timeout=None):
+    """Sends data as is on a fresh connection and reads until nginx closes
+    it: (status, headers as a lower-cased dict, body bytes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout or scaled(10)) as s:
+        s.sendall(data)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    head, _, body = out.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+def test_requests_nginx_refuses_itself_get_problem_documents_not_html(
+        redis, hookwheel_factory, nginx_factory):
+    a, b, nginx = stack(redis, hookwheel_factory, nginx_factory)
+    post = b"POST /timers HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    cases = [
+        ("no Host", b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n", 400, "Bad Request"),
+        ("request line", b"GARBAGE\r\n\r\n", 400, "Bad Request"),
+        ("percent-encoding", b"GET /timers/%zz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 400,
+         "Bad Request"),
+        ("header line", b"GET /healthz HTTP/1.1\r\nHost: x\r\nno colon\r\nConnection: close\r\n\r\n", 400,
+         "Bad Request"),
+        ("Content-Length", post + b"Content-Length: 12x\r\n\r\n", 400, "Bad Request"),
+        ("chunk", post + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "Bad Request"),
+        ("Content-Length and chunked", post + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+         400, "Bad Request"),
+        ("TRACE", b"TRACE /timers HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 405, "Method Not Allowed"),
+        ("long target", b"GET /timers/" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 414,
+         "URI Too Long"),
+        ("long header", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 9000 + b"\r\nConnection: close\r\n\r\n",
+         431, "Request Header Fields Too Large"),
+        ("gzip body", post + b"Transfer-Encoding: gzip\r\n\r\n", 501, "Not Implemented"),
+        ("HTTP/2.0 in text", b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505, "HTTP Version Not Supported"),
+    ]
+    for what, data, want, title in cases:
+        status, headers, body = raw_exchange(nginx.port, data)
+        assert status == want, (what, status, body[:200])
+        assert headers.get("content-type") == "application/problem+json", (what, headers, body[:200])
+        doc = json.loads(body)
+        assert doc["status"] == want and doc["title"] == title and doc["type"] == "about:blank", (what, doc)
+        assert doc["detail"], (what, doc)
+        assert re.fullmatch(r"[0-9a-f]{32}", headers.get("x-request-id", "")), (what, headers)
+    # a HEAD gets the same status and type, without a body
+    status, headers, body = raw_exchange(nginx.port, b"HEAD /timers/%zz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 400 and headers["content-type"] == "application/problem+json" and body == b"", (headers, body)
+    # nginx answered all of them itself; the error locations are not reachable
+    assert not [e for e in nginx.log_entries() if e["upstream_addr"] not in ("", "-")], nginx.log_entries()[:3]
+    status, headers, body = request(nginx.port, "GET", "/.errors/400")
+    assert status == 404 and headers["Content-Type"] == "application/problem+json", body
+    # and what reaches hookwheel still gets hookwheel's own answer
+    status, headers, body = request(nginx.port, "PUT", "/timers", b"")
+    assert status == 405 and headers["Allow"] == "POST, GET, HEAD", (headers, body)
+
+
 def test_a_batch_of_a_megabyte_passes_nginx_and_one_over_4_mib_gets_413(
         redis, receiver, hookwheel_factory, nginx_factory):
     a, b, nginx = stack(redis, hookwheel_factory, nginx_factory)
