@@ -12,6 +12,7 @@
  * not count. No Redis: the answer is computed here. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "civil.h"
 #include "clock.h"
 #include "cron.h"
+#include "jsonesc.h"
 #include "tzfile.h"
 
 #define PREVIEW_MAX 100     /* instants one preview lists at most */
@@ -54,15 +56,36 @@ static json_t *instant(const timer_spec *s, int64_t at_ms, const char *dst)
     return o;
 }
 
-/* The query as a timer spec's JSON text: {"url", "delay_ms"?, "repeat"}. */
+/* The repeat members given as query parameters of the same name, as text
+ * (every_ms, a number, is taken apart). */
+static const char *const repeat_strs[] = {"cron", "tz", "dst_gap", "dst_overlap", "start_at", "end_at"};
+
+static bool utf8_param(http_req *r, const char *name)
+{
+    const char *v = http_req_query(r, name);
+    return !v || utf8_valid((const unsigned char *)v, strlen(v));
+}
+
+/* The first schedule parameter whose value is not UTF-8, or NULL. jansson
+ * makes no string of such a value, so it would drop out of the spec unseen:
+ * a tz of "Europe/Par\xffis" would preview in UTC. */
+static const char *non_utf8_param(http_req *r)
+{
+    for (size_t i = 0; i < sizeof repeat_strs / sizeof *repeat_strs; i++)
+        if (!utf8_param(r, repeat_strs[i]))
+            return repeat_strs[i];
+    return utf8_param(r, "every_ms") ? NULL : "every_ms";
+}
+
+/* The query as a timer spec's JSON text: {"url", "delay_ms"?, "repeat"}.
+ * Every value is UTF-8 (non_utf8_param). */
 static char *query_spec(http_req *r)
 {
-    static const char *const strs[] = {"cron", "tz", "dst_gap", "dst_overlap", "start_at", "end_at"};
     json_t *rep = json_object();
-    for (size_t i = 0; i < sizeof strs / sizeof *strs; i++) {
-        const char *v = http_req_query(r, strs[i]);
+    for (size_t i = 0; i < sizeof repeat_strs / sizeof *repeat_strs; i++) {
+        const char *v = http_req_query(r, repeat_strs[i]);
         if (v)
-            json_object_set_new(rep, strs[i], json_string(v));
+            json_object_set_new(rep, repeat_strs[i], json_string(v));
     }
     const char *every = http_req_query(r, "every_ms");
     if (every) {
@@ -113,6 +136,14 @@ void api_schedule_preview(http_req *r, const char *const *params, void *app)
     if (!http_req_query(r, "cron") && !http_req_query(r, "every_ms")) {
         http_respond_problem(r, 400, "give cron (with tz, dst_gap, dst_overlap, start_at, end_at) or every_ms",
                              "cron", NULL, 0);
+        return;
+    }
+    const char *bad = non_utf8_param(r);
+    if (bad) {
+        char detail[64], field[32];
+        snprintf(detail, sizeof detail, "repeat.%s must be UTF-8 text", bad);
+        snprintf(field, sizeof field, "repeat.%s", bad);
+        http_respond_problem(r, 400, detail, field, NULL, 0);
         return;
     }
     spec_limits lim = a->lim;

@@ -167,6 +167,23 @@ def test_the_preview_refuses_what_a_timer_refuses_and_never_lists_an_instant_pas
             assert i["at"].startswith("9999-12-31T2"), i
 
 
+def test_a_preview_parameter_that_is_not_utf8_is_refused_naming_it_not_ignored(hookwheel):
+    cron = "0 9 * * *"
+    status, body = preview(hookwheel, cron=cron, tz="Europe/Paris", count="1")
+    assert status == 200 and body["tz"] == "Europe/Paris", body
+    # a byte that is not UTF-8 (%FF) in any parameter: 400 naming it, never
+    # a preview without it (in UTC, say) nor an error about another field
+    for name, good in (("tz", "Europe/Paris"), ("start_at", "2030-01-01T00:00:00Z"),
+                       ("end_at", "2030-01-01T00:00:00Z"), ("dst_gap", "skip"), ("dst_overlap", "both"),
+                       ("cron", cron)):
+        q = {"cron": cron, "count": "1", name: good.encode() + b"\xff"}
+        status, body = preview(hookwheel, **q)
+        assert status == 400 and body["field"] == f"repeat.{name}", (name, status, body)
+        assert "UTF-8" in body["detail"], body
+    status, body = preview(hookwheel, every_ms=b"10\xff", count="1")
+    assert status == 400 and body["field"] == "repeat.every_ms", (status, body)
+
+
 def test_a_schedule_bounded_by_start_at_and_end_at_runs_only_between_them(hookwheel, receiver):
     start = math.ceil(time.time() + 2)
     assert_created(*hookwheel.create({
