@@ -825,12 +825,19 @@ static bool client_gone(struct MHD_Connection *conn)
  * Content-Length, Content-Length beside Transfer-Encoding, or a transfer
  * coding other than chunked. libmicrohttpd (0.9.75) takes the first
  * Content-Length, or chunked over Content-Length, where a proxy in front
- * may have chosen otherwise (request smuggling). Returns why, or NULL. */
+ * may have chosen otherwise (request smuggling). So is a header with
+ * whitespace before its colon, which RFC 9112 §5.1 says a server must
+ * refuse: libmicrohttpd keeps the space in the name, so it would frame
+ * "Transfer-Encoding : chunked" beside a Content-Length by the length,
+ * while a proxy that took it for chunked framed it otherwise. Returns why,
+ * or NULL. */
 static const char *framing_error(const http_req *r)
 {
     size_t ncl = 0, nte = 0;
     const char *te = NULL;
     for (size_t i = 0; i < r->nheaders; i++) {
+        if (strpbrk(r->headers[i].name, " \t"))
+            return "a request header has whitespace before its colon";
         if (strcasecmp(r->headers[i].name, "Content-Length") == 0) {
             ncl++;
         } else if (strcasecmp(r->headers[i].name, "Transfer-Encoding") == 0) {

@@ -11,8 +11,9 @@
    create from being answered (the request head has a deadline; a per-address
    cap also helps when the attacker has one address), and a request whose
    client gave up while it waited in the listen backlog creates no timer.
-3. Ambiguous framing: two Content-Length headers, or Content-Length beside
-   Transfer-Encoding, are answered 400 and the connection is closed.
+3. Ambiguous framing: two Content-Length headers, Content-Length beside
+   Transfer-Encoding, or a header with whitespace before its colon, are
+   answered 400 and the connection is closed.
 
 Real redis-server, real hookwheel binary, real sockets; nothing is mocked."""
 
@@ -353,4 +354,26 @@ def test_ambiguous_request_framing_is_refused_with_400_and_close(start_hw, recei
     problem = json.loads(body)
     assert problem["status"] == 400 and "Content-Length" in problem["detail"], problem
     assert closed, "the connection stayed open after a request whose body's end is unknown"
+    assert hw.api.get(timer_id)[0] == 404
+
+
+@pytest.mark.parametrize("name,headers", [
+    # The length frames 4 bytes less than the body: the rest would be read
+    # as the next request. A proxy that took the spaced name for the
+    # chunked coding would have framed it otherwise.
+    ("spaced-transfer-encoding",
+     lambda n: b"Transfer-Encoding : chunked\r\nContent-Length: %d\r\n" % (n - 4)),
+    ("spaced-content-length", lambda n: b"Content-Length : %d\r\n" % n),
+    ("tab-before-colon", lambda n: b"Content-Length: %d\r\nX-Other\t: 1\r\n" % n),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_a_header_with_whitespace_before_its_colon_is_refused_with_400_and_close(start_hw, receiver, name,
+                                                                                   headers):
+    hw = start_hw()
+    timer_id = f"framing-{name}"
+    status, hdrs, body, closed = raw_exchange(hw.port, framed_create(timer_id, receiver, headers))
+    assert status == 400, (status, body[:300])
+    assert hdrs.get("content-type", "").startswith("application/problem+json"), hdrs
+    problem = json.loads(body)
+    assert problem["status"] == 400 and "whitespace before its colon" in problem["detail"], problem
+    assert closed, "the connection stayed open after a request whose framing is in doubt"
     assert hw.api.get(timer_id)[0] == 404
