@@ -1068,8 +1068,12 @@ __attribute__((format(printf, 2, 0))) static void mhd_log_cb(void *cls, const ch
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
     /* What clients do (leave mid-request, meet a limit) is no warning: under
-     * a flood of such connections a line each would only grow the log. */
-    static const char *const client_side[] = {"closed by remote side", "connection limit"};
+     * a flood of such connections a line each would only grow the log. An
+     * "internal error" is access_cb's MHD_NO, which it returns only after
+     * logging why (a body far over the cap, a client that left, or an answer
+     * that could not be queued, logged as an error). */
+    static const char *const client_side[] = {"closed by remote side", "connection limit",
+                                              "Application reported internal error"};
     int level = LOG_WARN;
     for (size_t i = 0; i < sizeof client_side / sizeof client_side[0]; i++)
         if (strstr(msg, client_side[i]))
