@@ -84,7 +84,13 @@ static int parse_body(http_req *r, char *queue, size_t size)
     json_t *v;
     int rc = 0;
     if (!json_is_object(j)) {
-        http_respond_problem(r, 400, "the body must be empty or a JSON object", "", NULL, 0);
+        char detail[256];
+        if (j)
+            snprintf(detail, sizeof detail, "the body must be empty or a JSON object");
+        else
+            snprintf(detail, sizeof detail, "malformed JSON: %s at line %d, column %d", err.text, err.line,
+                     err.column);
+        http_respond_problem(r, 400, detail, "", NULL, 0);
         rc = -1;
     }
     json_object_foreach(json_is_object(j) ? j : NULL, key, v) {

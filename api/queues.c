@@ -257,8 +257,14 @@ static int parse_controls(http_req *r, const config *cfg, queue_controls *q, uns
     int rc = 0;
     *set = 0;
     if (!json_is_object(j)) {
+        char detail[256];
+        if (j)
+            snprintf(detail, sizeof detail, "the body must be a JSON object");
+        else
+            snprintf(detail, sizeof detail, "malformed JSON: %s at line %d, column %d", err.text, err.line,
+                     err.column);
         json_decref(j);
-        return bad(r, "", "the body must be a JSON object");
+        return bad(r, "", detail);
     }
     json_object_foreach(j, key, v) {
         if (strcmp(key, "parallelism") == 0) {

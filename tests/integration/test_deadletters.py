@@ -63,3 +63,10 @@ def test_bulk_replay_and_purge_by_queue_answer_with_their_counts(hookwheel, rece
     assert status == 400 and body["field"] == "queue", body
     status, _, body = hookwheel.request("POST", "/dead-letters/purge", json_body={"everything": True})
     assert status == 400 and body["field"] == "everything", body
+    # a body that is not JSON is told so and why, not that it must be an object
+    for op in ("replay", "purge"):
+        for raw, why in ((b'{"queue": "q1", "queue": "q2"}', "duplicate object key"), (b'{"queue": "q1",}', "expected")):
+            status, _, body = hookwheel.request("POST", f"/dead-letters/{op}", raw_body=raw,
+                                                headers={"Content-Type": "application/json"})
+            assert status == 400 and body["detail"].startswith("malformed JSON: ") and why in body["detail"], (
+                op, raw, body)

@@ -161,6 +161,14 @@ def test_a_bad_patch_names_the_field_and_stores_nothing(hookwheel, redis):
     status, _, body = hookwheel.request("PATCH", "/queues/strict", raw_body=b'{"paused": tru',
                                         headers={"Content-Type": "application/json"})
     assert status == 400, body
+    # a body that is not JSON is told so and why, not that it must be an object
+    for method in ("PATCH", "PUT"):
+        for raw, why in ((b'{"paused": true, "paused": false}', "duplicate object key"),
+                         (b'{"paused": true,}', "expected"), (b'{"paused": true} x', "end of file expected")):
+            status, _, body = hookwheel.request(method, "/queues/strict", raw_body=raw,
+                                                headers={"Content-Type": "application/json"})
+            assert status == 400 and body["detail"].startswith("malformed JSON: ") and why in body["detail"], (
+                method, raw, body)
     status, _, body = hookwheel.request("PATCH", "/queues/strict", raw_body=b'{"paused": true}',
                                         headers={"Content-Type": "text/plain"})
     assert status == 415, body
