@@ -6,12 +6,16 @@
  * and every query argument, so the accessors never touch the connection and
  * work from any thread. It then matches the route and, when the request
  * cannot succeed, answers at once without reading the body (503 while
- * quiescing, 400 malformed percent-encoding, 404, 405 + Allow, 415, 413 by
- * Content-Length). Upload calls append to a buffer that grows up to
- * max_body_bytes; past the cap the rest is read and dropped (closing the
- * connection if the client keeps sending far too much) and the request ends
- * in 413. The last call hands the request to the route's handler. The
- * context is freed only in completed_cb.
+ * quiescing, 400 malformed percent-encoding, 404, 405 + Allow, 415). Upload
+ * calls append to a buffer that grows up to max_body_bytes; past the cap the
+ * rest is read and dropped and the request ends in 413. A Content-Length
+ * over the cap is likewise read and dropped: answered at once, with the body
+ * left unread, the 413 would be lost to most clients, which send their whole
+ * body before they read, as closing a socket with unread data resets the
+ * connection under their send. Only a client that keeps sending far too
+ * much (or announces it, or waits for 100 Continue) is answered at once or
+ * cut off, and its connection closed. The last call hands the request to
+ * the route's handler. The context is freed only in completed_cb.
  *
  * Answer protocol (race-free suspend/resume). An answer is first claimed
  * (`claimed`, an atomic flag: the first http_respond_* wins, a later one is
@@ -92,7 +96,7 @@
 #define MAX_SEGMENTS      16            /* longer paths match no route */
 #define CONN_MEMORY_LIMIT (16 * 1024)   /* per connection: request line + headers + read buffer */
 #define BODY_MIN_CAP      1024          /* first body allocation when the length is unknown */
-#define DISCARD_MIN       (1024 * 1024) /* bytes dropped past the cap before we close instead */
+#define DISCARD_MIN       (1024 * 1024) /* bytes read past the cap, at least, before we close instead */
 #define STOP_DRAIN_MS     5000          /* http_stop waits this long for answered requests */
 #define WATCH_MIN_US      10000         /* the deadline watcher wakes at most every 10 ms... */
 #define WATCH_MAX_US      250000        /* ...and at least every 250 ms */
@@ -157,7 +161,7 @@ struct http_req {
     const struct kv *headers, *query;
     size_t nheaders, nquery;
     char *body;                 /* NUL-terminated; NULL while empty */
-    size_t body_len, body_cap, body_hint, body_dropped;
+    size_t body_len, body_cap, body_hint, body_seen; /* body_seen: every byte received */
     bool body_over;             /* the body exceeded max_body: answer 413 */
     atomic_bool claimed;        /* an answer was given */
     atomic_int state;           /* enum answer_state */
@@ -635,6 +639,14 @@ static size_t max_body_of(const http_req *r)
     return r->route && r->route->big_body ? r->srv->max_batch_body : r->srv->max_body;
 }
 
+/* The most bytes of a body over the cap that are read (and dropped) so that
+ * its 413 reaches the client: the cap and as much again, or 1 MiB more. */
+static uint64_t discard_max_of(const http_req *r)
+{
+    size_t max = max_body_of(r);
+    return (uint64_t)max + (max > DISCARD_MIN ? max : DISCARD_MIN);
+}
+
 static enum MHD_Result too_large_now(http_req *r, bool close)
 {
     char detail[96];
@@ -900,9 +912,11 @@ static enum MHD_Result req_begin(http_server *s, http_req *r)
     const char *cl = kv_find(r->headers, r->nheaders, "Content-Length", true);
     if (cl) {
         unsigned long long n = strtoull(cl, NULL, 10); /* libmicrohttpd validated it */
-        if (n > max_body_of(r))
-            return too_large_now(r, true);
-        r->body_hint = (size_t)n;
+        const char *expect = kv_find(r->headers, r->nheaders, "Expect", true);
+        if (n > max_body_of(r) && (n > discard_max_of(r) || (expect && strcasecmp(expect, "100-continue") == 0)))
+            return too_large_now(r, true); /* the body is not sent yet, or too much to read */
+        r->body_over = n > max_body_of(r); /* read and dropped, then 413 */
+        r->body_hint = r->body_over ? 0 : (size_t)n;
     }
     r->phase = PHASE_BODY;
     return MHD_YES;
@@ -919,10 +933,12 @@ static void body_grow(http_req *r, size_t need)
     r->body_cap = cap;
 }
 
-/* Upload calls: keep up to max_body bytes, then drop the rest. */
+/* Upload calls: keep up to max_body bytes, then drop the rest; past
+ * discard_max_of, close. */
 static enum MHD_Result body_take(http_req *r, const char *data, size_t n)
 {
     size_t max = max_body_of(r);
+    r->body_seen += n;
     if (!r->body_over && n <= max - r->body_len) {
         if (r->body_len + n + 1 > r->body_cap)
             body_grow(r, r->body_len + n);
@@ -937,10 +953,9 @@ static enum MHD_Result body_take(http_req *r, const char *data, size_t n)
         r->body = NULL;
         r->body_len = r->body_cap = 0;
     }
-    r->body_dropped += n;
-    if (r->body_dropped > (max > DISCARD_MIN ? max : DISCARD_MIN)) {
-        LOG(LOG_INFO, "oversized request body, closing the connection", "\"dropped\":%zu",
-            r->body_dropped);
+    if (r->body_seen > discard_max_of(r)) {
+        LOG(LOG_INFO, "oversized request body, closing the connection", "\"received\":%zu",
+            r->body_seen);
         return MHD_NO;
     }
     return MHD_YES;

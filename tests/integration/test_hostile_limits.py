@@ -15,6 +15,7 @@
 
 Real redis-server, real hookwheel binary, real receiver; nothing is mocked."""
 
+import http.client
 import json
 import os
 import socket
@@ -23,6 +24,7 @@ import time
 import pytest
 
 from conftest import Reply, scaled, wait_until
+from contract import assert_matches_contract
 
 RATE_FIELD = "max_dispatches_per_second"
 SLOWEST_RATE = 0.001       # README "Queues": the smallest accepted rate
@@ -211,6 +213,36 @@ def test_a_thousand_refused_creates_log_a_bounded_number_of_lines(redis, receive
     assert logged and len(logged) + counted == 1001, (len(logged), counted)
 
 
+def test_a_body_over_the_cap_sent_whole_before_reading_gets_its_413_on_a_kept_connection(redis,
+                                                                                         hookwheel_factory):
+    hw = hookwheel_factory(redis)
+    # http.client sends the whole body before it reads, as most clients do:
+    # a 413 given before the body was read, then a close, reset the
+    # connection under its send, and the client saw ConnectionResetError
+    conn = http.client.HTTPConnection("127.0.0.1", hw.port, timeout=scaled(10))
+    try:
+        for size in (65537, 1_000_000, 65536 + (1 << 20)):
+            conn.request("POST", "/timers", body=b"x" * size, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            body = json.loads(resp.read())
+            assert resp.status == 413 and resp.headers["Content-Type"] == "application/problem+json", (size, body)
+            assert_matches_contract("POST", "/timers", resp.status, resp.headers, body)
+            assert body["detail"] == "the request body is larger than 65536 bytes", body
+            # the body was read: the connection goes on
+            conn.request("GET", "/healthz")
+            resp = conn.getresponse()
+            assert resp.status == 200 and json.loads(resp.read()) == {"status": "ok"}
+    finally:
+        conn.close()
+    # a client that waits for 100 Continue gets the 413 at once, before any body
+    with socket.create_connection(("127.0.0.1", hw.port), timeout=scaled(5)) as s:
+        s.sendall(b"POST /timers HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000000\r\nExpect: 100-continue\r\n\r\n")
+        head = s.recv(4096)
+        assert head.startswith(b"HTTP/1.1 413 ") and b"Connection: close" in head, head
+    assert hw.request("GET", "/healthz")[0] == 200
+
+
 def test_bodies_far_over_the_cap_close_their_connections_with_no_warning_line(redis, hookwheel_factory):
     hw = hookwheel_factory(redis, args=["--log-level", "info"])
     before = len(info_lines(hw))
@@ -229,7 +261,8 @@ def test_bodies_far_over_the_cap_close_their_connections_with_no_warning_line(re
             except ConnectionResetError:
                 pass  # closed while the body was still coming
     def logged():
-        return len([r for r in info_lines(hw)[before:] if r.get("msg") == "oversized request body, closing the connection"])
+        return len([r for r in info_lines(hw)[before:]
+                    if r.get("msg") == "oversized request body, closing the connection"])
     assert wait_until(lambda: logged() == n, timeout=scaled(5)), logged()
     # hookwheel said why, once each, at info; what the clients did is no
     # warning (libmicrohttpd's "Application reported internal error" was)
