@@ -225,6 +225,23 @@ static int path_split(const char *path, char *buf, char **segs)
     }
 }
 
+/* The path of a request target in absolute form ("http://host:port/path",
+ * which RFC 9112 §3.2.2 says a server must accept; libmicrohttpd passes it
+ * on as it came): from the first '/' after the authority, or "/" when there
+ * is none. Any other target is returned as it is. */
+static const char *origin_path(const char *url)
+{
+    const char *p = url;
+    if (strncasecmp(p, "http://", 7) == 0)
+        p += 7;
+    else if (strncasecmp(p, "https://", 8) == 0)
+        p += 8;
+    else
+        return url;
+    const char *slash = strchr(p, '/');
+    return slash ? slash : "/";
+}
+
 /* Matches a route pattern ("/timers/{id}/fire") against decoded segments.
  * "{name}" matches one non-empty segment. On a match fills params
  * (NULL-terminated) and returns true. */
@@ -1022,7 +1039,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
     http_req *r = *con_cls;
     (void)version;
     if (!r) {
-        r = req_create(s, conn, url, method);
+        r = req_create(s, conn, origin_path(url), method);
         *con_cls = r;
         deadline_set(s, conn, s->body_us); /* the head is in; the body's clock starts */
         return req_begin(s, r);

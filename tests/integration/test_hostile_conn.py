@@ -377,3 +377,19 @@ def test_a_header_with_whitespace_before_its_colon_is_refused_with_400_and_close
     assert problem["status"] == 400 and "whitespace before its colon" in problem["detail"], problem
     assert closed, "the connection stayed open after a request whose framing is in doubt"
     assert hw.api.get(timer_id)[0] == 404
+
+
+def test_a_request_target_in_absolute_form_is_routed_by_its_path(start_hw, receiver):
+    # RFC 9112 §3.2.2: a server must accept "http://host/path" as well as "/path"
+    hw = start_hw()
+    body = json.dumps({"id": "absolute", "url": receiver.url("/x"), "delay_ms": 600000}).encode()
+    status, _, answer, _ = raw_exchange(hw.port, (
+        b"POST http://127.0.0.1:%d/timers HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (hw.port, len(body))) + body)
+    assert status == 201, answer[:300]
+    for target in (b"http://127.0.0.1:%d/timers/absolute" % hw.port, b"HTTPS://other.example/timers/absolute"):
+        request = b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        status, _, answer, _ = raw_exchange(hw.port, request)
+        assert status == 200 and json.loads(answer)["id"] == "absolute", (target, status, answer[:300])
+    status, _, answer, _ = raw_exchange(hw.port, b"GET http://x?state=scheduled HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 404 and json.loads(answer)["detail"] == "no such resource", answer
