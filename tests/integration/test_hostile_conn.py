@@ -393,3 +393,18 @@ def test_a_request_target_in_absolute_form_is_routed_by_its_path(start_hw, recei
         assert status == 200 and json.loads(answer)["id"] == "absolute", (target, status, answer[:300])
     status, _, answer, _ = raw_exchange(hw.port, b"GET http://x?state=scheduled HTTP/1.1\r\nHost: x\r\n\r\n")
     assert status == 404 and json.loads(answer)["detail"] == "no such resource", answer
+
+
+def test_a_request_head_over_16_kib_is_refused_by_libmicrohttpd_as_documented(start_hw):
+    # README "Limits" and openapi.yaml "Errors": the one refusal that is not
+    # a problem document, as libmicrohttpd gives it before hookwheel runs
+    hw = start_hw()
+    fits = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 15000 + b"\r\nConnection: close\r\n\r\n"
+    status, _, body, _ = raw_exchange(hw.port, fits)
+    assert status == 200 and json.loads(body) == {"status": "ok"}, body
+    for data, want in ((b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 20000 + b"\r\n\r\n", 431),
+                       (b"GET /healthz?pad=" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414)):
+        status, headers, body, closed = raw_exchange(hw.port, data)
+        assert status == want and closed, (status, headers, body[:200])
+        assert not headers.get("content-type", "").startswith("application/problem+json"), headers
+    assert hw.api.get("nothing")[0] == 404
