@@ -5,17 +5,20 @@
  * of the method, the raw path, its percent-decoded segments, every header
  * and every query argument, so the accessors never touch the connection and
  * work from any thread. It then matches the route and, when the request
- * cannot succeed, answers at once without reading the body (503 while
- * quiescing, 400 malformed percent-encoding, 404, 405 + Allow, 415). Upload
- * calls append to a buffer that grows up to max_body_bytes; past the cap the
- * rest is read and dropped and the request ends in 413. A Content-Length
- * over the cap is likewise read and dropped: answered at once, with the body
- * left unread, the 413 would be lost to most clients, which send their whole
- * body before they read, as closing a socket with unread data resets the
- * connection under their send. Only a client that keeps sending far too
- * much (or announces it, or waits for 100 Continue) is answered at once or
- * cut off, and its connection closed. The last call hands the request to
- * the route's handler. The context is freed only in completed_cb.
+ * cannot succeed, refuses it without handing it on (400 malformed
+ * percent-encoding, 401, 404, 405 + Allow, 415). Upload calls append to a
+ * buffer that grows up to max_body_bytes; past the cap the rest is read and
+ * dropped and the request ends in 413; a refused request's body is all
+ * dropped. Refusals and 413s are queued once the body is in, at the last
+ * call: answered with the body left unread, libmicrohttpd closes the
+ * connection, so requests pipelined behind went unanswered, and a client
+ * that sends its whole body before it reads (most do) saw the connection
+ * reset under its send, without the answer. Only a client that keeps
+ * sending far too much (or announces it, or waits for 100 Continue), a
+ * request whose framing is in doubt, and a request while quiescing (503)
+ * are answered at once or cut off, and their connection closed. The last
+ * call hands the request to the route's handler. The context is freed only
+ * in completed_cb.
  *
  * Answer protocol (race-free suspend/resume). An answer is first claimed
  * (`claimed`, an atomic flag: the first http_respond_* wins, a later one is
@@ -102,7 +105,7 @@
 #define WATCH_MAX_US      250000        /* ...and at least every 250 ms */
 
 enum answer_state { ANSWER_PENDING, ANSWER_SUSPENDED, ANSWER_READY };
-enum phase { PHASE_BODY, PHASE_HANDLER, PHASE_DONE };
+enum phase { PHASE_BEGIN, PHASE_BODY, PHASE_EARLY, PHASE_HANDLER, PHASE_DONE };
 
 struct kv {
     const char *name, *value;
@@ -635,19 +638,20 @@ static enum MHD_Result answer_queue(http_req *r)
     return ret;
 }
 
-/* Access thread, before any handler saw r: answers at once. */
-static enum MHD_Result answer_now(http_req *r, unsigned status, struct MHD_Response *resp)
+/* Access thread, before any handler saw r: the answer is r's. */
+static void answer_store(http_req *r, unsigned status, struct MHD_Response *resp)
 {
     atomic_store(&r->claimed, true);
     r->status = status;
     r->answer = resp;
     atomic_store(&r->state, ANSWER_READY);
-    return answer_queue(r);
 }
 
-static enum MHD_Result problem_now(http_req *r, unsigned status, const char *detail)
+/* Access thread, before any handler saw r: answers at once. */
+static enum MHD_Result answer_now(http_req *r, unsigned status, struct MHD_Response *resp)
 {
-    return answer_now(r, status, problem_response(status, detail, NULL, NULL, 0));
+    answer_store(r, status, resp);
+    return answer_queue(r);
 }
 
 /* The body cap of r's route. */
@@ -656,12 +660,49 @@ static size_t max_body_of(const http_req *r)
     return r->route && r->route->big_body ? r->srv->max_batch_body : r->srv->max_body;
 }
 
-/* The most bytes of a body over the cap that are read (and dropped) so that
- * its 413 reaches the client: the cap and as much again, or 1 MiB more. */
+/* The most bytes of a body that are read (and dropped) so that the answer
+ * refusing it (a 413, or refuse's) reaches the client: the cap and as much
+ * again, or 1 MiB more. */
 static uint64_t discard_max_of(const http_req *r)
 {
     size_t max = max_body_of(r);
     return (uint64_t)max + (max > DISCARD_MIN ? max : DISCARD_MIN);
+}
+
+/* Whether r's body may be read to its end (and dropped) before an answer:
+ * yes when it has none, not when the client waits for 100 Continue (it
+ * sends the body only when asked) nor when its length is past
+ * discard_max_of (a chunked body is cut off there as it comes). */
+static bool body_readable(const http_req *r)
+{
+    const char *cl = kv_find(r->headers, r->nheaders, "Content-Length", true);
+    const char *expect = kv_find(r->headers, r->nheaders, "Expect", true);
+    unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0; /* libmicrohttpd validated it */
+    if (n == 0 && !kv_find(r->headers, r->nheaders, "Transfer-Encoding", true))
+        return true;
+    if (expect && strcasecmp(expect, "100-continue") == 0)
+        return false;
+    return n <= discard_max_of(r);
+}
+
+/* Access thread, at the first call: refuses r once its body, if any, is
+ * read (and dropped), at its last call. Queued at the first call, an answer
+ * makes libmicrohttpd close the connection, as the body is left unread: the
+ * requests a client pipelined behind a 404 or a 401 went unanswered, and a
+ * client still sending a body could see the connection reset before the
+ * answer. A body that cannot be read (body_readable) is refused at once. */
+static enum MHD_Result refuse(http_req *r, unsigned status, struct MHD_Response *resp)
+{
+    if (!body_readable(r))
+        return answer_now(r, status, resp);
+    answer_store(r, status, resp);
+    r->phase = PHASE_EARLY;
+    return MHD_YES;
+}
+
+static enum MHD_Result problem_now(http_req *r, unsigned status, const char *detail)
+{
+    return refuse(r, status, problem_response(status, detail, NULL, NULL, 0));
 }
 
 static enum MHD_Result too_large_now(http_req *r, bool close)
@@ -679,7 +720,7 @@ static enum MHD_Result unauthorized_now(http_req *r)
     struct MHD_Response *resp =
         problem_response(401, "a valid bearer token is required (Authorization: Bearer <token>)", NULL, NULL, 0);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"hookwheel\"");
-    return answer_now(r, 401, resp);
+    return refuse(r, 401, resp);
 }
 
 static enum MHD_Result not_allowed_now(http_req *r)
@@ -689,7 +730,7 @@ static enum MHD_Result not_allowed_now(http_req *r)
     struct MHD_Response *resp =
         problem_response(405, "this method is not allowed on this path", NULL, NULL, 0);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-    return answer_now(r, 405, resp);
+    return refuse(r, 405, resp);
 }
 
 /* ---- connection deadlines (see the top of the file) ----------------------- */
@@ -929,8 +970,7 @@ static enum MHD_Result req_begin(http_server *s, http_req *r)
     const char *cl = kv_find(r->headers, r->nheaders, "Content-Length", true);
     if (cl) {
         unsigned long long n = strtoull(cl, NULL, 10); /* libmicrohttpd validated it */
-        const char *expect = kv_find(r->headers, r->nheaders, "Expect", true);
-        if (n > max_body_of(r) && (n > discard_max_of(r) || (expect && strcasecmp(expect, "100-continue") == 0)))
+        if (n > max_body_of(r) && !body_readable(r))
             return too_large_now(r, true); /* the body is not sent yet, or too much to read */
         r->body_over = n > max_body_of(r); /* read and dropped, then 413 */
         r->body_hint = r->body_over ? 0 : (size_t)n;
@@ -951,11 +991,13 @@ static void body_grow(http_req *r, size_t need)
 }
 
 /* Upload calls: keep up to max_body bytes, then drop the rest; past
- * discard_max_of, close. */
+ * discard_max_of, close. A refused request's body is all dropped. */
 static enum MHD_Result body_take(http_req *r, const char *data, size_t n)
 {
     size_t max = max_body_of(r);
     r->body_seen += n;
+    if (r->phase == PHASE_EARLY)
+        r->body_over = true;
     if (!r->body_over && n <= max - r->body_len) {
         if (r->body_len + n + 1 > r->body_cap)
             body_grow(r, r->body_len + n);
@@ -1047,13 +1089,16 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        return r->phase == PHASE_BODY ? body_take(r, upload_data, n) : MHD_YES;
+        return r->phase == PHASE_BODY || r->phase == PHASE_EARLY ? body_take(r, upload_data, n) : MHD_YES;
     }
     switch (r->phase) {
     case PHASE_BODY:
         return req_dispatch(s, r);
+    case PHASE_EARLY:
+        return answer_queue(r);
     case PHASE_HANDLER:
         return req_resumed(r);
+    case PHASE_BEGIN:
     case PHASE_DONE:
         break;
     }

@@ -18,6 +18,7 @@
 Real redis-server, real hookwheel binary, real sockets; nothing is mocked."""
 
 import contextlib
+import http.client
 import json
 import resource
 import selectors
@@ -408,3 +409,55 @@ def test_a_request_head_over_16_kib_is_refused_by_libmicrohttpd_as_documented(st
         assert status == want and closed, (status, headers, body[:200])
         assert not headers.get("content-type", "").startswith("application/problem+json"), headers
     assert hw.api.get("nothing")[0] == 404
+
+
+def read_answers(port, data, count, timeout=5.0):
+    """Sends data (pipelined requests) on one connection and reads up to
+    count answers: their statuses, and whether the server closed the
+    connection after them."""
+    statuses = []
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        buf = b""
+        while len(statuses) < count:
+            while b"\r\n\r\n" not in buf:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return statuses, True
+                buf += chunk
+            head, buf = buf.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            statuses.append(int(lines[0].split()[1]))
+            length = next((int(v) for k, _, v in (line.partition(":") for line in lines[1:])
+                           if k.strip().lower() == "content-length"), 0)
+            while len(buf) < length and statuses[-1] != 204:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return statuses, True
+                buf += chunk
+            buf = buf[length:]
+    return statuses, False
+
+
+def test_requests_pipelined_behind_a_refusal_are_all_answered_on_one_connection(start_hw):
+    hw = start_hw()
+    host = b"Host: x\r\n"
+    requests = [
+        (b"GET /nope HTTP/1.1\r\n" + host + b"\r\n", 404),
+        (b"PUT /timers HTTP/1.1\r\n" + host + b"Content-Length: 3\r\n\r\nabc", 405),
+        (b"GET /timers/%zz HTTP/1.1\r\n" + host + b"\r\n", 400),
+        (b"POST /timers HTTP/1.1\r\n" + host + b"Content-Type: text/plain\r\nContent-Length: 5\r\n\r\nabcde", 415),
+        (b"POST /timers HTTP/1.1\r\n" + host + b"Content-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+         b"3\r\nabc\r\n0\r\n\r\n", 415),
+        (b"GET /healthz HTTP/1.1\r\n" + host + b"\r\n", 200),
+    ]
+    statuses, closed = read_answers(hw.port, b"".join(r for r, _ in requests), len(requests))
+    assert statuses == [want for _, want in requests] and not closed, statuses
+    # a refused body sent whole before reading still gets its answer
+    conn = http.client.HTTPConnection("127.0.0.1", hw.port, timeout=scaled(10))
+    try:
+        conn.request("POST", "/timers", body=b"x" * 1_000_000, headers={"Content-Type": "text/plain"})
+        resp = conn.getresponse()
+        assert resp.status == 415 and json.loads(resp.read())["status"] == 415
+    finally:
+        conn.close()
