@@ -114,6 +114,15 @@ def test_a_json_body_nested_past_the_limit_is_refused_naming_json(hookwheel, rec
     assert problem_field(create_raw(hookwheel, text)) == "json"
 
 
+def test_a_json_body_nested_past_janssons_own_limit_is_refused_as_malformed(hookwheel, receiver):
+    # README "Limits": past 2,048 levels jansson refuses the body before any
+    # field is looked at
+    text = f'{{"url": "{receiver.url("/deep")}", "delay_ms": 600000, "json": {nested(3000)}}}'
+    status, _, body = create_raw(hookwheel, text)
+    assert status == 400 and "field" not in body, body
+    assert body["detail"].startswith("malformed JSON: maximum parsing depth reached"), body
+
+
 def test_a_json_body_at_the_limit_is_stored_and_queue_listings_still_answer(hookwheel, receiver):
     text = (f'{{"id": "at-limit", "url": "{receiver.url("/deep")}", "delay_ms": 600000, '
             f'"json": {nested(JSON_DEPTH_LIMIT)}}}')
