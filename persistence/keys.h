@@ -13,7 +13,8 @@
  *   hw:{P}:cl:<tag>            zset: timers an instance holds in memory or is firing
  *                              (tag: keys_owner_tag of the instance id)
  *   hw:{P}:holders             set: tags of instances with a claimed zset here
- *   hw:{P}:failed              zset: dead letters by failure time
+ *   hw:{P}:failed              zset: dead letters by failure time, of earlier
+ *                              layouts (never read; migrate.lua deletes it)
  *   hw:{P}:lc:<tag>            list: ids of the instance's last claim, replayed
  *                              when that reply was lost
  *   hw:{P}:rv:<tag>            list: "<version> <id>" of timers the instance holds

@@ -581,9 +581,8 @@ int timers_deadletters(timers *t, uint32_t partition, const char *ns, const char
                        uint64_t now_ms, uint32_t limit, timers_deadletters_cb cb, void *arg)
 {
     args a;
-    args_init(&a, 7, 3 * KEYS_MAX + 64);
+    args_init(&a, 6, 2 * KEYS_MAX + 64);
     arg_built(&a, keys_index(arena_end(&a), partition, ns, "failed"));
-    arg_built(&a, keys_failed(arena_end(&a), partition));
     arg_built(&a, keys_timer_prefix(arena_end(&a), partition));
     arg_str(&a, op);
     arg_str(&a, queue);
@@ -591,7 +590,7 @@ int timers_deadletters(timers *t, uint32_t partition, const char *ns, const char
     arg_u64(&a, limit);
     dl_ctx *c = xmalloc(sizeof *c);
     *c = (dl_ctx){cb, arg};
-    int rc = submit(t, SCRIPT_DEADLETTERS, 2, &a, dl_done, c);
+    int rc = submit(t, SCRIPT_DEADLETTERS, 1, &a, dl_done, c);
     if (rc < 0)
         free(c);
     return rc;
@@ -1199,11 +1198,12 @@ static void migrate_done(void *arg, const redisReply *r)
 int timers_migrate(timers *t, uint32_t partition, uint32_t limit, timers_migrate_cb cb, void *arg)
 {
     args a;
-    args_init(&a, 3, 2 * KEYS_MAX + 24);
+    args_init(&a, 4, 3 * KEYS_MAX + 24);
     arg_fmt(&a, "hw:{%" PRIu32 "}:due", partition); /* the layout before the waiting index was the due set */
+    arg_built(&a, keys_failed(arena_end(&a), partition)); /* the dead-letter zset of earlier layouts */
     arg_built(&a, keys_timer_prefix(arena_end(&a), partition));
     arg_u64(&a, limit);
-    return submit_batch(t, SCRIPT_MIGRATE, 1, &a, migrate_done, batch_new((void *)cb, arg, partition));
+    return submit_batch(t, SCRIPT_MIGRATE, 2, &a, migrate_done, batch_new((void *)cb, arg, partition));
 }
 
 static void held_done(void *arg, const redisReply *r)

@@ -721,7 +721,6 @@ local function to_final(tkey, id, r, state, now, retention, hist_set, inline)
   run_clear(r)
   place(tkey, id, r, now)
   ix_trim(tkey, id, state, now, retention)
-  if state == 'failed' then redis.call('ZADD', key_base(tkey) .. 'failed', now, id) end
   if inline then
     if r.hist == 1 then redis.call('DEL', hist_key(tkey)) end
     r.hist = 0
@@ -880,7 +879,6 @@ local function control_one(tkey, id, r, v, op, now, fire, horizon, owner)
   end
   if op == 'retry' then
     if st ~= 'failed' then return 0, 0 end
-    redis.call('ZREM', key_base(tkey) .. 'failed', id)
     keep_forever(tkey, r)
     replay_run(r)
     return wait_at(now)

@@ -2,7 +2,7 @@
 -- (its failed listing index), optionally of one queue, at most `limit` of
 -- them per call, examining at most 5 x limit entries (from a prefix of each
 -- record: the spec is never copied), so Redis is never held long.
--- KEYS: 1 the namespace's failed index (hw:{P}:ix:<ns>:failed), 2 failed zset
+-- KEYS: 1 the namespace's failed index (hw:{P}:ix:<ns>:failed)
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 'replay' | 'purge', 3 queue ('' any),
 --       4 now_ms, 5 limit
 -- Returns {done, more}: more is 1 when failed timers may be left.
@@ -29,7 +29,6 @@ while done < limit and examined < budget do
     if not r or r.st ~= 'failed' then
       redis.call('ZREM', KEYS[1], id) -- expired or moved on: not a dead letter
     elseif ARGV[3] == '' or tail_decode(v).queue == ARGV[3] then
-      redis.call('ZREM', KEYS[2], id)
       if ARGV[2] == 'purge' then
         redis.call('ZREM', KEYS[1], id)
         if r.lb == 1 then labels_drop(tk, id, redis.call('GET', tk)) end

@@ -4,10 +4,15 @@
 -- no instance held in hw:{P}:due as well: its timers move to their indexes
 -- and the zset goes once empty. (Records of the nine-line layout are brought
 -- over on first read instead, by the prelude's upgrade: no call has to find
--- them first.)
--- KEYS: 1 the partition's old due zset (hw:{P}:due)
+-- them first.) Releases before this one also kept every dead letter in
+-- hw:{P}:failed, a zset nothing read and nothing trimmed when the records
+-- expired, so it only grew: it goes at the first call (UNLINK: freed off
+-- Redis's main thread, however long it grew).
+-- KEYS: 1 the partition's old due zset (hw:{P}:due), 2 the old dead-letter
+--       zset (hw:{P}:failed)
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 limit
 -- Returns {moved, more}.
+redis.call('UNLINK', KEYS[2])
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
 local moved = 0
 for _, id in ipairs(ids) do

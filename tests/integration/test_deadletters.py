@@ -1,6 +1,9 @@
 """Dead letters: failed timers replayed one by one or in bulk by queue, or
-purged, with the counts in the answers."""
-from conftest import assert_created, scaled
+purged, with the counts in the answers; once their records expire, nothing
+of them is left in Redis."""
+import time
+
+from conftest import Reply, assert_created, create_many, partition, scaled, wait_until
 
 
 def fail(hookwheel, receiver, tid, path, queue="default"):
@@ -70,3 +73,26 @@ def test_bulk_replay_and_purge_by_queue_answer_with_their_counts(hookwheel, rece
                                                 headers={"Content-Type": "application/json"})
             assert status == 400 and body["detail"].startswith("malformed JSON: ") and why in body["detail"], (
                 op, raw, body)
+
+
+def test_dead_letters_leave_no_keys_behind_once_their_records_expire(redis, receiver, hookwheel_factory):
+    # an earlier build's zset of every dead letter, which nothing trimmed
+    old = f"hw:{{{partition('old-dead')}}}:failed"
+    redis.cmd("ZADD", old, "1", "old-dead")
+    hw = hookwheel_factory(redis, args=["--retention-s", "2"])
+    assert wait_until(lambda: not redis.keys("hw:{*}:failed"), scaled(5)), redis.keys("hw:{*}:failed")
+    receiver.default("/gone", Reply(404))
+    specs = [{"id": f"dead-{i}", "url": receiver.url("/gone"), "delay_ms": 0} for i in range(40)]
+    _, errors = create_many(hw.api, specs, threads=2)
+    assert not errors, errors[:3]
+    for s in specs:
+        assert hw.wait_state(s["id"], "failed", timeout=scaled(10))["state"] == "failed"
+    assert len(listed(hw, "failed")) == 40
+    assert wait_until(lambda: not redis.keys("hw:{*}:t:dead-*"), scaled(10))  # the retention
+    time.sleep(0.2)
+    # a listing drops the expired records' index entries; nothing else of them stays
+    assert listed(hw, "failed") == []
+    status, _, body = hw.request("POST", "/dead-letters/purge")
+    assert status == 200 and body == {"purged": 0, "more": False}, body
+    left = {k: int(redis.cmd("ZCARD", k)) for k in redis.keys("hw:{*}:*") if ":failed" in k}
+    assert left == {}, left

@@ -78,7 +78,7 @@ def test_a_sweep_of_100000_due_timers_never_delays_a_begin_by_more_than_100_ms(r
     # and every one of them is attempted once due (its target refuses the
     # connection: one attempt, then failed), so the instance stops idle
     def failed_count():
-        return sum(int(redis.cmd("ZCARD", f"hw:{{{p}}}:failed")) for p in range(16))
+        return sum(int(redis.cmd("ZCARD", f"hw:{{{p}}}:ix::failed")) for p in range(16))
     deadline = time.monotonic() + (due - now_ms()) / 1000 + scaled(60)
     while failed_count() < N and time.monotonic() < deadline:
         time.sleep(0.2)
