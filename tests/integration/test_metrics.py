@@ -232,6 +232,18 @@ def test_gauges_show_timers_in_the_wheel_and_attempts_in_flight_per_queue(hookwh
     assert wait_until(drained, scaled(10), interval=0.1)
 
 
+def test_an_idle_instance_shows_no_queued_redis_writes_of_its_own_scrapes(hookwheel):
+    # a scrape a second or more after the previous one also asks Redis for
+    # the queue counts (one call per partition): those calls are not what
+    # the scrape reports as waiting for the writer
+    time.sleep(1.2)
+    seen = []
+    for _ in range(5):
+        seen.append(scrape(hookwheel).value("hookwheel_redis_queued_writes"))
+        time.sleep(1.1)
+    assert sum(1 for v in seen if v) <= 1, seen
+
+
 def test_while_redis_is_down_redis_up_reads_0_and_metrics_still_answer_at_once(redis, hookwheel):
     assert scrape(hookwheel).value("hookwheel_redis_up") == 1
     port = redis.port
