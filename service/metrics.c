@@ -85,7 +85,7 @@ static const struct {
     [MT_CREATED] = {"hookwheel_timers_created_total",
                     "Timers created: Redis confirmed the write of a new timer (idempotent repeats are not counted)."},
     [MT_CANCELLED] = {"hookwheel_timers_cancelled_total",
-                      "Timers cancelled by DELETE, counted once (a repeated DELETE is not counted)."},
+                      "Timers cancelled by DELETE or POST /timers/cancel, counted once (a repeat is not counted)."},
     [MT_DELIVERED] = {"hookwheel_timers_delivered_total",
                       "Attempts that answered 2xx and whose outcome Redis recorded (a recurring timer counts each run)."},
     [MT_RETRIED] = {"hookwheel_timers_retried_total",

@@ -3,12 +3,14 @@ read with a maintained parser (Debian's python3-prometheus-client), against a
 real redis-server, the real binary and a real receiver.
 
 What is counted where (service/metrics.h): created when Redis confirmed a new
-timer (before the 201); cancelled when a DELETE cancelled it (once);
+timer (before the 201); cancelled when a DELETE or a bulk cancel cancelled it (once);
 delivered/retried/failed when Redis confirmed recording the attempt's outcome;
 attempts, lateness and duration once per HTTP attempt. So after the traffic
 settles every counter has moved by exactly what the test did."""
 
+import re
 import time
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -278,3 +280,44 @@ def test_with_api_tokens_metrics_need_a_token(tmp_path, redis, hookwheel_factory
     assert status == 401 and h.get("WWW-Authenticate", "").startswith("Bearer"), status
     s = scrape(hw, headers={"Authorization": f"Bearer {token}"})
     assert s.value("hookwheel_redis_up") == 1
+
+
+def readme_metrics():
+    """{name: (type, {labels})} of the README's table of metrics."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = text.split("### Metrics: `GET /metrics`", 1)[1].split("### Scraping", 1)[0]
+    out = {}
+    for m in re.finditer(r"^\| `(hookwheel_[a-z_]+)` \| (\w+) \|([^|]*)\|", table, re.M):
+        out[m.group(1)] = (m.group(2), set(re.findall(r"`(\w+)`", m.group(3))))
+    return out
+
+
+def test_the_readme_lists_every_metric_family_with_its_type_and_labels(hookwheel, receiver):
+    # a timer of a queue, a DELETE and a bulk cancel, so that every family has samples
+    assert_created(*hookwheel.create({"id": "doc-1", "url": receiver.url("/d"), "delay_ms": 0, "queue": "doc"}))
+    for i in range(3):
+        assert_created(*hookwheel.create({"id": f"doc-bulk-{i}", "url": receiver.url("/d"), "delay_ms": 600000,
+                                          "queue": "doc", "labels": {"batch": "doc"}}))
+    assert_created(*hookwheel.create({"id": "doc-del", "url": receiver.url("/d"), "delay_ms": 600000,
+                                      "queue": "doc"}))
+    assert hookwheel.cancel("doc-del")[0] == 200
+    status, _, body = hookwheel.request("POST", "/timers/cancel", json_body={"labels": {"batch": "doc"}},
+                                        headers={"Idempotency-Key": "doc-bulk"})
+    assert status == 200 and len(body["cancelled"]) == 3, body
+    status, _, again = hookwheel.request("POST", "/timers/cancel", json_body={"labels": {"batch": "doc"}},
+                                         headers={"Idempotency-Key": "doc-bulk"})
+    assert status == 200 and again["cancelled"] == body["cancelled"], again
+    assert hookwheel.wait_state("doc-1", "delivered", scaled(5))["state"] == "delivered"
+    scrape(hookwheel)
+    time.sleep(1.1)  # the queue counts are read by a scrape, shown by the next
+    s = scrape(hookwheel)
+    # the DELETE and the bulk cancel's three, each once (the repeated receipt cancelled nothing)
+    assert s.event("cancelled", "doc") == 4, s.text
+    got = {}
+    for name, fam in s.families.items():
+        full = name + "_total" if fam.type == "counter" else name
+        labels = set()
+        for x in fam.samples:
+            labels |= set(x.labels) - {"le"}
+        got[full] = (fam.type, labels)
+    assert got == readme_metrics()
