@@ -710,12 +710,17 @@ end
 -- hist = its history}: the record is written whole with its history at
 -- its end, and its history key is deleted).
 local function skipped_key(tkey) return key_base(tkey) .. 'sk' end
-
-local function to_final(tkey, id, r, state, now, retention, hist_set, inline)
-  if r.sk == 1 then -- its count of skipped slots goes with the schedule
+-- A schedule that ends: its count of skipped slots goes with it (the hash
+-- field would outlive the record, which expires).
+local function skipped_drop(tkey, id, r)
+  if r.sk == 1 then
     redis.call('HDEL', skipped_key(tkey), id)
     r.sk = 0
   end
+end
+
+local function to_final(tkey, id, r, state, now, retention, hist_set, inline)
+  skipped_drop(tkey, id, r)
   unplace(tkey, id, r)
   r.st, r.owner = state, NO_OWNER
   run_clear(r)
@@ -979,6 +984,7 @@ local function hand_back_firing(tkey, id, r, v, now, attempt, retention, keep)
   else
     r.st, r.att = r.flag == 1 and 'paused' or 'cancelled', 0
     run_clear(r)
+    if r.st == 'cancelled' then skipped_drop(tkey, id, r) end
   end
   count_step(tkey, id, tail_decode(v).queue, r, from, r.st)
   place(tkey, id, r, r.st == 'retrying' and r.fire or now)

@@ -288,3 +288,26 @@ def test_a_schedule_rescheduled_to_a_past_time_runs_at_once_and_skips_nothing(ho
     status, _, body = hookwheel.get("rpast")
     assert status == 200 and body["skipped_slots"] == 0 and body["runs"] >= 1, body
     hookwheel.cancel("rpast")
+
+
+def test_a_schedule_cancelled_in_a_run_its_instance_died_in_leaves_no_skipped_count(redis, receiver,
+                                                                                     hookwheel_factory):
+    lease = ["--lease-ttl-ms", "1500"]
+    a = hookwheel_factory(redis, args=lease)
+    assert a.request("PUT", "/queues/calx", json_body={"paused": True})[0] == 200
+    time.sleep(1.2)  # queue settings are applied within a second
+    receiver.default("/calx", Reply(204, delay_s=scaled(6)))
+    assert_created(*a.create({"id": "calx", "url": receiver.url("/calx"), "queue": "calx",
+                              "repeat": {"cron": "*/2 * * * * *"}}))
+    time.sleep(5.5)  # two slots or more pass while the queue starts nothing: skipped at the resume
+    assert a.request("PUT", "/queues/calx", json_body={"paused": False})[0] == 200
+    receiver.wait_for(1, path="/calx", timeout=scaled(5))
+    assert a.get("calx")[2]["skipped_slots"] >= 1
+    status, _, body = a.cancel("calx")  # in its run: cancelled when the run ends
+    assert status == 202, body
+    # the run never ends: its instance dies in it, and another takes its claims over
+    assert a.kill9() == -9
+    b = hookwheel_factory(redis, args=lease)
+    assert b.wait_state("calx", "cancelled", scaled(10))["state"] == "cancelled"
+    # its count of skipped slots went with it, as with any schedule that ends
+    assert not [k for k in redis.keys("hw:{*}:sk") if int(redis.cmd("HEXISTS", k, "calx"))]
