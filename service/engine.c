@@ -1819,6 +1819,12 @@ static void shutdown_engine(engine *e)
     for (n = e->all.next; n != &e->all; n = next) {
         next = n->next;
         job *j = container_of(n, job, all_node);
+        /* A claimed job still in the inbox (posted by a create or a sweep,
+         * not yet taken: its phase is the first, JOB_WHEEL, but it is in no
+         * slot) is the inbox's until the drain below frees it (on_claimed:
+         * stop is set); freed here, the drain would walk freed memory. */
+        if (j->phase == JOB_WHEEL && !list_linked(&j->wt.node))
+            continue;
         if (j->phase == JOB_WHEEL || j->phase == JOB_READY || (j->phase == JOB_PARKED && !j->last_json))
             job_free(e, j);
         else if (j->phase == JOB_PARKED) { /* an outcome Redis missed: it goes out now, not after the release */
