@@ -163,18 +163,21 @@ static void slice_cb(void *arg, int status, size_t n, const timer_created *res)
 {
     slice *s = arg;
     batch_ctx *b = s->b;
-    const char *queue = NULL; /* created ones are counted per run of one queue */
+    /* Created ones are counted per run of one queue. The name is copied:
+     * an item held goes to the engine with its spec, which may free it at
+     * once (a stop). */
+    char queue[65] = "";
     uint64_t created = 0;
     for (size_t k = 0; k < s->n; k++) {
         bitem *it = &b->items[s->idx[k]];
         int st = status == TIMERS_OK && k < n ? res[k].status : status == TIMERS_OK ? TIMERS_FAILED : status;
         if (st == TIMERS_OK) {
             it->status = 201;
-            if (queue && strcmp(queue, it->spec->queue)) {
+            if (created && strcmp(queue, it->spec->queue)) {
                 metrics_count_n(b->a->m, queue, MT_CREATED, created);
                 created = 0;
             }
-            queue = it->spec->queue;
+            snprintf(queue, sizeof queue, "%s", it->spec->queue);
             created++;
         } else if (st == TIMERS_EXISTS) {
             it->status = 200;
