@@ -246,6 +246,22 @@ def test_an_idle_instance_shows_no_queued_redis_writes_of_its_own_scrapes(hookwh
     assert sum(1 for v in seen if v) <= 1, seen
 
 
+def test_a_callback_timer_is_not_counted_as_created_but_its_attempt_and_delivery_are(hookwheel, receiver):
+    receiver.default("/cb", Reply(204))
+    before = scrape(hookwheel)
+    assert_created(*hookwheel.create({"id": "with-cb", "url": receiver.url("/cb"), "delay_ms": 0,
+                                      "queue": "mt-cb", "on_success": receiver.url("/cb")}))
+    receiver.wait_for(2, scaled(10), path="/cb")  # the timer's delivery, then its callback's
+
+    def settled():
+        s = scrape(hookwheel)
+        return s if s.event("delivered", "mt-cb") == 2 else None
+    s = wait_until(settled, scaled(5), interval=0.1)
+    assert s, scrape(hookwheel).text
+    assert s.event("created", "mt-cb") - before.event("created", "mt-cb") == 1
+    assert s.attempts("mt-cb", "2xx") == 2
+
+
 def test_while_redis_is_down_redis_up_reads_0_and_metrics_still_answer_at_once(redis, hookwheel):
     assert scrape(hookwheel).value("hookwheel_redis_up") == 1
     port = redis.port
