@@ -937,6 +937,27 @@ static bool single_authorization(const http_req *r)
 /* ---- the access handler's steps ------------------------------------------ */
 
 /* First call: refuse what cannot succeed before reading any body. */
+/* Whether r is a change that a page of another site made the browser send.
+ * Fire, pause, resume, retry and the dead-letter replay and purge take no
+ * body, so a form on any page (a "simple" request, which a browser sends
+ * without asking first) could make them in an API without tokens, through
+ * the browser of anyone who can reach it (cross-site request forgery).
+ * Browsers say where a request comes from in Sec-Fetch-Site: only
+ * "same-origin" (the dashboard) and "none" (typed by the user) may change
+ * anything; "same-site" is refused too, as another port of the same host is
+ * the same site. "Origin: null" (a sandboxed frame, a file) is refused as
+ * well. Clients that are not browsers send neither header. */
+static bool cross_site(const http_req *r)
+{
+    if (strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0 || strcmp(r->method, "OPTIONS") == 0)
+        return false;
+    const char *site = kv_find(r->headers, r->nheaders, "Sec-Fetch-Site", true);
+    if (site && strcasecmp(site, "same-origin") != 0 && strcasecmp(site, "none") != 0)
+        return true;
+    const char *origin = kv_find(r->headers, r->nheaders, "Origin", true);
+    return origin && strcmp(origin, "null") == 0;
+}
+
 static enum MHD_Result req_begin(http_server *s, http_req *r)
 {
     if (atomic_load(&s->quiesced))
@@ -955,6 +976,8 @@ static enum MHD_Result req_begin(http_server *s, http_req *r)
         return not_allowed_now(r);
     if (!r->route)
         return problem_now(r, 404, "no such resource");
+    if (cross_site(r))
+        return problem_now(r, 403, "a change sent by another site's page is refused (Sec-Fetch-Site or Origin)");
     r->ns = "";
     if (s->auth && !r->route->open) {
         /* Only one Authorization header: of several, a proxy in front may
