@@ -958,6 +958,50 @@ static bool cross_site(const http_req *r)
     return origin && strcmp(origin, "null") == 0;
 }
 
+/* Whether word is one of list's space-separated words. */
+static bool word_in(const char *list, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ' ');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && memcmp(p, word, n) == 0)
+            return true;
+        p = end ? end + 1 : NULL;
+    }
+    return false;
+}
+
+/* A query parameter r's route does not take, or one given twice: a typo
+ * ("stat=failed") would otherwise list everything, and of two labels only
+ * the first would filter. Fills why (naming the parameter when it is
+ * printable) and returns the parameter, or NULL when all are fine. */
+static const char *query_error(const http_req *r, char *why, size_t size)
+{
+    if (r->route->open)
+        return NULL;
+    for (size_t i = 0; i < r->nquery; i++) {
+        const char *name = r->query[i].name;
+        bool twice = false;
+        for (size_t j = 0; j < i && !twice; j++)
+            twice = strcmp(r->query[j].name, name) == 0;
+        if (!twice && word_in(r->route->query, name))
+            continue;
+        size_t len = strlen(name);
+        bool printable = len > 0 && len <= 64 && strspn(name, "abcdefghijklmnopqrstuvwxyz"
+                                                              "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == len;
+        if (twice)
+            snprintf(why, size, "the query parameter %s is given twice", printable ? name : "(not shown)");
+        else if (r->route->query)
+            snprintf(why, size, "unknown query parameter %s: this endpoint takes %s", printable ? name : "(not shown)",
+                     r->route->query);
+        else
+            snprintf(why, size, "unknown query parameter %s: this endpoint takes none", printable ? name : "(not shown)");
+        return printable ? name : "";
+    }
+    return NULL;
+}
+
 static enum MHD_Result req_begin(http_server *s, http_req *r)
 {
     if (atomic_load(&s->quiesced))
@@ -987,6 +1031,10 @@ static enum MHD_Result req_begin(http_server *s, http_req *r)
         if (!r->ns)
             return unauthorized_now(r);
     }
+    char why[256];
+    const char *param = query_error(r, why, sizeof why);
+    if (param)
+        return refuse(r, 400, problem_response(400, why, *param ? param : NULL, NULL, 0));
     if (r->route->needs_json_body &&
         !is_json_type(kv_find(r->headers, r->nheaders, "Content-Type", true)))
         return problem_now(r, 415, "the request body must be application/json");

@@ -43,6 +43,8 @@ typedef struct http_route {
     int needs_json_body;     /* 1: Content-Type must be application/json (else 415) */
     int open;                /* 1: answered without a bearer token even when tokens are set */
     int big_body;            /* 1: its body may reach max_batch_body_bytes (batches) */
+    const char *query;       /* its query parameters, space-separated; NULL: none. Another,
+                              * or one given twice, gets 400 (open routes take any) */
 } http_route;
 
 typedef struct http_config {

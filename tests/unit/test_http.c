@@ -237,19 +237,19 @@ static void h_never(http_req *r, const char *const *params, void *app)
 }
 
 static const http_route routes[] = {
-    {"GET", "/sync", h_sync, 0, 0, 0},
-    {"POST", "/echo", h_echo, 1, 0, 0},
-    {"GET", "/items/{id}", h_item, 0, 0, 0},
-    {"DELETE", "/items/{id}", h_item_delete, 0, 0, 0},
-    {"GET", "/items/{id}/sub/{name}", h_sub, 0, 0, 0},
-    {"GET", "/query", h_query, 0, 0, 0},
-    {"GET", "/async", h_async, 0, 0, 0},
-    {"GET", "/async-now", h_async_now, 0, 0, 0},
-    {"GET", "/problem", h_problem, 0, 0, 0},
-    {"GET", "/no-body", h_no_body, 0, 0, 0},
-    {"GET", "/busy", h_busy, 0, 0, 0},
-    {"POST", "/created", h_created, 0, 0, 0},
-    {"GET", "/never", h_never, 0, 0, 0},
+    {"GET", "/sync", h_sync, 0, 0, 0, NULL},
+    {"POST", "/echo", h_echo, 1, 0, 0, NULL},
+    {"GET", "/items/{id}", h_item, 0, 0, 0, NULL},
+    {"DELETE", "/items/{id}", h_item_delete, 0, 0, 0, NULL},
+    {"GET", "/items/{id}/sub/{name}", h_sub, 0, 0, 0, NULL},
+    {"GET", "/query", h_query, 0, 0, 0, "state queue flag cursor"},
+    {"GET", "/async", h_async, 0, 0, 0, "delay_ms n"},
+    {"GET", "/async-now", h_async_now, 0, 0, 0, "n"},
+    {"GET", "/problem", h_problem, 0, 0, 0, NULL},
+    {"GET", "/no-body", h_no_body, 0, 0, 0, NULL},
+    {"GET", "/busy", h_busy, 0, 0, 0, NULL},
+    {"POST", "/created", h_created, 0, 0, 0, NULL},
+    {"GET", "/never", h_never, 0, 0, 0, NULL},
 };
 
 static const http_config config = {
@@ -783,6 +783,32 @@ static void test_query_values_are_decoded(void **state)
     json_decref(doc);
 }
 
+static void test_an_unknown_or_repeated_query_parameter_is_refused_naming_it(void **state)
+{
+    reply rp;
+    (void)state;
+    get("/query?state=failed&stat=failed", &rp);
+    json_t *doc = assert_problem(&rp, 400, "Bad Request");
+    assert_string_equal(json_str(doc, "field"), "stat");
+    assert_string_equal(json_str(doc, "detail"),
+                        "unknown query parameter stat: this endpoint takes state queue flag cursor");
+    json_decref(doc);
+    get("/query?queue=a&queue=b", &rp);
+    doc = assert_problem(&rp, 400, "Bad Request");
+    assert_string_equal(json_str(doc, "field"), "queue");
+    assert_string_equal(json_str(doc, "detail"), "the query parameter queue is given twice");
+    json_decref(doc);
+    get("/sync?x", &rp);
+    doc = assert_problem(&rp, 400, "Bad Request");
+    assert_string_equal(json_str(doc, "detail"), "unknown query parameter x: this endpoint takes none");
+    json_decref(doc);
+    /* a name that is not printable is not echoed */
+    get("/query?%FF%FE=1", &rp);
+    doc = assert_problem(&rp, 400, "Bad Request");
+    assert_null(json_object_get(doc, "field"));
+    json_decref(doc);
+}
+
 static void test_quiesce_refuses_new_connections_and_503s_kept_alive_ones(void **state)
 {
     reply rp;
@@ -860,7 +886,7 @@ static void test_start_refuses_bad_addresses_and_busy_ports(void **state)
     http_config c = config;
     c.listen = busy;
     assert_null(http_start(&c, routes, 1, NULL));
-    http_route bad_route = {"GET", "no-slash", h_sync, 0, 0, 0};
+    http_route bad_route = {"GET", "no-slash", h_sync, 0, 0, 0, NULL};
     assert_null(http_start(&config, &bad_route, 1, NULL));
 }
 
@@ -977,6 +1003,7 @@ int main(void)
         cmocka_unit_test(test_path_params_are_percent_decoded),
         cmocka_unit_test(test_malformed_percent_encoding_is_a_400),
         cmocka_unit_test(test_query_values_are_decoded),
+        cmocka_unit_test(test_an_unknown_or_repeated_query_parameter_is_refused_naming_it),
         cmocka_unit_test(test_quiesce_refuses_new_connections_and_503s_kept_alive_ones),
         cmocka_unit_test(test_stop_answers_suspended_requests_with_503),
         cmocka_unit_test(test_start_refuses_bad_addresses_and_busy_ports),
