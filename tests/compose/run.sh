@@ -25,8 +25,23 @@ if ! docker info >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v dockerd >/d
   docker info >/dev/null 2>&1 || { echo "dockerd did not start:"; tail -20 "$state/dockerd.log"; }
 fi
 
-"$python" -m pytest -q -rs -p no:cacheprovider "$here/test_compose.py"
-rc=$?
+# The images once (each module's fixture finds them made), then the three
+# stacks side by side: most of their time is spent waiting for health checks
+# and failovers.
+"$here/images.sh" && docker-compose -f "$here/../../docker/docker-compose.yml" -f "$here/compose.test.yml" \
+  -p "hookwheel-test-build-$$" build -q >/dev/null 2>&1
+logs=$(mktemp -d)
+pids=""
+for m in test_compose test_compose_sentinel test_compose_cluster; do
+  "$python" -m pytest -q -rs -p no:cacheprovider "$here/$m.py" >"$logs/$m.log" 2>&1 &
+  pids="$pids $!"
+done
+rc=0
+for p in $pids; do wait "$p" || rc=1; done
+for m in test_compose test_compose_sentinel test_compose_cluster; do
+  echo "== $m"; cat "$logs/$m.log"
+done
+rm -rf "$logs"
 stop_dockerd
 dockerd_pid=
 [ -z "$state" ] || rm -rf "$state"

@@ -28,6 +28,14 @@ def test_a_master_killed_is_followed_and_its_timers_are_delivered(sentinel_stack
     docker("kill", master)
     wait_until(lambda: docker("exec", replica, "redis-cli", "role").split()[:1] == ["master"], 60,
                "the Sentinels promote the replica")
+    # The old master comes back once the Sentinels name the new one. Back
+    # before that (after the promotion, before the switch), it is a master
+    # again with its old data for a moment, and what is written there is
+    # dropped when it is made a replica (README, "After a Redis failover").
+    sentinel = s.container("sentinel-1")
+    wait_until(lambda: docker("exec", sentinel, "redis-cli", "-p", "26379", "sentinel",
+                              "get-master-addr-by-name", "hookwheel").split()[:1] == ["redis-replica"], 60,
+               "the Sentinels name the new master")
     # With no replica left, creates answer 503 (HOOKWHEEL_REDIS_MIN_REPLICAS_ACK=1)
     # until the old master comes back as the new one's replica.
     docker("start", master)
