@@ -151,6 +151,7 @@
     }
     if (res.status === 401 && tok === undefined) {
       sessionStorage.removeItem(TOKEN_KEY);
+      forget();
       loginError('The token was refused (401 Unauthorized): log in again with a valid token.');
       throw new AuthError('401');
     }
@@ -196,10 +197,31 @@
       route();
   }
 
+  // Drops what the page shows of the token's namespace: the next token may
+  // be another namespace's, and its views must not start from this one's
+  // data (a looked-up lease, the charts' queue, the tables drawn).
+  function forget() {
+    statsQueue = '';
+    listCursor = listNext = null;
+    $('stats-queue').replaceChildren(el('option', {value: ''}, 'All queues'));
+    for (const t of ['queues-table', 'timers-table', 'attempts-table', 'leases-table'])
+      fill($(t).tBodies[0], []);
+    for (const id of ['chart-queues', 'chart-deliveries', 'chart-lateness', 'timer-summary', 'timer-actions',
+                      'lease-summary'])
+      $(id).replaceChildren();
+    for (const id of ['timer-id', 'timer-state', 'timer-spec', 'timer-missing', 'lease-missing', 'queues-updated'])
+      $(id).textContent = '';
+    show($('lease-found'), false);
+    show($('lease-missing'), false);
+    $('lease-key').value = '';
+    $('find-id').value = '';
+    statusMsg('');
+  }
+
   function logout() {
     sessionStorage.removeItem(TOKEN_KEY);
     stopRefresh();
-    statsQueue = ''; // another token may be another namespace's
+    forget();
     show($('login-error'), false);
     alertMsg('');
     statusMsg('Logged out.');

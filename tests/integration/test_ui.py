@@ -481,6 +481,72 @@ def test_with_namespace_a_token_the_page_never_shows_namespace_b(tmp_path, redis
 
 
 @browser_only
+def test_the_next_token_sees_nothing_of_the_last_namespace_after_a_log_out_or_a_refused_token(
+        tmp_path, redis, hookwheel_factory, browser):
+    if vars(redis).get("cluster"):
+        pytest.skip("writes one Redis's keys directly")
+    hw = start(tmp_path, redis, hookwheel_factory)
+    status, _, body = hw.request("POST", "/leases", json_body={"key": "a-only-lease", "owner": "worker-of-a",
+                                 "ttl_ms": 600000}, headers=bearer(TOKEN_A))
+    assert status == 201, body
+    seed_stats_hour(redis, "team-a", time.time())
+    page = Page(browser, hw)
+
+    def login_in_place(token):  # in the same document, as an operator does: no reload
+        page.wait(lambda: page.visible("#token"), "the log-in form")
+        page.find("#token").send_keys(token)
+        page.find("#login-form button[type=submit]").click()
+        page.wait(lambda: page.visible("#nav"), "the views after logging in")
+
+    def team_a_looks():  # the charts' queue chosen, a lease looked up
+        page.find('#nav a[data-view="overview"]').click()
+        page.wait(lambda: page.finds('#stats-queue option[value="reports"]'), "team-a's queues in the selector")
+        page.find('#stats-queue option[value="reports"]').click()
+        page.wait(lambda: "of queue reports" in page.find("#chart-deliveries svg").get_attribute("aria-label"),
+                  "the chart of queue reports")
+        page.find('#nav a[data-view="leases"]').click()
+        page.find("#lease-key").send_keys("a-only-lease")
+        page.find("#lease-form button[type=submit]").click()
+        page.wait(lambda: "worker-of-a" in page.text("#lease-summary"), "team-a's lease looked up")
+
+    def team_b_sees_nothing_of_a(how):
+        login_in_place(TOKEN_B)
+        page.wait(lambda: page.visible("#view-leases"), "the leases view again")
+        page.wait(lambda: page.visible("#leases-empty"), "team-b's (empty) list of leases")
+        assert not page.visible("#lease-found"), (how, page.text("#lease-summary"))
+        assert "worker-of-a" not in page.text("#view-leases") and "a-only-lease" not in page.text("#view-leases")
+        page.find('#nav a[data-view="overview"]').click()
+        page.wait(lambda: page.visible("#stats-charts") and "Updated" in page.text("#queues-updated"),
+                  "team-b's overview")
+        time.sleep(0.5)  # a load of another queue would have drawn by now
+        select = page.find("#stats-queue")
+        options = [o.get_attribute("value") for o in select.find_elements("css selector", "option")]
+        assert options == [""] and select.get_attribute("value") == "", (how, options)
+        assert "reports" not in page.find("#chart-deliveries svg").get_attribute("aria-label"), how
+
+    page.login(TOKEN_A)
+    page.wait(lambda: page.visible("#nav"), "the views after logging in")
+    team_a_looks()
+    page.find("#logout").click()
+    team_b_sees_nothing_of_a("after Log out")
+    # team-a's token is refused from now on (restarted without it): the
+    # page's next refresh gets a 401 and goes back to the log-in form
+    page.find("#logout").click()
+    login_in_place(TOKEN_A)
+    team_a_looks()
+    port = hw.port
+    hw.stop()
+    (tmp_path / "tokens").write_text(f"team-a ui-team-a-new-token-3e8f1a\nteam-b {TOKEN_B}\n")
+    hw.port = port  # the page's origin: start() would pick another port
+    hw._spawn()
+    assert hw._wait_ready(scaled(15)) == "ready", hw.log_tail()
+    page.wait(lambda: "refused (401" in (page.text("#login-error") or ""), "the 401 back at the log-in form",
+              timeout=20)
+    team_b_sees_nothing_of_a("after a 401")
+    assert page.console_errors() == [], page.console_errors()
+
+
+@browser_only
 def test_the_leases_view_lists_held_leases_or_says_the_list_is_not_available(
         tmp_path, redis, hookwheel_factory, browser):
     hw = start(tmp_path, redis, hookwheel_factory)
