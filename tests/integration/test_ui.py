@@ -555,6 +555,7 @@ def test_the_leases_view_lists_held_leases_or_says_the_list_is_not_available(
     assert status == 201, body
     page = Page(browser, hw)
     page.login(TOKEN_A)
+    page.wait(lambda: page.visible("#nav"), "the views after logging in")  # hidden until GET /queues answers
     page.find('#nav a[data-view="leases"]').click()
     page.wait(lambda: page.visible("#lease-form"), "the leases view")
     page.wait(lambda: page.finds('#leases-table tr[data-key="orders-export"]'), "the lease listed")
