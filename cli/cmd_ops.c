@@ -155,7 +155,9 @@ static void print_lease(const json_t *l)
         if (!json_object_get(l, fields[i]) && i > 4)
             continue;
         const char *v = cli_str(l, fields[i], buf, sizeof buf);
-        printf("%-18s %s\n", fields[i], v ? v : "-");
+        printf("%-18s ", fields[i]);
+        table_put(stdout, v ? v : "-");
+        putchar('\n');
     }
 }
 

@@ -280,7 +280,9 @@ static char *timer_path(const char *id, const char *suffix)
 
 static void print_field(const char *name, const char *value)
 {
-    printf("%-12s %s\n", name, value && *value ? value : "-");
+    printf("%-12s ", name);
+    table_put(stdout, value && *value ? value : "-");
+    putchar('\n');
 }
 
 /* "key:value, ..." of an object of strings, into buf. */

@@ -31,11 +31,36 @@ void table_free(table *t)
     free(t);
 }
 
+/* A copy of s with each control character as one space (table_put). */
+static char *clean_dup(const char *s)
+{
+    char *out = xmalloc(strlen(s) + 1), *o = out;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7F) {
+            *o++ = ' ';
+        } else if (*p == 0xC2 && p[1] >= 0x80 && p[1] <= 0x9F) {
+            *o++ = ' '; /* a C1 control: 0x9B is a CSI to some terminals */
+            p++;
+        } else {
+            *o++ = (char)*p;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+void table_put(FILE *out, const char *s)
+{
+    char *c = clean_dup(s);
+    fputs(c, out);
+    free(c);
+}
+
 void table_add(table *t, const char *const *cells)
 {
     t->cells = xrealloc(t->cells, (size_t)(t->nrows + 1) * (size_t)t->ncols * sizeof *t->cells);
     for (int c = 0; c < t->ncols; c++)
-        t->cells[t->nrows * t->ncols + c] = xstrdup(cells[c] ? cells[c] : "-");
+        t->cells[t->nrows * t->ncols + c] = clean_dup(cells[c] ? cells[c] : "-");
     t->nrows++;
 }
 

@@ -229,6 +229,19 @@ def test_leases_show_one_and_list(hookwheel):
     assert [l["key"] for l in listed["leases"]] == ["cli-lock"] and listed["next_cursor"] is None
 
 
+def test_a_value_with_line_breaks_and_escape_sequences_prints_on_its_own_line_as_text(redis, hookwheel):
+    # a key held outside hookwheel: its owner is whatever the key holds,
+    # here a forged second line, a window title, colours and a C1 CSI
+    owner = "job-9\nowner              forged\x1b]0;pwned\x07 \x1b[31mred\x1b[0m \u009b2J \u00fc\u65e5\tend\x7f"
+    redis.cmd("SET", "lease:held-outside", owner, "PX", 600000)
+    assert json.loads(ok(hookwheel, "leases", "held-outside", "--json"))["owner"] == owner  # exact
+    lines = ok(hookwheel, "leases", "held-outside").splitlines()
+    assert [line.split(None, 1)[0] for line in lines] == ["key", "owner", "token", "ttl_ms", "expires_in_ms"], lines
+    shown = lines[1].split(None, 1)[1]
+    assert not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f for c in shown), repr(shown)
+    assert shown == "job-9 owner              forged ]0;pwned   [31mred [0m  2J \u00fc\u65e5 end ", repr(shown)
+
+
 def test_leases_list_pages_with_cursor_and_all(hookwheel):
     keys = [f"lock-{i}" for i in range(5)]
     tokens = {}
