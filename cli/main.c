@@ -364,7 +364,9 @@ static int run_cmd(const cli_cmd *c, const cli_args *g, const cli_args *a)
     if (a->npos < c->min_pos || a->npos > c->max_pos)
         return cli_usage_error(c->name, "usage: hookwheelctl %s %s", c->name, c->usage);
     cli_ctx ctx = {.json = global_value(g, a, "json") != NULL};
-    ctx.http = client_create(url, token, (long)(secs * 1000));
+    /* at least 1 ms: libcurl reads a timeout of 0 as none at all */
+    long max_ms = (long)(secs * 1000);
+    ctx.http = client_create(url, token, max_ms > 0 ? max_ms : 1);
     if (!ctx.http) {
         fprintf(stderr, "hookwheelctl: libcurl could not start\n");
         return CLI_UNAVAILABLE;

@@ -328,6 +328,21 @@ def test_exit_codes_for_not_found_conflict_bad_flags_and_an_unreachable_server(h
     assert p.returncode == 6 and f"127.0.0.1:{port}" in p.stderr, p
 
 
+def test_a_max_time_under_a_millisecond_still_bounds_the_call():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKWHEEL_")}
+    with socket.socket() as silent:  # accepts connections (the kernel does) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        for max_time in ("0.0004", "0.001"):
+            try:
+                p = subprocess.run([CLI, "--url", url, "--max-time", max_time, "get", "x"], capture_output=True,
+                                   text=True, env=env, timeout=scaled(5))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"--max-time {max_time}: still waiting after {scaled(5):.0f} s")
+            assert p.returncode == 6 and f"{url}/timers/x" in p.stderr, (max_time, p)
+
+
 def test_a_wrong_or_missing_token_exits_4_and_the_right_one_works(tmp_path, redis, receiver, hookwheel_factory):
     tokens = tmp_path / "tokens"
     tokens.write_text(f"cli {TOKEN}\n")
