@@ -763,6 +763,12 @@
     renderTimerActions(t);
   }
 
+  // What a cancel or a pause of a recurring timer during its run does.
+  const AFTER_RUN = {
+    cancel: 'the run in progress completes; then it is cancelled.',
+    pause: 'the run in progress completes; then no run follows until it is resumed or fired.',
+  };
+
   function renderTimerActions(t) {
     const id = t.id;
     const path = '/timers/' + encodeURIComponent(id);
@@ -788,6 +794,10 @@
                       if (await confirmAction(title, text))
                         await act(label + ' ' + id, async () => {
                           const r = await fn();
+                          // a recurring timer in a run stays firing until the run ends (a cancel
+                          // answers 202): say what happens then, not just "now firing"
+                          if (r && r.state === 'firing' && AFTER_RUN[key])
+                            return label + ' ' + id + ': ' + AFTER_RUN[key];
                           return label + ' ' + id + ': now ' + (r && r.state ? r.state : 'done') + '.';
                         }, reload);
                     }}, label)));

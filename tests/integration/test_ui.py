@@ -458,6 +458,30 @@ def test_timer_actions_cancel_pause_resume_and_fire_ask_first(tmp_path, redis, h
 
 
 @browser_only
+def test_cancel_and_pause_of_a_recurring_timer_in_its_run_say_the_run_completes_first(
+        tmp_path, redis, hookwheel_factory, receiver, browser):
+    hw = start(tmp_path, redis, hookwheel_factory)
+    for path in ("/slow-c", "/slow-p"):  # each timer's run lasts while the page acts
+        receiver.default(path, Reply(200, delay_s=scaled(8)))
+    page = Page(browser, hw)
+    page.login(TOKEN_A)
+    page.wait(lambda: page.visible("#nav"), "the views after logging in")
+    for tid, action, then in (("run-c", "cancel", "then it is cancelled"),
+                              ("run-p", "pause", "then no run follows until it is resumed or fired")):
+        path = "/slow-" + action[0]
+        status, _, body = hw.create({"id": tid, "url": receiver.url(path), "delay_ms": 0, "timeout_ms": 30000,
+                                     "repeat": {"every_ms": 3600000}}, headers=bearer(TOKEN_A))
+        assert status == 201, body
+        assert receiver.wait_for(1, path=path, timeout=scaled(10)), "the run's attempt"
+        page.open(f"#/timers/{tid}")
+        page.wait_text("#timer-state", "firing")
+        page.find(f'#timer-actions button[data-action="{action}"]').click()
+        page.confirm()
+        page.wait_text("#status", f"{tid}: the run in progress completes; {then}.")
+        assert "now firing" not in page.text("#status") and not page.visible("#alert")
+
+
+@browser_only
 def test_with_namespace_a_token_the_page_never_shows_namespace_b(tmp_path, redis, hookwheel_factory,
                                                                 receiver, browser):
     hw = start(tmp_path, redis, hookwheel_factory)
