@@ -376,15 +376,16 @@ int leases_release(store *st, const char *prefix, const char *lid, const char *o
 
 int leases_look(store *st, const lease_look_req *q, lease_look_cb cb, void *arg)
 {
-    char now[24], limit[16], retry[24];
+    char now[24], limit[16], retry[24], back[24];
     names n;
     if (names_of(st, q->prefix, &n) < 0)
         return -EXDEV;
     snprintf(now, sizeof now, "%" PRIu64, q->now_ms);
     snprintf(limit, sizeof limit, "%" PRIu32, q->limit);
     snprintf(retry, sizeof retry, "%" PRIu64, q->retry_ms);
-    const char *argv[] = {n.schedule, n.held, "renew", now, limit, q->prefix, n.meta, retry};
-    return submit(st, SCRIPT_LEASE, OP_LOOK, 2, 8, argv, NULL, NULL, cb, arg);
+    snprintf(back, sizeof back, "%" PRIu64, q->back_ms);
+    const char *argv[] = {n.schedule, n.held, "renew", now, limit, q->prefix, n.meta, retry, back};
+    return submit(st, SCRIPT_LEASE, OP_LOOK, 2, 9, argv, NULL, NULL, cb, arg);
 }
 
 int leases_list(store *st, const char *prefix, const char *ns, const char *after, uint32_t limit, uint32_t budget,

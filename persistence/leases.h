@@ -154,6 +154,8 @@ typedef struct lease_look_req {
     uint32_t limit;        /* due entries handled by one look */
     const char *prefix;    /* the user keys' prefix */
     uint64_t retry_ms;     /* an unconfirmed expiry is offered again after this */
+    uint64_t back_ms;      /* the wall clock stepped back this much since the last look (0: it did
+                              not): the times written before the step move back first */
 } lease_look_req;
 
 typedef struct lease_look_reply {

@@ -93,6 +93,9 @@ struct leases {
     atomic_int stop;
     atomic_int looking;           /* a look waits for its reply */
     atomic_uint_fast64_t next_look_ms;
+    uint64_t last_now_ms;         /* worker thread: the wall clock at the last turn of the loop */
+    atomic_uint_fast64_t back_ms; /* the clock's steps back not yet sent with a look that answered */
+    uint64_t back_sent_ms;        /* what the look in flight sent of it */
     atomic_int warned;            /* the last look failed and it was logged */
     pthread_mutex_t mu;           /* guards the action queue */
     action *queue, **queue_tail;
@@ -144,6 +147,7 @@ static void look_cb(void *arg, const lease_look_reply *r)
     leases *l = arg;
     uint64_t now = clock_now_ms(), next = now + l->cfg->lease_tick_ms;
     if (r->outcome == LEASE_LOOKED) {
+        atomic_fetch_sub(&l->back_ms, l->back_sent_ms);
         if (r->next_ms >= 0 && (uint64_t)r->next_ms < next)
             next = (uint64_t)r->next_ms;
         if (r->renewed > 0)
@@ -168,7 +172,9 @@ static void look_cb(void *arg, const lease_look_reply *r)
 
 static void look(leases *l, uint64_t now)
 {
-    lease_look_req q = {.now_ms = now, .limit = LOOK_BATCH, .prefix = l->cfg->lease_prefix, .retry_ms = l->retry_ms};
+    l->back_sent_ms = atomic_load(&l->back_ms);
+    lease_look_req q = {.now_ms = now, .limit = LOOK_BATCH, .prefix = l->cfg->lease_prefix, .retry_ms = l->retry_ms,
+                        .back_ms = l->back_sent_ms};
     atomic_store(&l->looking, 1);
     if (leases_look(l->st, &q, look_cb, l) < 0) {
         atomic_store(&l->next_look_ms, now + l->cfg->lease_tick_ms);
@@ -401,12 +407,29 @@ static int wait_ms(const leases *l)
     return next > now ? (int)(next - now) : 0;
 }
 
+/* The wall clock stepped back (NTP, an operator's date): the schedule in
+ * Redis and the holders' signs of life were written on the clock before the
+ * step, so the next look moves them back by as much (lease.lua "renew"),
+ * and it goes out at once rather than when the clock catches up with the
+ * time it was due at: until then no renewal would go out while the keys'
+ * PX, which does not follow the wall clock, ran out under live holders. */
+static void follow_clock(leases *l, uint64_t now)
+{
+    uint64_t last = l->last_now_ms;
+    l->last_now_ms = now;
+    if (last == 0 || now >= last)
+        return;
+    atomic_fetch_add(&l->back_ms, last - now);
+    atomic_store(&l->next_look_ms, now);
+}
+
 static void *worker_main(void *arg)
 {
     leases *l = arg;
     pthread_setname_np(pthread_self(), "hw-leases");
     while (!atomic_load(&l->stop)) {
         uint64_t now = clock_now_ms();
+        follow_clock(l, now);
         if (!atomic_load(&l->looking) && now >= atomic_load(&l->next_look_ms))
             look(l, now);
         run_actions(l);
@@ -434,6 +457,7 @@ leases *leases_create(const config *cfg, const char *redis_url, engine *eng, con
     atomic_init(&l->stop, 0);
     atomic_init(&l->looking, 0);
     atomic_init(&l->next_look_ms, 0);
+    atomic_init(&l->back_ms, 0);
     atomic_init(&l->warned, 0);
     pthread_mutex_init(&l->mu, NULL);
     l->multi = curl_multi_init();

@@ -191,8 +191,20 @@ end
 --   pending expiry (member#token): offer it again (the last offer's worker
 --     did not confirm within retry_ms, e.g. it died).
 -- An offered expiry stays until 'done'; offers repeat every retry_ms.
+-- back_ms > 0: the worker's wall clock stepped back by that much since its
+-- last look. The schedule's times and the holders' last signs of life were
+-- written on the clock before the step, so they lie that far ahead of now:
+-- left so, no renewal would fall due until the clock caught up (an hour for
+-- an hour's step) while the keys' PX ran out under live holders. Before
+-- looking, every entry after now moves back by back_ms (not before now), and
+-- every 'alive' after now likewise (a holder that died just before the step
+-- gains no life from it). Values at or before now are left: they may have
+-- been written after the step. (Sent again after a lost reply, it moves
+-- only what is still ahead of now: the entries a little earlier, which is
+-- an early look, and no 'alive', which is at or before now by then.)
 -- KEYS: 1 schedule, 2 held index
--- ARGV: 2 now_ms, 3 limit, 4 lease key prefix, 5 meta prefix, 6 retry_ms
+-- ARGV: 2 now_ms, 3 limit, 4 lease key prefix, 5 meta prefix, 6 retry_ms,
+--       7 back_ms
 -- Returns {renewed, next_ms (-1: nothing scheduled), action...}:
 --   {'probe', key, token, owner, ttl, url}
 --   {'expire', member, key, token, on_expire stored spec, when}
@@ -203,6 +215,17 @@ if OP == 'renew' then
   local out, renewed = {}, 0
   local function offer(member, m)
     out[#out + 1] = {'expire', member, m.key, m.token, m.expire, m.when}
+  end
+  local back = tonumber(ARGV[7]) or 0
+  if back > 0 then
+    local all = redis.call('ZRANGE', sched, 0, -1, 'WITHSCORES')
+    for i = 1, #all, 2 do
+      local member, at = all[i], tonumber(all[i + 1])
+      if at > now then redis.call('ZADD', sched, fmt(math.max(now, at - back)), member) end
+      local mk = meta_prefix .. member
+      local alive = tonumber(redis.call('HGET', mk, 'alive'))
+      if alive and alive > now then redis.call('HSET', mk, 'alive', fmt(alive - back)) end
+    end
   end
   local due = redis.call('ZRANGEBYSCORE', sched, '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
   for _, member in ipairs(due) do

@@ -112,3 +112,42 @@ def test_an_attempt_across_a_step_back_of_the_wall_clock_has_no_absurd_duration(
     done = hw.wait_state(timer["id"], ("delivered", "failed"), timeout=scaled(10))
     assert done.get("state") == "delivered", done
     assert 0 <= done["last_attempt"]["duration_ms"] < 60000, done["last_attempt"]
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="one instance's clock; the topology does not matter")
+def test_a_watchdog_lease_is_renewed_after_a_step_back_of_the_wall_clock(redis, hookwheel_factory, clockshift):
+    """The clock steps back an hour. A lease whose holder heartbeats keeps its
+    key (the renewal schedule in Redis was written on the clock before the
+    step, and is not held up for an hour by it), and a lease whose holder
+    fell silent just before the step still expires within 2 x ttl of its
+    last heartbeat, not an hour later."""
+    from test_leases import Heartbeats, Leases, PttlWatch
+    from conftest import LEASE_PREFIX
+    env, step = clockshift
+    hw = hookwheel_factory(redis, env=env)
+    ls = Leases(hw)
+    ttl = 1500
+    for key in ("live", "dead"):
+        status, _, body = ls.acquire(key, "holder", ttl)
+        assert status == 201, body
+    live = PttlWatch(redis, LEASE_PREFIX + "live")
+    beats = Heartbeats(ls, "live", "holder", ttl / 4000)
+    try:
+        time.sleep(1.0)
+        assert ls.heartbeat("dead", "holder")[0] == 200
+        silent = time.time()
+        step(-HOUR_MS)
+        stepped = time.time()
+        gone = None
+        while time.time() < stepped + 4 * ttl / 1000:
+            if gone is None and redis.cmd("EXISTS", LEASE_PREFIX + "dead") == 0:
+                gone = time.time()
+            time.sleep(0.02)
+        beats.stop()
+        after = [v for _, v in live.since(stepped)]
+        assert len(after) > 100 and -2 not in after, (min(after), beats.statuses, hw.log_tail(20))
+        assert beats.statuses[404] == 0, beats.statuses
+        assert gone is not None and gone - silent <= 2 * ttl / 1000 + scaled(0.3), gone and gone - silent
+    finally:
+        beats.stop()
+        live.stop()
