@@ -205,7 +205,7 @@ void api_lease_acquire(http_req *r, const char *const *params, void *app)
     size_t len;
     const char *body = http_req_body(r, &len);
     uint64_t now = clock_now_ms();
-    lease_limits lim = {a->cfg->lease_max_ttl_ms, &a->lim};
+    lease_limits lim = {lease_min_ttl_ms(a->cfg->lease_tick_ms), a->cfg->lease_max_ttl_ms, &a->lim};
     lease_request *q = NULL;
     spec_error err;
     if (lease_request_parse(body, len, &lim, now, &q, &err) < 0) {

@@ -138,9 +138,10 @@ static const setting settings[] = {
       "watchdog leases (/leases): a lease's Redis key is this prefix + its key; the same on every instance; "
       "must not start with hw:; on a Redis Cluster it needs a hash tag (lease:{l}:)"),
     U("lease-max-ttl-ms", lease_max_ttl_ms, "3600000", 300, 86400000,
-      "watchdog leases: largest ttl_ms a lease may ask for (the smallest is 300)"),
+      "watchdog leases: largest ttl_ms a lease may ask for (the smallest is 300, or 3 x lease-tick-ms if more)"),
     U("lease-tick-ms", lease_tick_ms, "50", 5, 1000,
-      "watchdog leases: each instance looks for due renewals at least this often (and whenever one falls due)"),
+      "watchdog leases: each instance looks for due renewals at least this often (and whenever one falls due); "
+      "leases ask for a ttl_ms of at least 3 ticks"),
     U("list-max-bytes", list_max_bytes, "4194304", 65536, 1u << 30,
       "GET /timers: a page stops adding timers once its text would pass this (it always holds one); "
       "next_cursor continues after the last timer listed"),
@@ -290,6 +291,11 @@ static int check(config *cfg)
     }
     if (lease_prefix_check(cfg->lease_prefix) < 0)
         return -EINVAL;
+    if (cfg->lease_max_ttl_ms < 3 * cfg->lease_tick_ms) {
+        fprintf(stderr, "hookwheel: invalid HOOKWHEEL_LEASE_MAX_TTL_MS: must be at least 3 x "
+                        "HOOKWHEEL_LEASE_TICK_MS (the smallest ttl_ms a lease may ask for)\n");
+        return -EINVAL;
+    }
     if (strcmp(cfg->redis_appendfsync, "always") != 0 && strcmp(cfg->redis_appendfsync, "everysec") != 0) {
         fprintf(stderr, "hookwheel: invalid HOOKWHEEL_REDIS_APPENDFSYNC '%s': expected always or everysec\n",
                 cfg->redis_appendfsync);

@@ -150,14 +150,20 @@ static int parse_owner(parse_ctx *c, json_t *v)
     return 0;
 }
 
+uint64_t lease_min_ttl_ms(uint64_t tick_ms)
+{
+    return 3 * tick_ms > LEASE_TTL_MIN_MS ? 3 * tick_ms : LEASE_TTL_MIN_MS;
+}
+
 static int parse_ttl(parse_ctx *c, json_t *v)
 {
+    uint64_t min = c->lim->min_ttl_ms > LEASE_TTL_MIN_MS ? c->lim->min_ttl_ms : LEASE_TTL_MIN_MS;
     uint64_t max = c->lim->max_ttl_ms;
     if (!v)
         return fail(c->err, "ttl_ms", "ttl_ms is required");
-    if (!json_is_integer(v) || json_integer_value(v) < LEASE_TTL_MIN_MS ||
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) < min ||
         (uint64_t)json_integer_value(v) > max)
-        return fail(c->err, "ttl_ms", "ttl_ms must be an integer from %d to %" PRIu64, LEASE_TTL_MIN_MS, max);
+        return fail(c->err, "ttl_ms", "ttl_ms must be an integer from %" PRIu64 " to %" PRIu64, min, max);
     c->r->ttl_ms = (uint64_t)json_integer_value(v);
     return 0;
 }

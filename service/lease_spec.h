@@ -11,8 +11,12 @@
  *              alphabet as timer ids, so the on_expire timer id can embed it)
  *   owner      1..LEASE_OWNER_MAX visible ASCII characters (0x21-0x7E): it is
  *              the Redis value other systems read, and a probe header
- *   ttl_ms     LEASE_TTL_MIN_MS .. lim->max_ttl_ms (ttl/3 renewals must be
- *              meaningful next to a Redis round trip and a worker tick)
+ *   ttl_ms     lim->min_ttl_ms .. lim->max_ttl_ms: LEASE_TTL_MIN_MS, or three
+ *              lease worker ticks if more (ttl/3 renewals must be meaningful
+ *              next to a Redis round trip and a worker tick: a worker looks
+ *              at least every tick, and a lease's first renewal, or its next
+ *              one after the instance that renewed it died, may wait that
+ *              long)
  *   probe_url  an http(s) URL like a timer's url (length cap, no user-info,
  *              the destination policy on IP literals and localhost)
  *   on_expire  a timer spec (spec.h) without id, fire_at, fire_at_ms and
@@ -38,6 +42,7 @@
 #define LEASE_TIMER_ID_MAX (LEASE_NS_MAX + 1 + 128 + 1)
 
 typedef struct lease_limits {
+    uint64_t min_ttl_ms; /* lease_min_ttl_ms(tick); below LEASE_TTL_MIN_MS counts as it */
     uint64_t max_ttl_ms;
     const spec_limits *timer; /* for probe_url (max_url_len, policy) and on_expire */
 } lease_limits;
@@ -58,6 +63,10 @@ int lease_request_parse(const char *json, size_t len, const lease_limits *lim, u
 
 /* NULL is a no-op. */
 void lease_request_free(lease_request *r);
+
+/* The smallest ttl_ms a lease may ask for with lease workers looking at
+ * least every tick_ms: LEASE_TTL_MIN_MS, or 3 x tick_ms if more. */
+uint64_t lease_min_ttl_ms(uint64_t tick_ms);
 
 /* Validates a heartbeat body {owner, token?} into owner (at least
  * LEASE_OWNER_MAX + 1 bytes) and *token (0: not given). Returns 0 or

@@ -349,6 +349,35 @@ def test_kill_9_of_the_renewing_instance_leaves_the_lease_renewed_by_the_survivo
     print(f"lowest PTTL after the kill: {min(after)} ms over {len(after)} samples")
 
 
+def test_with_a_slow_lease_tick_a_ttl_below_three_ticks_is_refused_and_one_of_three_is_kept(
+        redis, hookwheel_factory, watch, tmp_path):
+    """A worker looks at least every --lease-tick-ms, so a lease's first
+    renewal may wait a tick: with a tick of 1000 ms a 300 ms lease lapsed
+    under a holder heartbeating every 80 ms (in 3 of 5 tries). The smallest
+    ttl_ms is three ticks then; a lease of that ttl is kept."""
+    hw = hookwheel_factory(redis, args=["--lease-tick-ms", "1000"])
+    ls = Leases(hw)
+    status, _, problem = ls.acquire("short", "o", 2999)
+    assert status == 400 and problem["field"] == "ttl_ms", problem
+    assert "from 3000" in problem["detail"], problem
+    assert redis.cmd("EXISTS", LEASE_PREFIX + "short") == 0
+
+    status, _, body = ls.acquire("kept", "o", 3000)
+    assert status == 201, body
+    w = watch(LEASE_PREFIX + "kept")
+    t0 = time.time()
+    beats = Heartbeats(ls, "kept", "o", 0.75)
+    time.sleep(7.0)
+    beats.stop()
+    values = [v for _, v in w.since(t0)]
+    assert len(values) > 100 and min(values) > 0, min(values)
+    assert beats.statuses[404] == 0, beats.statuses
+
+    r = subprocess.run([HOOKWHEEL_BIN, "--lease-tick-ms", "1000", "--lease-max-ttl-ms", "2999"],
+                       capture_output=True, text=True, cwd=str(tmp_path), timeout=10)
+    assert r.returncode == 2 and "invalid HOOKWHEEL_LEASE_MAX_TTL_MS" in r.stderr, (r.returncode, r.stderr)
+
+
 def test_heartbeats_of_another_owner_or_a_stale_token_get_409_and_after_release_404(hookwheel):
     ls = Leases(hookwheel)
     status, _, body = ls.acquire("cron", "box-1", 10000)

@@ -128,6 +128,30 @@ static void test_the_ttl_bounds_are_inclusive(void **state)
     assert_rejected("{'key':'k','owner':'o'}", "ttl_ms");
 }
 
+/* A worker looks at least every tick: the smallest ttl is three of them
+ * when that is more than 300 ms (the default tick of 50 ms leaves it 300). */
+static void test_the_smallest_ttl_is_three_lease_worker_ticks_when_that_is_more(void **state)
+{
+    (void)state;
+    assert_int_equal(lease_min_ttl_ms(50), 300);
+    assert_int_equal(lease_min_ttl_ms(100), 300);
+    assert_int_equal(lease_min_ttl_ms(1000), 3000);
+    lease_limits slow = lim;
+    slow.min_ttl_ms = lease_min_ttl_ms(1000);
+    char *j = req("{'key':'k','owner':'o','ttl_ms':2999}");
+    lease_request *r = NULL;
+    spec_error err;
+    assert_int_equal(lease_request_parse(j, strlen(j), &slow, NOW, &r, &err), -EINVAL);
+    assert_string_equal(err.field, "ttl_ms");
+    assert_string_equal(err.detail, "ttl_ms must be an integer from 3000 to 3600000");
+    free(j);
+    j = req("{'key':'k','owner':'o','ttl_ms':3000}");
+    assert_int_equal(lease_request_parse(j, strlen(j), &slow, NOW, &r, &err), 0);
+    assert_int_equal(r->ttl_ms, 3000);
+    lease_request_free(r);
+    free(j);
+}
+
 /* ---- rejected ---- */
 
 static void test_unknown_fields_are_rejected_before_anything_else(void **state)
@@ -324,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_a_minimal_lease_has_no_probe_and_no_on_expire),
         cmocka_unit_test(test_on_expire_is_a_timer_spec_due_delay_ms_after_the_expiry),
         cmocka_unit_test(test_the_ttl_bounds_are_inclusive),
+        cmocka_unit_test(test_the_smallest_ttl_is_three_lease_worker_ticks_when_that_is_more),
         cmocka_unit_test(test_unknown_fields_are_rejected_before_anything_else),
         cmocka_unit_test(test_keys_follow_the_timer_id_alphabet_up_to_100_characters),
         cmocka_unit_test(test_owners_are_visible_ascii_up_to_200_characters),
