@@ -66,3 +66,18 @@ def test_make_run_installs_only_what_running_needs_and_make_test_what_testing_ne
                       "python3-pytest"}, run
     test = packages_installed_by("test")
     assert run <= test and {"clang", "nginx-light", "libcmocka-dev", "python3-pytest", "nodejs"} <= test, test
+
+
+def test_the_lease_docs_say_leases_work_on_a_redis_cluster_under_a_hash_tagged_prefix():
+    """Leases run on a Redis Cluster when HOOKWHEEL_LEASE_PREFIX has a hash tag
+    (test_leases runs so under HOOKWHEEL_TEST_REDIS=cluster; without one the
+    endpoints answer 501): the README's lease section and the API's overview
+    must not send Cluster users away."""
+    readme = (ROOT / "README.md").read_text()
+    leases = readme[readme.index("## Watchdog leases"):readme.index("### Worked example: a critical section")]
+    overview = (ROOT / "openapi.yaml").read_text()
+    overview = overview[overview.index("## Watchdog leases"):overview.index("servers:")]
+    for name, text in (("README", leases), ("openapi.yaml", overview)):
+        flat = " ".join(text.split())
+        assert "not Redis Cluster" not in flat, name
+        assert "lease:{l}:" in flat and "501" in flat, name
