@@ -557,6 +557,41 @@ static void test_look_asks_for_a_probe_when_the_holder_fell_silent(void **state)
     assert_string_equal(g.act[0].url, "http://127.0.0.1:9/alive");
 }
 
+/* The wall clock stepped back an hour just as the lease fell due: the look
+ * that says so moves the schedule and the holder's last sign of life back
+ * by the step, so the lease is due now (not in an hour) and its holder is
+ * as old as it was. */
+static void test_a_look_after_a_step_back_of_the_clock_moves_the_schedule_and_signs_of_life_back(void **state)
+{
+    (void)state;
+    const uint64_t hour = 3600000;
+    uint64_t t = clock_now_ms();
+    acquire("orders", "alice", 3000, t);
+    acquire("jobs", "bob", 3000, t + 500);
+    uint64_t now = t + 1000 - hour;
+    lease_look_req q = {.now_ms = now, .limit = 100, .prefix = PREFIX, .retry_ms = 5000};
+    look(now, 5000); /* without back_ms: nothing is due for an hour */
+    assert_int_equal(g.renewed, 0);
+    assert_int_equal(g.next_ms, (int64_t)t + 1000);
+
+    q.back_ms = hour;
+    got_reset();
+    assert_int_equal(leases_look(st, &q, look_cb, NULL), 0);
+    wait_calls(1);
+    assert_int_equal(g.outcome, LEASE_LOOKED);
+    assert_int_equal(g.renewed, 1);
+    assert_int_equal(g.next_ms, (int64_t)(now + 500)); /* jobs, half a second later, as before the step */
+    lease_get("orders");
+    assert_int_equal(g.info.alive_ms, (int64_t)(t - hour));
+    assert_int_equal(g.info.renewed_ms, (int64_t)now);
+
+    got_reset(); /* sent again (its answer was lost): what is at or before now stays */
+    assert_int_equal(leases_look(st, &q, look_cb, NULL), 0);
+    wait_calls(1);
+    lease_get("orders");
+    assert_int_equal(g.info.alive_ms, (int64_t)(t - hour));
+}
+
 /* ---- plain lease keys (the watchdog) ---- */
 
 static void test_extend_renews_its_own_key_recreates_only_when_asked_and_reports_a_lost_one(void **state)
@@ -861,6 +896,7 @@ int main(void)
         T(test_look_renews_a_live_lease_once_a_period_and_reports_one_that_expired),
         T(test_look_offers_an_expiry_until_it_is_confirmed),
         T(test_look_asks_for_a_probe_when_the_holder_fell_silent),
+        T(test_a_look_after_a_step_back_of_the_clock_moves_the_schedule_and_signs_of_life_back),
         T(test_extend_renews_its_own_key_recreates_only_when_asked_and_reports_a_lost_one),
         T(test_unlock_deletes_only_its_own_value),
         T(test_lease_names_keep_user_keys_out_of_hookwheels_own),
