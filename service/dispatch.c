@@ -21,7 +21,8 @@
  * that address in the open-socket callback, after DNS: a name that
  * resolves, or re-resolves, to a forbidden address is refused there.
  * The response body is kept up to the snippet
- * size and read up to MAX_RESPONSE_BYTES, and so are the response's headers
+ * size (less a character the cut would split, so that text in UTF-8 stays
+ * text) and read up to MAX_RESPONSE_BYTES, and so are the response's headers
  * and trailers; more of either ends the transfer early, with the status
  * already received. */
 #include "dispatch.h"
@@ -43,6 +44,7 @@
 #include "backoff.h"
 #include "clock.h"
 #include "config.h"
+#include "jsonesc.h"
 #include "log.h"
 #include "trace.h"
 #include "xalloc.h"
@@ -521,6 +523,8 @@ static void complete(dispatch *d, job *j, CURLcode rc)
     char *resp = j->resp;
     res.snippet = resp;
     res.snippet_len = j->resp_len;
+    if (j->resp_total > j->resp_len) /* cut at the snippet size: not in the middle of a character */
+        res.snippet_len = utf8_whole_prefix((const unsigned char *)resp, j->resp_len);
     j->resp = NULL; /* kept alive through the callback */
     release_attempt(d, j);
     d->done(d->arg, j, &res);

@@ -33,6 +33,18 @@ int utf8_valid(const unsigned char *s, size_t len)
     return 1;
 }
 
+size_t utf8_whole_prefix(const unsigned char *s, size_t len)
+{
+    size_t k = 0; /* continuation bytes at the end */
+    while (k < 3 && k < len && (s[len - 1 - k] & 0xc0) == 0x80)
+        k++;
+    if (k == len)
+        return len;
+    unsigned char c = s[len - 1 - k];
+    size_t want = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    return want > k + 1 ? len - 1 - k : len;
+}
+
 /* Bytes of w (eight bytes, little-endian order) that are zero, flagged by
  * their top bit; the lowest flagged byte is always a true one (a borrow
  * only flags bytes above one), which is all json_plain_prefix uses. */

@@ -12,6 +12,12 @@
  * U+10FFFF), else 0. */
 int utf8_valid(const unsigned char *s, size_t len);
 
+/* len, less the bytes of a UTF-8 sequence cut short at the end of
+ * s[0..len) (a lead byte and fewer continuation bytes than it announces:
+ * at most 3 bytes), so text cut at a byte count stays valid UTF-8 when it
+ * was valid before the cut. */
+size_t utf8_whole_prefix(const unsigned char *s, size_t len);
+
 /* How many bytes at the start of s[0..len) a JSON string holds as they are:
  * the length of the prefix without '"', '\\' or a control character (and,
  * when ascii is 1, without a byte >= 0x80). Eight bytes a step. */

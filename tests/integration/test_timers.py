@@ -356,6 +356,24 @@ def test_a_404_answer_fails_the_timer_at_once(hookwheel, receiver):
     assert status == 200 and body["state"] == "failed" and body["attempts"] == 1, body
 
 
+def test_a_response_snippet_cut_inside_a_character_keeps_the_text_before_it(hookwheel, receiver):
+    # 256 bytes (HOOKWHEEL_RESPONSE_SNIPPET_BYTES) end inside a character of
+    # both bodies: the snippet is the whole characters before the cut, not
+    # every non-ASCII byte turned into "?".
+    bodies = {"/accents": "a" + "é" * 300, "/faces": "xy" + "\U0001F600" * 100}
+    for path, text in bodies.items():
+        receiver.default(path, Reply(404, body=text.encode()))
+    ids = {}
+    for path in bodies:
+        timer = assert_created(*hookwheel.create({"url": receiver.url(path), "delay_ms": 0}))
+        ids[path] = timer["id"]
+    for path, text in bodies.items():
+        done = hookwheel.wait_state(ids[path], ("delivered", "failed"), timeout=scaled(10))
+        snippet = done["last_attempt"]["response_snippet"]
+        whole = text.encode()[:256].decode("utf-8", errors="ignore")
+        assert snippet == whole and len(whole) > 60, (path, snippet)
+
+
 def test_a_429_with_retry_after_1_is_retried_after_about_a_second(hookwheel, receiver):
     receiver.plan("/busy", [Reply(429, {"Retry-After": "1"}), 204])
     timer = assert_created(*hookwheel.create({

@@ -81,6 +81,21 @@ static void test_utf8_validation_rejects_overlongs_surrogates_and_beyond_the_las
 
 /* The builder: an array of every string form, grown from empty past many
  * reallocations, reads back in jansson as written. */
+static void test_a_character_cut_at_the_end_is_left_out_of_the_whole_prefix(void **state)
+{
+    (void)state;
+    const unsigned char *s = (const unsigned char *)"a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+    assert_int_equal(utf8_whole_prefix(s, 10), 10); /* every character whole */
+    assert_int_equal(utf8_whole_prefix(s, 9), 6);   /* 3 bytes of a 4-byte one */
+    assert_int_equal(utf8_whole_prefix(s, 7), 6);   /* its lead byte alone */
+    assert_int_equal(utf8_whole_prefix(s, 5), 3);   /* 2 bytes of a 3-byte one */
+    assert_int_equal(utf8_whole_prefix(s, 2), 1);
+    assert_int_equal(utf8_whole_prefix(s, 0), 0);
+    /* not UTF-8 to begin with: nothing is taken off */
+    assert_int_equal(utf8_whole_prefix((const unsigned char *)"ok\xff", 3), 3);
+    assert_int_equal(utf8_whole_prefix((const unsigned char *)"\x80\x80", 2), 2);
+}
+
 static void test_the_builder_writes_json_jansson_reads_back(void **state)
 {
     (void)state;
@@ -217,6 +232,7 @@ int main(void)
         cmocka_unit_test(test_valid_utf8_is_kept),
         cmocka_unit_test(test_invalid_utf8_becomes_question_marks),
         cmocka_unit_test(test_utf8_validation_rejects_overlongs_surrogates_and_beyond_the_last_code_point),
+        cmocka_unit_test(test_a_character_cut_at_the_end_is_left_out_of_the_whole_prefix),
         cmocka_unit_test(test_the_builder_writes_json_jansson_reads_back),
         cmocka_unit_test(test_the_plain_prefix_stops_where_a_byte_needs_attention),
         cmocka_unit_test(test_random_strings_read_back_as_written),
