@@ -445,7 +445,9 @@ int dispatch_start(dispatch *d, job *j)
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, j->errbuf);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)s->timeout_ms);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(s->timeout_ms < 10000 ? s->timeout_ms : 10000));
+    /* The connect is part of the attempt and may take all of its time: a
+     * connect of its own limit would end a slow one before timeout_ms. */
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)s->timeout_ms);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);

@@ -6,6 +6,7 @@ arrival times are the receiver's wall clock (same machine)."""
 import json
 import random
 import signal
+import socket
 import threading
 import time
 from collections import Counter
@@ -324,6 +325,33 @@ def test_two_hundred_attempts_in_flight_at_once_all_finish_and_their_timeouts_fi
         else:
             assert done.get("state") == "delivered", done
             assert done["last_attempt"]["status"] == 204, done
+
+
+def test_a_connect_that_hangs_may_take_all_of_timeout_ms(hookwheel):
+    # A listener whose accept queue is full drops further SYNs, so a connect
+    # to it hangs. timeout_ms bounds the whole attempt, connect included.
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(3):
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(("127.0.0.1", port))
+            fillers.append(c)
+        timer = assert_created(*hookwheel.create({
+            "url": f"http://127.0.0.1:{port}/hang", "delay_ms": 0, "timeout_ms": 11500,
+            "retry": {"max_attempts": 1}}))
+        done = hookwheel.wait_state(timer["id"], ("delivered", "failed"), timeout=scaled(25))
+        la = done["last_attempt"]
+        assert done.get("state") == "failed" and "timeout after 11500 ms" in la["error"], done
+        assert 11000 <= la["duration_ms"] < 14000, la
+    finally:
+        for c in fillers:
+            c.close()
+        srv.close()
 
 
 def test_an_unreachable_target_fails_after_max_attempts_with_the_error_kept(hookwheel):
