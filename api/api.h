@@ -87,6 +87,11 @@ char *api_timer_from_view(const char *id, const timer_view *v, size_t *len);
 void api_respond_unavailable(http_req *r);
 void api_respond_submit_error(http_req *r, int rc);
 
+/* A request body that must be a JSON object (duplicate keys refused): the
+ * object, or NULL after answering 400 (no field) with why the JSON is
+ * malformed, or with not_object when it is JSON of another kind. */
+json_t *api_body_object(http_req *r, const char *body, size_t len, const char *not_object);
+
 /* Writes prefix + name (an id, queue name or lease key, whose characters
  * need no escape) as a path for a Location header: a name that is a dot
  * segment ("." or "..") is percent-encoded, so a client keeps it. */

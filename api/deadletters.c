@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "clock.h"
-#include "jsonload.h"
 #include "log.h"
 #include "nsgate.h"
 #include "xalloc.h"
@@ -78,22 +77,13 @@ static int parse_body(http_req *r, char *queue, size_t size)
     queue[0] = '\0';
     if (len == 0 || strspn(body, " \t\r\n") == len)
         return 0;
-    json_error_t err;
-    json_t *j = json_load_fast(body, len, JSON_REJECT_DUPLICATES, &err);
+    json_t *j = api_body_object(r, body, len, "the body must be empty or a JSON object");
     const char *key;
     json_t *v;
     int rc = 0;
-    if (!json_is_object(j)) {
-        char detail[256];
-        if (j)
-            snprintf(detail, sizeof detail, "the body must be empty or a JSON object");
-        else
-            snprintf(detail, sizeof detail, "malformed JSON: %s at line %d, column %d", err.text, err.line,
-                     err.column);
-        http_respond_problem(r, 400, detail, "", NULL, 0);
-        rc = -1;
-    }
-    json_object_foreach(json_is_object(j) ? j : NULL, key, v) {
+    if (!j)
+        return -1;
+    json_object_foreach(j, key, v) {
         const char *q = json_string_value(v);
         if (strcmp(key, "queue") != 0) {
             http_respond_problem(r, 400, "unknown field", key, NULL, 0);

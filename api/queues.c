@@ -27,7 +27,6 @@
 #include <string.h>
 
 #include "clock.h"
-#include "jsonload.h"
 #include "log.h"
 #include "persistence/counts.h"
 #include "persistence/queues.h"
@@ -251,21 +250,12 @@ static int parse_controls(http_req *r, const config *cfg, queue_controls *q, uns
 {
     size_t len;
     const char *body = http_req_body(r, &len);
-    json_error_t err;
-    json_t *j = json_load_fast(body, len, JSON_REJECT_DUPLICATES, &err), *v;
+    json_t *j = api_body_object(r, body, len, "the body must be a JSON object"), *v;
     const char *key;
     int rc = 0;
     *set = 0;
-    if (!json_is_object(j)) {
-        char detail[256];
-        if (j)
-            snprintf(detail, sizeof detail, "the body must be a JSON object");
-        else
-            snprintf(detail, sizeof detail, "malformed JSON: %s at line %d, column %d", err.text, err.line,
-                     err.column);
-        json_decref(j);
-        return bad(r, "", detail);
-    }
+    if (!j)
+        return -EINVAL;
     json_object_foreach(j, key, v) {
         if (strcmp(key, "parallelism") == 0) {
             if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (json_int_t)cfg->max_inflight) {

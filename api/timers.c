@@ -196,6 +196,22 @@ void api_respond_unavailable(http_req *r)
                          NULL, NULL, RETRY_AFTER_S);
 }
 
+json_t *api_body_object(http_req *r, const char *body, size_t len, const char *not_object)
+{
+    json_error_t err;
+    json_t *j = json_load_fast(body, len, JSON_REJECT_DUPLICATES, &err);
+    if (json_is_object(j))
+        return j;
+    char detail[256];
+    if (j)
+        snprintf(detail, sizeof detail, "%s", not_object);
+    else
+        snprintf(detail, sizeof detail, "malformed JSON: %s at line %d, column %d", err.text, err.line, err.column);
+    json_decref(j);
+    http_respond_problem(r, 400, detail, "", NULL, 0);
+    return NULL;
+}
+
 static void respond_timer(http_req *r, unsigned status, char *text, size_t len, const char *id)
 {
     if (!text) {
