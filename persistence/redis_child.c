@@ -44,6 +44,8 @@
 #define PROBE_MS       200   /* connect + PING timeout of one probe */
 #define STOP_GRACE_MS  10000 /* SIGTERM to SIGKILL */
 #define TAIL_BYTES     1024  /* of redis.log, quoted in start-up errors */
+#define RETRY_MIN_MS   1000  /* after a failed restart, doubling ... */
+#define RETRY_MAX_MS   30000 /* ... up to this */
 #define SUN_PATH_MAX   (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
 struct redis_child {
@@ -52,6 +54,10 @@ struct redis_child {
     char *sock;    /* dir/redis.sock */
     char *logfile; /* dir/redis.log */
     const char *appendfsync; /* "always" or "everysec" (static) */
+    const char *server;      /* the binary; the caller's, outlives c */
+    int start_timeout_ms;    /* of a start and of a restart */
+    int64_t retry_at_ms;     /* pid 0: when redis_child_watch starts it again */
+    int retry_ms;            /* the wait after a failed restart, doubling */
 };
 
 enum probe { PROBE_NONE, PROBE_BUSY, PROBE_PONG };
@@ -411,6 +417,8 @@ redis_child *redis_child_start_fsync(const char *data_dir, const char *server, c
     if (!c)
         return NULL;
     c->appendfsync = strcmp(appendfsync, "always") == 0 ? "always" : "everysec";
+    c->server = server;
+    c->start_timeout_ms = timeout_ms;
     struct stat st;
     off_t log_from = stat(c->logfile, &st) == 0 ? st.st_size : 0;
     if (clear_stale_socket(c) != 0 || spawn(c, server) != 0)
@@ -425,6 +433,52 @@ fail:
         terminate(c->pid);
     child_free(c);
     return NULL;
+}
+
+/* Starts the server again in place of one that exited: the same socket, the
+ * same data directory, so the store's connections find it where they left
+ * it and the AOF brings back every acknowledged write. */
+static int restart(redis_child *c)
+{
+    char e1[512];
+    struct stat st;
+    off_t log_from = stat(c->logfile, &st) == 0 ? st.st_size : 0;
+    if (clear_stale_socket(c) != 0 || spawn(c, c->server) != 0 ||
+        wait_ready(c, c->start_timeout_ms, log_from) != 0) {
+        if (c->pid > 0)
+            terminate(c->pid);
+        c->pid = 0;
+        c->retry_ms = c->retry_ms ? (c->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : c->retry_ms * 2)
+                                  : RETRY_MIN_MS;
+        c->retry_at_ms = mono_ms() + c->retry_ms;
+        LOG(LOG_ERROR, "embedded redis could not be restarted", "\"data_dir\":\"%s\",\"retry_in_ms\":%d",
+            ESC(c->dir, e1), c->retry_ms);
+        return -1;
+    }
+    c->retry_ms = 0;
+    LOG(LOG_WARN, "embedded redis restarted", "\"pid\":%d,\"data_dir\":\"%s\"", (int)c->pid, ESC(c->dir, e1));
+    return 0;
+}
+
+int redis_child_watch(redis_child *c)
+{
+    char e1[512], tail[2048], how[32];
+    if (!c)
+        return 0;
+    if (c->pid > 0) {
+        int status;
+        if (!reap(c->pid, &status))
+            return 0;
+        describe_status(status, how, sizeof how);
+        /* the whole tail: what the server wrote before it died is what says why */
+        LOG(LOG_ERROR, "embedded redis exited; starting it again",
+            "\"pid\":%d,\"status\":\"%s\",\"data_dir\":\"%s\",\"log_tail\":\"%s\"", (int)c->pid, how,
+            ESC(c->dir, e1), read_log_tail(c->logfile, 0, tail, sizeof tail));
+        c->pid = 0;
+    } else if (mono_ms() < c->retry_at_ms) {
+        return 0;
+    }
+    return restart(c) == 0 ? 1 : -1;
 }
 
 const char *redis_child_socket(const redis_child *c) { return c->sock; }

@@ -2,7 +2,8 @@
  *
  * Main thread only. The child listens on a unix socket in the data directory
  * (no TCP port, so nothing to collide with), appends every write to its AOF
- * (appendfsync everysec) and dies with hookwheel (PR_SET_PDEATHSIG), so a
+ * (appendfsync always unless asked for everysec), is started again when it
+ * exits while hookwheel runs (redis_child_watch) and dies with hookwheel (PR_SET_PDEATHSIG), so a
  * kill -9 of hookwheel leaves no orphan behind. */
 #ifndef HW_REDIS_CHILD_H
 #define HW_REDIS_CHILD_H
@@ -27,6 +28,15 @@ redis_child *redis_child_start_fsync(const char *data_dir, const char *server, c
 const char *redis_child_socket(const redis_child *c);
 
 pid_t redis_child_pid(const redis_child *c);
+
+/* Called now and then by the main thread. When the child has exited (a
+ * crash, the OOM killer, a kill by hand), reaps it, logs its status and the
+ * tail of its log, and starts it again on the same socket and data directory,
+ * waiting up to the start's timeout for PING; a restart that fails is tried
+ * again on a later call, 1 s later at first and doubling up to 30 s. Returns
+ * 0 when nothing was to be done, 1 after a restart, -1 after a failed one.
+ * NULL is a no-op. */
+int redis_child_watch(redis_child *c);
 
 /* Sends SIGTERM (redis then flushes its AOF), waits up to 10 s, then SIGKILL;
  * reaps the child and frees c. NULL is a no-op. */

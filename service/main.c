@@ -185,15 +185,23 @@ static int tls_setup(const config *cfg)
     return -EINVAL;
 }
 
-static int wait_for_signal(void)
+/* Waits for SIGTERM or SIGINT; meanwhile, every half second, starts the
+ * embedded Redis again if it exited (the store reconnects on its own and
+ * loads the functions again into the Redis that comes back). */
+static int wait_for_signal(redis_child *redis)
 {
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
-    int sig = 0;
-    sigwait(&set, &sig);
-    return sig;
+    const struct timespec half_second = {0, 500000000L};
+    for (;;) {
+        int sig = redis ? sigtimedwait(&set, NULL, &half_second) : sigwaitinfo(&set, NULL);
+        if (sig > 0)
+            return sig;
+        if (redis)
+            redis_child_watch(redis);
+    }
 }
 
 int main(int argc, char **argv)
@@ -288,7 +296,7 @@ int main(int argc, char **argv)
         if (!a.auth && strncmp(a.cfg.listen, "127.", 4) != 0 && strncmp(a.cfg.listen, "[::1]", 5) != 0)
             LOG(LOG_WARN, "the API is open to anyone who can reach it: set HOOKWHEEL_API_TOKENS_FILE",
                 "\"listen\":\"%s\"", a.cfg.listen);
-        int sig = wait_for_signal();
+        int sig = wait_for_signal(a.redis);
         LOG(LOG_INFO, "stopping", "\"signal\":\"%s\"", sig == SIGINT ? "SIGINT" : "SIGTERM");
     }
     stop_all(&a);

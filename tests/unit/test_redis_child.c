@@ -373,6 +373,27 @@ static void test_the_child_dies_with_its_parent(void **state)
     assert_no_children();
 }
 
+static void test_a_child_that_died_is_started_again_with_its_data(void **state)
+{
+    redis_child *c = redis_child_start(*state, SERVER, START_MS);
+    assert_non_null(c);
+    assert_int_equal(redis_child_watch(c), 0); /* alive: nothing to do */
+    command_expect(redis_child_socket(c), "OK", "SET %s %s", "hw:test", "kept");
+    pid_t was = redis_child_pid(c);
+    assert_int_equal(kill(was, SIGKILL), 0);
+    int64_t deadline = mono_ms() + START_MS;
+    int rc;
+    while ((rc = redis_child_watch(c)) == 0 && mono_ms() < deadline)
+        usleep(20000);
+    assert_int_equal(rc, 1);
+    assert_true(redis_child_pid(c) > 0 && redis_child_pid(c) != was);
+    command_expect(redis_child_socket(c), "kept", "GET %s", "hw:test");
+    assert_int_equal(redis_child_watch(c), 0);
+    redis_child_stop(c);
+    assert_no_children();
+    assert_int_equal(redis_child_watch(NULL), 0);
+}
+
 static void test_stop_of_null_is_a_no_op(void **state)
 {
     (void)state;
@@ -400,6 +421,7 @@ int main(void)
         T(test_a_server_that_never_answers_times_out),
         T(test_stop_works_while_the_parent_blocks_signals),
         T(test_the_child_dies_with_its_parent),
+        T(test_a_child_that_died_is_started_again_with_its_data),
         T(test_stop_of_null_is_a_no_op),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
