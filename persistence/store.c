@@ -120,14 +120,23 @@ struct store {
  * Redis per create). Each script file's body becomes the body of a function
  * function(KEYS, ARGV), so it reads as an EVAL script does. The library and
  * function names carry a hash of the code, so instances of different builds
- * sharing a Redis each call their own. */
+ * sharing a Redis each call their own.
+ *
+ * A function registered without flags is refused with OOM while Redis is at
+ * its maxmemory (noeviction), readers too. The readers behind GET
+ * /timers/{id} and GET /timers may still write (get upgrades a record of an
+ * older layout in place, list drops index entries of expired timers), so
+ * they are registered allow-oom: while Redis refuses creates, what it holds
+ * stays readable. held only reads. */
+#define READ_FLAGS "{'allow-oom'}"
 static const struct {
     const char *name, *src;
+    const char *flags; /* register_function's, as a Lua table; NULL: none */
 } scripts[SCRIPT_COUNT] = {
     [SCRIPT_CREATE] = {"create", lua_create},
     [SCRIPT_CREATE_BATCH] = {"create_batch", lua_create_batch},
     [SCRIPT_SELECT] = {"select", lua_select},
-    [SCRIPT_GET] = {"get", lua_get},
+    [SCRIPT_GET] = {"get", lua_get, READ_FLAGS},
     [SCRIPT_MIGRATE] = {"migrate", lua_migrate},
     [SCRIPT_CLAIM] = {"claim", lua_claim},
     [SCRIPT_BEGIN] = {"begin", lua_begin},
@@ -135,7 +144,7 @@ static const struct {
     [SCRIPT_CANCEL] = {"cancel", lua_cancel},
     [SCRIPT_RELEASE] = {"release", lua_release},
     [SCRIPT_CONTROL] = {"control", lua_control},
-    [SCRIPT_LIST] = {"list", lua_list},
+    [SCRIPT_LIST] = {"list", lua_list, READ_FLAGS},
     [SCRIPT_DEADLETTERS] = {"deadletters", lua_deadletters},
     [SCRIPT_RENEW] = {"renew", lua_renew},
     [SCRIPT_UNLOCK] = {"unlock", lua_unlock},
@@ -144,7 +153,7 @@ static const struct {
     [SCRIPT_PERMITS] = {"permits", lua_permits},
     [SCRIPT_COUNTS] = {"counts", lua_counts},
     [SCRIPT_STATS] = {"stats", lua_stats},
-    [SCRIPT_HELD] = {"held", lua_held},
+    [SCRIPT_HELD] = {"held", lua_held, "{'no-writes'}"},
     [SCRIPT_HANDBACK] = {"handback", lua_handback},
 };
 static char lib_name[32];                    /* hw_<12 hex of the code's SHA-1> */
@@ -164,7 +173,9 @@ static void build_library(void)
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         EVP_DigestUpdate(h, scripts[i].name, strlen(scripts[i].name) + 1);
         EVP_DigestUpdate(h, scripts[i].src, strlen(scripts[i].src) + 1);
-        len += strlen(scripts[i].src) + 128;
+        if (scripts[i].flags)
+            EVP_DigestUpdate(h, scripts[i].flags, strlen(scripts[i].flags) + 1);
+        len += strlen(scripts[i].src) + 192;
     }
     EVP_DigestFinal_ex(h, md, &n);
     EVP_MD_CTX_free(h);
@@ -175,8 +186,10 @@ static void build_library(void)
     size_t k = (size_t)snprintf(lib_src, len, "#!lua name=%s\n%s", lib_name, lua__prelude);
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         snprintf(fn_name[i], sizeof fn_name[i], "%s_%s", lib_name, scripts[i].name);
-        k += (size_t)snprintf(lib_src + k, len - k, "redis.register_function('%s', function(KEYS, ARGV)\nbatch_reset()\n%send)\n",
-                              fn_name[i], scripts[i].src);
+        k += (size_t)snprintf(lib_src + k, len - k,
+                              "redis.register_function{function_name='%s', flags=%s, callback=function(KEYS, ARGV)\n"
+                              "batch_reset()\n%send}\n",
+                              fn_name[i], scripts[i].flags ? scripts[i].flags : "{}", scripts[i].src);
     }
 }
 
@@ -873,14 +886,32 @@ static void fail_list(cmd *c)
     }
 }
 
+/* 1 when c calls a function Redis runs at its maxmemory too (its flags,
+ * above): its success says nothing about writes. The name is in the
+ * command's head: *N, FCALL, then the name's length and the name. */
+static int calls_oom_exempt(const cmd *c)
+{
+    static const int exempt[] = {SCRIPT_GET, SCRIPT_LIST, SCRIPT_HELD};
+    size_t head = c->len < 96 ? (size_t)c->len : 96;
+    for (size_t i = 0; i < sizeof exempt / sizeof exempt[0]; i++) {
+        char name[64];
+        int n = snprintf(name, sizeof name, "\r\n%s\r\n", fn_name[exempt[i]]);
+        if (memmem(c->buf, head, name, (size_t)n))
+            return 1;
+    }
+    return 0;
+}
+
 /* Notes whether Redis refuses writes: an OOM error (maxmemory reached with
- * noeviction) marks it, a function call that succeeds clears it. The
- * engine calls a function every lease tick, so the mark stays current. */
+ * noeviction) marks it, a call of a function Redis refuses at maxmemory that
+ * succeeds clears it. The engine calls one every lease tick, so the mark
+ * stays current. */
 static void note_writable(store *s, const cmd *c, const redisReply *r)
 {
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "OOM", 3) == 0)
         s->oom_ms = clock_now_ms();
-    else if (r->type != REDIS_REPLY_ERROR && s->oom_ms && c->len > 16 && memmem(c->buf, 16, "FCALL", 5))
+    else if (r->type != REDIS_REPLY_ERROR && s->oom_ms && c->len > 16 && memmem(c->buf, 16, "FCALL", 5) &&
+             !calls_oom_exempt(c))
         s->oom_ms = 0;
 }
 

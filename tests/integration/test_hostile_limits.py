@@ -313,6 +313,30 @@ def test_readyz_answers_503_while_redis_refuses_writes_for_maxmemory(redis, hook
     assert hookwheel.create({"url": "http://127.0.0.1:9/x", "delay_ms": 60000})[0] == 201
 
 
+def test_timers_stay_readable_while_redis_refuses_writes_for_maxmemory(redis, hookwheel):
+    # At maxmemory Redis refuses a function registered without flags before
+    # it runs, readers too: GET /timers/{id} and GET /timers answered 503
+    # while the timers were there to be read. Reading them must not make
+    # /readyz take Redis for writable again either.
+    status, _, _ = hookwheel.create({"id": "kept-readable", "url": "http://127.0.0.1:9/x", "delay_ms": 600000})
+    assert status == 201
+    redis.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    redis.cmd("CONFIG", "SET", "maxmemory", "1")
+    try:
+        assert hookwheel.create({"url": "http://127.0.0.1:9/x", "delay_ms": 60000})[0] == 503
+        for _ in range(5):
+            status, _, body = hookwheel.get("kept-readable")
+            assert status == 200 and body["state"] == "scheduled", body
+            status, _, body = hookwheel.request("GET", "/timers?state=scheduled&limit=100")
+            assert status == 200 and [t["id"] for t in body["items"]] == ["kept-readable"], body
+            st, _, b = hookwheel.api.request("GET", "/readyz")
+            assert st == 503 and "maxmemory" in b.get("detail", ""), b
+            time.sleep(0.5)
+    finally:
+        redis.cmd("CONFIG", "SET", "maxmemory", "0")
+    assert wait_until(lambda: hookwheel.api.request("GET", "/readyz")[0] == 200, scaled(10))
+
+
 def test_a_timer_id_in_the_lease_expiry_form_is_refused(hookwheel):
     status, _, body = hookwheel.create({"id": "lease:orders-export:17", "url": "http://127.0.0.1:9/x",
                                         "delay_ms": 60000})
