@@ -288,6 +288,16 @@ static int reply_status(const redisReply *r, const char *verb)
     return r->type == REDIS_REPLY_ARRAY ? TIMERS_OK : TIMERS_FAILED;
 }
 
+/* A create's status: reply_status's, or TIMERS_NO_MEMORY when Redis refused
+ * the call for its maxmemory (it refuses a function before it runs, so
+ * nothing of the call was written). */
+static int create_status(const redisReply *r, const char *verb)
+{
+    int st = reply_status(r, verb);
+    return st == TIMERS_FAILED && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "OOM ", 4) == 0 ? TIMERS_NO_MEMORY
+                                                                                                  : st;
+}
+
 /* ---- set-up ---- */
 
 timers *timers_new(store *st, const timers_config *c)
@@ -362,7 +372,7 @@ static int view_at(const redisReply *r, int i, timer_view *v)
 
 static void create_done(one_ctx *c, const redisReply *r)
 {
-    int st = reply_status(r, c->verb);
+    int st = create_status(r, c->verb);
     timer_view v;
     if (st != TIMERS_OK) {
         c->cb.create(c->arg, st, NULL, NULL);
@@ -896,7 +906,7 @@ static int send_create_batch(timers *t, uint32_t p, size_t n, const prepared *it
  * its status, and each timer's result at its item's place in res. */
 static int created_results(const redisReply *r, size_t n, const size_t *order, timer_created *res)
 {
-    int st = reply_status(r, "create_batch");
+    int st = create_status(r, "create_batch");
     /* {n}: a plain call that created every timer; else {code, state} per timer */
     int all = st == TIMERS_OK && r->elements == 1 && store_reply_int(r, 0, -1) == (long long)n;
     if (st == TIMERS_OK && !all && r->elements != 2 * n)

@@ -313,6 +313,29 @@ def test_readyz_answers_503_while_redis_refuses_writes_for_maxmemory(redis, hook
     assert hookwheel.create({"url": "http://127.0.0.1:9/x", "delay_ms": 60000})[0] == 201
 
 
+def test_a_create_redis_refuses_for_maxmemory_is_told_so_and_nothing_is_stored(redis, hookwheel):
+    # Redis answered OOM before running the create: the 503 must not say
+    # that Redis did not answer and that the timer may have been stored.
+    redis.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    redis.cmd("CONFIG", "SET", "maxmemory", "1")
+    try:
+        status, headers, body = hookwheel.create({"id": "refused-one", "url": "http://127.0.0.1:9/x",
+                                                  "delay_ms": 60000})
+        assert status == 503 and headers.get("Retry-After"), body
+        assert "maxmemory" in body["detail"] and "not stored" in body["detail"], body
+        status, _, body = hookwheel.request("POST", "/timers/batch", json_body={"timers": [
+            {"id": "refused-two", "url": "http://127.0.0.1:9/x", "delay_ms": 60000},
+            {"id": "refused-three", "url": "http://127.0.0.1:9/x", "delay_ms": 1000}]})
+        assert status == 200 and body["failed"] == 2, body
+        for item in body["items"]:
+            assert item["status"] == 503 and item["stored"] is False, item
+            assert "maxmemory" in item["detail"] and "not stored" in item["detail"], item
+    finally:
+        redis.cmd("CONFIG", "SET", "maxmemory", "0")
+    for timer_id in ("refused-one", "refused-two", "refused-three"):
+        assert hookwheel.get(timer_id)[0] == 404
+
+
 def test_timers_stay_readable_while_redis_refuses_writes_for_maxmemory(redis, hookwheel):
     # At maxmemory Redis refuses a function registered without flags before
     # it runs, readers too: GET /timers/{id} and GET /timers answered 503
