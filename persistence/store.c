@@ -630,7 +630,13 @@ static int load_scripts(conn *k)
     redisReply *r = conn_command(k, "FUNCTION LOAD REPLACE %s", lib_src);
     int ok = r && r->type == REDIS_REPLY_STRING && strcmp(r->str, lib_name) == 0;
     char eb[256];
-    if (r && !ok)
+    /* A user without the right to load it is told so: NOPERM is no
+     * question of the server's version. */
+    if (r && !ok && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOPERM", 6) == 0)
+        LOG(LOG_ERROR, "Redis refused hookwheel's function library: the Redis user may not load it (it needs "
+            "FUNCTION LOAD, FCALL and the commands the functions call, e.g. +@all ~* &*)",
+            "\"library\":\"%s\",\"error\":\"%s\"", lib_name, log_json_escape(r->str, eb, sizeof eb));
+    else if (r && !ok)
         LOG(LOG_ERROR, "Redis refused hookwheel's function library (Redis 7.0 or later is needed)",
             "\"library\":\"%s\",\"error\":\"%s\"", lib_name,
             log_json_escape(r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply", eb, sizeof eb));

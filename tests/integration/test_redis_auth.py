@@ -39,6 +39,20 @@ def test_a_wrong_password_keeps_the_instance_unready_and_says_why(redis, tmp_pat
         hw.stop()
 
 
+def test_a_user_that_may_not_load_the_functions_is_told_so_not_to_upgrade_redis(redis, tmp_path):
+    redis.cmd("ACL", "SETUSER", "hookwheel", "on", ">s3cret:pass", "~*", "&*", "+@all", "-function|load")
+    hw = Hookwheel(tmp_path, f"redis://hookwheel:s3cret%3Apass@127.0.0.1:{redis.port}", name="noload")
+    hw.port = free_port()
+    hw._spawn()  # not start(): it would wait for a readiness that must not come
+    try:
+        assert wait_until(lambda: "NOPERM" in hw.log_tail(200), scaled(10)), hw.log_tail()
+        assert wait_until(lambda: _status(hw, "/readyz") == 503, scaled(5))
+        refusals = [line for line in hw.log_tail(200).splitlines() if "function library" in line]
+        assert refusals and all("may not load it" in line and "7.0" not in line for line in refusals), refusals
+    finally:
+        hw.stop()
+
+
 def _status(hw, path):
     try:
         return hw.request("GET", path)[0]
