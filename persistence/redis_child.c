@@ -46,6 +46,7 @@
 #define TAIL_BYTES     1024  /* of redis.log, quoted in start-up errors */
 #define RETRY_MIN_MS   1000  /* after a failed restart, doubling ... */
 #define RETRY_MAX_MS   30000 /* ... up to this */
+#define STABLE_MS      30000 /* a child that ran this long is restarted at once */
 #define SUN_PATH_MAX   (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
 struct redis_child {
@@ -56,8 +57,9 @@ struct redis_child {
     const char *appendfsync; /* "always" or "everysec" (static) */
     const char *server;      /* the binary; the caller's, outlives c */
     int start_timeout_ms;    /* of a start and of a restart */
+    int64_t started_ms;      /* when the running child answered PING first */
     int64_t retry_at_ms;     /* pid 0: when redis_child_watch starts it again */
-    int retry_ms;            /* the wait after a failed restart, doubling */
+    int retry_ms;            /* the wait before the next restart, doubling */
 };
 
 enum probe { PROBE_NONE, PROBE_BUSY, PROBE_PONG };
@@ -425,6 +427,7 @@ redis_child *redis_child_start_fsync(const char *data_dir, const char *server, c
         goto fail;
     if (wait_ready(c, timeout_ms, log_from) != 0)
         goto fail;
+    c->started_ms = mono_ms();
     LOG(LOG_INFO, "embedded redis started", "\"pid\":%d,\"socket\":\"%s\",\"data_dir\":\"%s\",\"appendfsync\":\"%s\"",
         (int)c->pid, ESC(c->sock, e1), ESC(c->dir, e2), c->appendfsync);
     return c;
@@ -433,6 +436,16 @@ fail:
         terminate(c->pid);
     child_free(c);
     return NULL;
+}
+
+/* The next restart waits 1 s, then twice as long as the one before, up to
+ * RETRY_MAX_MS: a redis that cannot start, or dies at once again (a full
+ * disk, with appendfsync always, makes it exit at its first write), is not
+ * restarted in a tight loop. */
+static void back_off(redis_child *c)
+{
+    c->retry_ms = c->retry_ms ? (c->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : c->retry_ms * 2) : RETRY_MIN_MS;
+    c->retry_at_ms = mono_ms() + c->retry_ms;
 }
 
 /* Starts the server again in place of one that exited: the same socket, the
@@ -448,14 +461,12 @@ static int restart(redis_child *c)
         if (c->pid > 0)
             terminate(c->pid);
         c->pid = 0;
-        c->retry_ms = c->retry_ms ? (c->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : c->retry_ms * 2)
-                                  : RETRY_MIN_MS;
-        c->retry_at_ms = mono_ms() + c->retry_ms;
+        back_off(c);
         LOG(LOG_ERROR, "embedded redis could not be restarted", "\"data_dir\":\"%s\",\"retry_in_ms\":%d",
             ESC(c->dir, e1), c->retry_ms);
         return -1;
     }
-    c->retry_ms = 0;
+    c->started_ms = mono_ms();
     LOG(LOG_WARN, "embedded redis restarted", "\"pid\":%d,\"data_dir\":\"%s\"", (int)c->pid, ESC(c->dir, e1));
     return 0;
 }
@@ -469,15 +480,22 @@ int redis_child_watch(redis_child *c)
         int status;
         if (!reap(c->pid, &status))
             return 0;
+        if (mono_ms() - c->started_ms >= STABLE_MS) {
+            c->retry_ms = 0;
+            c->retry_at_ms = 0;
+        } else {
+            back_off(c);
+        }
         describe_status(status, how, sizeof how);
         /* the whole tail: what the server wrote before it died is what says why */
         LOG(LOG_ERROR, "embedded redis exited; starting it again",
-            "\"pid\":%d,\"status\":\"%s\",\"data_dir\":\"%s\",\"log_tail\":\"%s\"", (int)c->pid, how,
+            "\"pid\":%d,\"status\":\"%s\",\"ran_ms\":%lld,\"retry_in_ms\":%d,\"data_dir\":\"%s\",\"log_tail\":\"%s\"",
+            (int)c->pid, how, (long long)(mono_ms() - c->started_ms), c->retry_at_ms ? c->retry_ms : 0,
             ESC(c->dir, e1), read_log_tail(c->logfile, 0, tail, sizeof tail));
         c->pid = 0;
-    } else if (mono_ms() < c->retry_at_ms) {
-        return 0;
     }
+    if (mono_ms() < c->retry_at_ms)
+        return 0;
     return restart(c) == 0 ? 1 : -1;
 }
 

@@ -32,10 +32,12 @@ pid_t redis_child_pid(const redis_child *c);
 /* Called now and then by the main thread. When the child has exited (a
  * crash, the OOM killer, a kill by hand), reaps it, logs its status and the
  * tail of its log, and starts it again on the same socket and data directory,
- * waiting up to the start's timeout for PING; a restart that fails is tried
- * again on a later call, 1 s later at first and doubling up to 30 s. Returns
- * 0 when nothing was to be done, 1 after a restart, -1 after a failed one.
- * NULL is a no-op. */
+ * waiting up to the start's timeout for PING. A child that had run 30 s is
+ * started again at once; one that died sooner, or a restart that failed, is
+ * started again on a later call, 1 s later at first, then 2, 4, ... up to
+ * 30 s (a full disk makes redis exit at its first write). Returns 0 when
+ * nothing was done (yet), 1 after a restart, -1 after a failed one. NULL is
+ * a no-op. */
 int redis_child_watch(redis_child *c);
 
 /* Sends SIGTERM (redis then flushes its AOF), waits up to 10 s, then SIGKILL;

@@ -394,6 +394,35 @@ static void test_a_child_that_died_is_started_again_with_its_data(void **state)
     assert_int_equal(redis_child_watch(NULL), 0);
 }
 
+/* Kills the child and calls watch until it restarts it; returns the ms from
+ * the kill to the restart. */
+static int64_t kill_and_watch(redis_child *c)
+{
+    pid_t was = redis_child_pid(c);
+    int64_t t0 = mono_ms();
+    assert_int_equal(kill(was, SIGKILL), 0);
+    int rc;
+    while ((rc = redis_child_watch(c)) == 0 && mono_ms() < t0 + 3 * START_MS)
+        usleep(20000);
+    assert_int_equal(rc, 1);
+    assert_true(redis_child_pid(c) != was);
+    return mono_ms() - t0;
+}
+
+static void test_a_child_that_keeps_dying_is_restarted_ever_later(void **state)
+{
+    redis_child *c = redis_child_start(*state, SERVER, START_MS);
+    assert_non_null(c);
+    int64_t first = kill_and_watch(c), second = kill_and_watch(c), third = kill_and_watch(c);
+    /* 1 s, 2 s, 4 s: no tight loop of restarts */
+    assert_true(first >= 900 && first < 8000);
+    assert_true(second >= 1900 && second < 10000);
+    assert_true(third >= 3900 && third < 14000);
+    command_expect(redis_child_socket(c), "PONG", "PING");
+    redis_child_stop(c);
+    assert_no_children();
+}
+
 static void test_stop_of_null_is_a_no_op(void **state)
 {
     (void)state;
@@ -422,6 +451,7 @@ int main(void)
         T(test_stop_works_while_the_parent_blocks_signals),
         T(test_the_child_dies_with_its_parent),
         T(test_a_child_that_died_is_started_again_with_its_data),
+        T(test_a_child_that_keeps_dying_is_restarted_ever_later),
         T(test_stop_of_null_is_a_no_op),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
