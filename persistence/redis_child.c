@@ -1,7 +1,8 @@
 /* redis_child.c - start, watch and stop the embedded redis-server.
  *
  * Start-up is a fixed sequence: make the data directory, refuse it if a live
- * redis already answers on its socket, remove a stale socket, fork, exec,
+ * redis still answers on its socket after 3 s (that of a hookwheel killed a
+ * moment ago goes sooner), remove a stale socket, fork, exec,
  * then poll the socket until PING answers PONG. A redis still loading its
  * AOF answers -LOADING, so PONG means the data is in memory.
  *
@@ -43,6 +44,7 @@
 #define POLL_MS        20
 #define PROBE_MS       200   /* connect + PING timeout of one probe */
 #define STOP_GRACE_MS  10000 /* SIGTERM to SIGKILL */
+#define OWNER_WAIT_MS  3000  /* how long a redis answering on the socket may take to go */
 #define TAIL_BYTES     1024  /* of redis.log, quoted in start-up errors */
 #define RETRY_MIN_MS   1000  /* after a failed restart, doubling ... */
 #define RETRY_MAX_MS   30000 /* ... up to this */
@@ -153,10 +155,22 @@ static int clear_stale_socket(const redis_child *c)
             ESC(c->sock, e1));
         return -EEXIST;
     }
-    if (probe(c->sock, PROBE_MS) != PROBE_NONE) {
-        LOG(LOG_ERROR, "data dir already in use", "\"data_dir\":\"%s\",\"socket\":\"%s\"",
-            ESC(c->dir, e1), ESC(c->sock, e2));
-        return -EBUSY;
+    /* A redis that answers PONG may be the child of a hookwheel just
+     * killed: it got SIGTERM with its parent's death and goes within
+     * milliseconds, so a start made at once (a supervisor's restart) waits
+     * for it a while before it takes the data dir for another hookwheel's.
+     * One that accepts but never answered is refused at once: probes left
+     * in its backlog would fill it, and a full backlog refuses connections
+     * as a socket nobody listens on does. */
+    int64_t deadline = mono_ms() + OWNER_WAIT_MS;
+    enum probe first = probe(c->sock, PROBE_MS);
+    for (enum probe p = first; p != PROBE_NONE; p = probe(c->sock, PROBE_MS)) {
+        if (first == PROBE_BUSY || mono_ms() >= deadline) {
+            LOG(LOG_ERROR, "data dir already in use", "\"data_dir\":\"%s\",\"socket\":\"%s\"",
+                ESC(c->dir, e1), ESC(c->sock, e2));
+            return -EBUSY;
+        }
+        sleep_ms(POLL_MS);
     }
     if (unlink(c->sock) != 0 && errno != ENOENT) {
         int err = errno;

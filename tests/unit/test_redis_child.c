@@ -373,6 +373,44 @@ static void test_the_child_dies_with_its_parent(void **state)
     assert_no_children();
 }
 
+/* A start made right after a kill -9 of the hookwheel whose child still
+ * shuts down (a supervisor restarting it) waits for that child to go. */
+static void test_a_start_right_after_its_owner_was_killed_waits_for_the_old_child(void **state)
+{
+    assert_int_equal(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t helper = fork();
+    assert_true(helper >= 0);
+    if (helper == 0) {
+        redis_child *c = redis_child_start(*state, SERVER, START_MS);
+        pid_t pid = c ? redis_child_pid(c) : 0;
+        if (write(fds[1], &pid, sizeof pid) != (ssize_t)sizeof pid)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    close(fds[1]);
+    pid_t old = 0;
+    assert_int_equal(read(fds[0], &old, sizeof old), (ssize_t)sizeof old);
+    close(fds[0]);
+    assert_true(old > 0);
+    char *sock = join(*state, "redis.sock");
+    command_expect(sock, "OK", "SET %s %s", "hw:test", "kept");
+    free(sock);
+
+    assert_int_equal(kill(helper, SIGKILL), 0);
+    assert_int_equal(waitpid(helper, NULL, 0), helper);
+    redis_child *c = redis_child_start(*state, SERVER, START_MS); /* at once */
+    assert_non_null(c);
+    assert_true(redis_child_pid(c) != old);
+    command_expect(redis_child_socket(c), "kept", "GET %s", "hw:test");
+    assert_int_equal(waitpid(old, NULL, 0), old); /* reparented to us, gone */
+    redis_child_stop(c);
+    assert_int_equal(prctl(PR_SET_CHILD_SUBREAPER, 0), 0);
+    assert_no_children();
+}
+
 static void test_a_child_that_died_is_started_again_with_its_data(void **state)
 {
     redis_child *c = redis_child_start(*state, SERVER, START_MS);
@@ -450,6 +488,7 @@ int main(void)
         T(test_a_server_that_never_answers_times_out),
         T(test_stop_works_while_the_parent_blocks_signals),
         T(test_the_child_dies_with_its_parent),
+        T(test_a_start_right_after_its_owner_was_killed_waits_for_the_old_child),
         T(test_a_child_that_died_is_started_again_with_its_data),
         T(test_a_child_that_keeps_dying_is_restarted_ever_later),
         T(test_stop_of_null_is_a_no_op),
