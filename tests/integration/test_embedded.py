@@ -48,3 +48,24 @@ def test_an_embedded_redis_that_dies_is_started_again_and_its_timers_still_fire(
     assert children == [str(embedded_redis_pid(hw))]
     assert hw.stop() == 0
     assert wait_until(lambda: not os.path.exists(f"/proc/{embedded_redis_pid(hw)}"), scaled(5))
+
+
+def test_an_instance_killed_with_sigkill_and_started_again_at_once_delivers_its_timers(
+        tmp_path, receiver, hookwheel_factory):
+    # A supervisor restarting hookwheel right after a kill -9: the embedded
+    # Redis of the killed process is still shutting down when the new one
+    # starts on the same data directory.
+    hw = hookwheel_factory(None, args=["--lease-ttl-ms", "1500"])
+    due = now_ms() + 3000
+    for i in range(5):
+        status, _, _ = hw.create({"id": f"kept-{i}", "url": receiver.url("/kept"), "fire_at_ms": int(due)})
+        assert status == 201
+    old_redis = embedded_redis_pid(hw)
+    hw.kill9()
+    hw.start()  # the same data directory and instance id, a new pid
+    # (start() would try again after an exit saying "in use", as for a port)
+    assert "data dir already in use" not in hw.log_tail(400), hw.log_tail()
+    assert embedded_redis_pid(hw) != old_redis
+    got = receiver.wait_for(5, scaled(20), path="/kept")
+    assert sorted(r.timer_id for r in got) == [f"kept-{i}" for i in range(5)], hw.log_tail()
+    assert all(r.wall_ms >= due for r in got)
