@@ -274,6 +274,11 @@ static void create_cb(void *arg, int status, const timer_view *v, const char *st
         http_respond_problem(c->r, 503,
                              "Redis refuses writes (maxmemory reached): the timer was not stored. Retry later.", NULL,
                              NULL, RETRY_AFTER_S);
+    } else if (status == TIMERS_NO_DISK) {
+        http_respond_problem(c->r, 503,
+                             "Redis refuses writes (it could not write its AOF or RDB file: a full or failing disk): "
+                             "the timer was not stored. Retry later.",
+                             NULL, NULL, RETRY_AFTER_S);
     } else {
         api_respond_unavailable(c->r);
     }
@@ -593,10 +598,13 @@ void api_readyz(http_req *r, const char *const *params, void *app)
 {
     (void)params;
     api *a = app;
-    const char *why = !store_ready(a->st)             ? "Redis is unreachable."
-                      : store_refusing_writes(a->st) ? "Redis refuses writes (maxmemory reached)."
-                      : !engine_running(a->eng)      ? "Shutting down."
-                                                     : NULL;
+    int refusal = store_refusing_writes(a->st);
+    const char *why = !store_ready(a->st)                    ? "Redis is unreachable."
+                      : refusal == STORE_REFUSES_MEMORY     ? "Redis refuses writes (maxmemory reached)."
+                      : refusal                             ? "Redis refuses writes (it could not write its AOF or "
+                                                              "RDB file: a full or failing disk)."
+                      : !engine_running(a->eng)             ? "Shutting down."
+                                                            : NULL;
     if (!why)
         http_respond_json(r, 200, json_pack("{s:s}", "status", "ready"), NULL);
     else

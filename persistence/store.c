@@ -110,7 +110,8 @@ struct store {
     uint32_t replica_timeout_ms;
 
     volatile int ready;     /* written by the writer, read by anyone */
-    volatile uint64_t oom_ms; /* when Redis last refused a write for maxmemory (0: since then one passed) */
+    volatile uint64_t oom_ms; /* when Redis last refused a write (0: since then one passed) */
+    volatile int refusal;     /* why: STORE_REFUSES_MEMORY or STORE_REFUSES_DISK */
     store_stats stats;      /* written by the writer (relaxed atomics), read by anyone */
 };
 
@@ -636,10 +637,12 @@ static int load_scripts(conn *k)
         LOG(LOG_ERROR, "Redis refused hookwheel's function library: the Redis user may not load it (it needs "
             "FUNCTION LOAD, FCALL and the commands the functions call, e.g. +@all ~* &*)",
             "\"library\":\"%s\",\"error\":\"%s\"", lib_name, log_json_escape(r->str, eb, sizeof eb));
-    else if (r && !ok)
+    else if (r && !ok && r->type == REDIS_REPLY_ERROR && strstr(r->str, "unknown command"))
         LOG(LOG_ERROR, "Redis refused hookwheel's function library (Redis 7.0 or later is needed)",
-            "\"library\":\"%s\",\"error\":\"%s\"", lib_name,
-            log_json_escape(r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply", eb, sizeof eb));
+            "\"library\":\"%s\",\"error\":\"%s\"", lib_name, log_json_escape(r->str, eb, sizeof eb));
+    else if (r && !ok) /* MISCONF (a full disk), OOM, ...: the error says why */
+        LOG(LOG_ERROR, "Redis refused hookwheel's function library", "\"library\":\"%s\",\"error\":\"%s\"",
+            lib_name, log_json_escape(r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply", eb, sizeof eb));
     freeReplyObject(r);
     return ok ? 0 : -EIO;
 }
@@ -909,13 +912,17 @@ static int calls_oom_exempt(const cmd *c)
 }
 
 /* Notes whether Redis refuses writes: an OOM error (maxmemory reached with
- * noeviction) marks it, a call of a function Redis refuses at maxmemory that
- * succeeds clears it. The engine calls one every lease tick, so the mark
- * stays current. */
+ * noeviction) or a MISCONF one (its last AOF write or RDB save failed: a
+ * full or failing disk) marks it, a call of a function Redis refuses at
+ * maxmemory that succeeds clears it. The engine calls one every lease tick,
+ * so the mark stays current. */
 static void note_writable(store *s, const cmd *c, const redisReply *r)
 {
-    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "OOM", 3) == 0)
+    int oom = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "OOM", 3) == 0;
+    if (oom || (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MISCONF", 7) == 0)) {
+        s->refusal = oom ? STORE_REFUSES_MEMORY : STORE_REFUSES_DISK;
         s->oom_ms = clock_now_ms();
+    }
     else if (r->type != REDIS_REPLY_ERROR && s->oom_ms && c->len > 16 && memmem(c->buf, 16, "FCALL", 5) &&
              !calls_oom_exempt(c))
         s->oom_ms = 0;
@@ -1392,7 +1399,7 @@ int store_ready(const store *s) { return s->ready; }
 int store_refusing_writes(const store *s)
 {
     uint64_t t = s->oom_ms;
-    return t && clock_now_ms() - t < STORE_OOM_HOLD_MS;
+    return t && clock_now_ms() - t < STORE_OOM_HOLD_MS ? s->refusal : 0;
 }
 
 uint32_t store_queued(store *s)

@@ -121,9 +121,12 @@ void store_free(store *s);
 /* 1 when the last contact with Redis succeeded and the scripts are loaded. */
 int store_ready(const store *s);
 
-/* 1 when Redis refused a write for lack of memory (maxmemory) within the
- * last STORE_OOM_HOLD_MS and no function call succeeded since. Any thread. */
+/* Why Redis refuses writes, when it refused one within the last
+ * STORE_OOM_HOLD_MS and no function call succeeded since: for lack of
+ * memory (OOM: maxmemory reached) or of disk (MISCONF: its AOF or RDB could
+ * not be written); 0 when it takes them. Any thread. */
 #define STORE_OOM_HOLD_MS 2000
+enum { STORE_REFUSES_MEMORY = 1, STORE_REFUSES_DISK = 2 };
 int store_refusing_writes(const store *s);
 
 /* Before store_start: every batch with a write the API acknowledges (the

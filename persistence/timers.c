@@ -289,13 +289,17 @@ static int reply_status(const redisReply *r, const char *verb)
 }
 
 /* A create's status: reply_status's, or TIMERS_NO_MEMORY when Redis refused
- * the call for its maxmemory (it refuses a function before it runs, so
+ * the call for its maxmemory, TIMERS_NO_DISK when it refuses writes after a
+ * failed AOF write or RDB save (it refuses a function before it runs, so
  * nothing of the call was written). */
 static int create_status(const redisReply *r, const char *verb)
 {
     int st = reply_status(r, verb);
-    return st == TIMERS_FAILED && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "OOM ", 4) == 0 ? TIMERS_NO_MEMORY
-                                                                                                  : st;
+    if (st != TIMERS_FAILED || r->type != REDIS_REPLY_ERROR)
+        return st;
+    return strncmp(r->str, "OOM ", 4) == 0       ? TIMERS_NO_MEMORY
+           : strncmp(r->str, "MISCONF ", 8) == 0 ? TIMERS_NO_DISK
+                                                 : st;
 }
 
 /* ---- set-up ---- */

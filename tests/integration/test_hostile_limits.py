@@ -18,12 +18,13 @@ Real redis-server, real hookwheel binary, real receiver; nothing is mocked."""
 import http.client
 import json
 import os
+import signal
 import socket
 import time
 
 import pytest
 
-from conftest import Reply, scaled, wait_until
+from conftest import CLUSTER_MODE, Reply, scaled, wait_until
 from contract import assert_matches_contract
 
 RATE_FIELD = "max_dispatches_per_second"
@@ -334,6 +335,53 @@ def test_a_create_redis_refuses_for_maxmemory_is_told_so_and_nothing_is_stored(r
         redis.cmd("CONFIG", "SET", "maxmemory", "0")
     for timer_id in ("refused-one", "refused-two", "refused-three"):
         assert hookwheel.get(timer_id)[0] == 404
+
+
+def make_bgsave_fail(redis):
+    """Makes Redis refuse writes with MISCONF, as after an RDB save that
+    failed on a full disk: a save point, and a BGSAVE whose child is killed."""
+    redis.cmd("CONFIG", "SET", "save", "3600 1")
+    redis.cmd("CONFIG", "SET", "rdb-key-save-delay", "1000000")
+    redis.cmd("SET", "hw-test-key-to-save", "1")
+    redis.cmd("BGSAVE")
+    children = f"/proc/{redis.proc.pid}/task/{redis.proc.pid}/children"
+    assert wait_until(lambda: open(children).read().split(), 5)
+    os.kill(int(open(children).read().split()[0]), signal.SIGKILL)
+    assert wait_until(lambda: "rdb_last_bgsave_status:err" in redis.cmd("INFO", "persistence"), 5)
+
+
+def let_bgsave_succeed(redis):
+    redis.cmd("CONFIG", "SET", "rdb-key-save-delay", "0")
+    redis.cmd("BGSAVE")
+    assert wait_until(lambda: "rdb_last_bgsave_status:ok" in redis.cmd("INFO", "persistence"), 10)
+    redis.cmd("CONFIG", "SET", "save", "")
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="makes its one Redis fail a save")
+def test_readyz_and_creates_say_so_while_redis_refuses_writes_after_a_failed_save(redis, hookwheel):
+    # A full disk makes Redis refuse every write (MISCONF): /readyz answered
+    # 200 "ready" meanwhile, and a create 503 "Redis did not answer ... or
+    # was made and its answer lost".
+    make_bgsave_fail(redis)
+    try:
+        status, headers, body = hookwheel.create({"id": "misconf-one", "url": "http://127.0.0.1:9/x",
+                                                  "delay_ms": 60000})
+        assert status == 503 and headers.get("Retry-After"), body
+        assert "disk" in body["detail"] and "not stored" in body["detail"], body
+        status, _, body = hookwheel.request("POST", "/timers/batch", json_body={"timers": [
+            {"id": "misconf-two", "url": "http://127.0.0.1:9/x", "delay_ms": 60000}]})
+        assert status == 200 and body["items"][0]["status"] == 503, body
+        assert "disk" in body["items"][0]["detail"] and body["items"][0]["stored"] is False, body
+
+        def not_ready():
+            st, _, b = hookwheel.api.request("GET", "/readyz")
+            return st == 503 and "disk" in b.get("detail", "")
+        assert wait_until(not_ready, scaled(5)), hookwheel.api.request("GET", "/readyz")
+    finally:
+        let_bgsave_succeed(redis)
+    assert wait_until(lambda: hookwheel.api.request("GET", "/readyz")[0] == 200, scaled(10))
+    assert hookwheel.get("misconf-one")[0] == 404 and hookwheel.get("misconf-two")[0] == 404
+    assert hookwheel.create({"id": "misconf-one", "url": "http://127.0.0.1:9/x", "delay_ms": 60000})[0] == 201
 
 
 def test_timers_stay_readable_while_redis_refuses_writes_for_maxmemory(redis, hookwheel):
