@@ -306,7 +306,9 @@ static struct curl_slist *build_headers(const dispatch *d, const job *j)
     hdr_printf(&b, "webhook-timestamp: %" PRIu64, ts);
     if (d->sign) { /* signs exactly what is sent: webhook-id, webhook-timestamp, body */
         char sig[SIGN_HEADER_MAX];
-        if (signer_sign(signer_for(d->sign, j->id), mid, ts, s->body, s->body ? s->body_len : 0, sig))
+        /* A HEAD request sends no body (set_method), whatever the timer holds. */
+        const char *body = strcmp(s->method, "HEAD") == 0 ? NULL : s->body;
+        if (signer_sign(signer_for(d->sign, j->id), mid, ts, body, body ? s->body_len : 0, sig))
             hdr_printf(&b, "webhook-signature: %s", sig);
     }
     hdr_printf(&b, "Hookwheel-Timer-Id: %s", id);

@@ -47,6 +47,21 @@ def test_deliveries_verify_with_either_secret_during_a_rotation_and_tampering_fa
         assert secret not in log
 
 
+def test_a_head_timer_with_a_body_is_signed_over_the_empty_body_it_sends(redis, receiver, hookwheel_factory):
+    """A HEAD request carries no body, so the signature covers none: signed
+    over the timer's body, no receiver could verify it."""
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_SIGNING_SECRET": OLD})
+    for tid, extra in {"head-body": {"body": "abc"}, "head-json": {"json": {"a": 1}}}.items():
+        status, _, body = hw.create({"id": tid, "url": receiver.url("/head"), "delay_ms": 50, "method": "HEAD",
+                                     **extra})
+        assert status == 201, body
+    reqs = receiver.wait_for(2, timeout=scaled(10), path="/head")
+    assert len(reqs) == 2, reqs
+    for r in reqs:
+        assert r.method == "HEAD" and r.body == b"", r
+        assert verify(OLD, r.headers, b""), r
+
+
 def test_without_a_secret_requests_are_unsigned(hookwheel, receiver):
     status, _, body = hookwheel.create({"id": "unsigned", "url": receiver.url("/u"), "delay_ms": 50})
     assert status == 201, body
