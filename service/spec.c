@@ -561,13 +561,25 @@ static int is_token(const char *s)
 }
 
 /* Headers that hookwheel or the HTTP client set, or that would change the
- * framing of the outbound request. */
-static int is_reserved(const char *name)
+ * framing of the outbound request. With underscores set, a name with '_' for
+ * '-' is reserved too: CGI-style receivers (WSGI, PHP, Rack) read
+ * "Hookwheel_Attempt" as HTTP_HOOKWHEEL_ATTEMPT, as they read hookwheel's own
+ * "Hookwheel-Attempt", and would take the timer's, sent first, for it. */
+static int is_reserved(const char *name, int underscores)
 {
     static const char *const reserved[] = {
         "Host",    "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
         "Proxy-Connection", "TE", "Trailer", "Upgrade", "Expect", NULL};
 
+    if (underscores && strchr(name, '_')) {
+        char *dashed = xstrdup(name);
+        for (char *p = dashed; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        int r = is_reserved(dashed, 0);
+        free(dashed);
+        return r;
+    }
     for (size_t i = 0; reserved[i]; i++)
         if (strcasecmp(name, reserved[i]) == 0)
             return 1;
@@ -606,7 +618,8 @@ static int check_header(parse_ctx *c, const char *name, json_t *v)
         return fail(c->err, path, "header values must be strings");
     if (!is_token(name))
         return fail(c->err, path, "header names must be HTTP tokens (no spaces or separators)");
-    if (is_reserved(name))
+    /* a stored timer keeps the names it was created with */
+    if (is_reserved(name, c->lim != &no_limits))
         return fail(c->err, path, "this header name is reserved");
     if (seen_header(c->s, name))
         return fail(c->err, path, "this header is given twice (names are case-insensitive)");

@@ -839,3 +839,40 @@ def test_the_location_of_a_timer_or_lease_whose_name_is_a_dot_segment_is_percent
         loc = headers["Location"]
         assert urllib.parse.urljoin("http://h/leases", loc) == "http://h" + loc, loc
         assert urllib.parse.unquote(loc) == f"/leases/{name}", loc
+
+
+def test_a_reserved_header_name_spelt_with_underscores_is_refused_as_cgi_style_receivers_read_it_as_one(
+        hookwheel):
+    """WSGI, PHP and Rack servers read `Hookwheel_Attempt` and `Hookwheel-Attempt`
+    alike (HTTP_HOOKWHEEL_ATTEMPT): a timer's header so spelt would stand
+    before hookwheel's own there. An unreserved name with `_` is sent."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    seen = []
+
+    def app(environ, start_response):
+        seen.append({k: v for k, v in environ.items() if k.startswith("HTTP_")})
+        start_response("204 No Content", [])
+        return [b""]
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/wsgi"
+    try:
+        for name in ("Hookwheel_Attempt", "webhook_id", "Webhook_Signature", "Content_Length",
+                     "transfer_encoding"):
+            status, _, body = hookwheel.create({"url": url, "delay_ms": 0, "headers": {name: "9"}})
+            if status == 201:
+                wait_until(lambda: seen, timeout=scaled(5))
+            assert status == 400 and body.get("field") == f"headers.{name}", (name, status, body, seen)
+        status, _, body = hookwheel.create({"url": url, "delay_ms": 0, "headers": {"X_Trace": "t1"}})
+        assert status == 201, body
+        assert wait_until(lambda: seen, timeout=scaled(5)), "the receiver got nothing"
+        assert seen[0]["HTTP_X_TRACE"] == "t1" and seen[0]["HTTP_HOOKWHEEL_ATTEMPT"] == "1", seen
+    finally:
+        server.shutdown()
+        server.server_close()
