@@ -128,3 +128,48 @@ def test_an_invalid_allowlist_stops_start_up_with_exit_2(tmp_path):
                        capture_output=True, text=True, cwd=str(tmp_path), timeout=10)
     assert r.returncode == 2
     assert "invalid HOOKWHEEL_DESTINATION_ALLOWLIST" in r.stderr
+
+
+def test_an_https_target_whose_certificate_does_not_verify_is_never_sent_the_request(
+        redis, hookwheel_factory, tmp_path):
+    """Certificates of https targets are verified against the system's CAs: a
+    self-signed one (for the very address called) fails the attempt as a
+    failed connection, retried, and the request is never sent."""
+    import http.server
+    import ssl
+    import subprocess
+    import threading
+
+    key, crt = tmp_path / "key.pem", tmp_path / "crt.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(crt), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    called = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            called.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(crt), str(key))
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        hw = hookwheel_factory(redis, env={"HOOKWHEEL_DESTINATION_ALLOWLIST": "127.0.0.0/8"})
+        status, _, timer = hw.create({
+            "url": f"https://127.0.0.1:{server.server_address[1]}/tls", "delay_ms": 0,
+            "retry": {"max_attempts": 2, "min_backoff_ms": 50, "max_backoff_ms": 100}})
+        assert status == 201, timer
+        done = hw.wait_state(timer["id"], ("delivered", "failed"), timeout=scaled(10))
+        assert done.get("state") == "failed" and done["attempts"] == 2, done
+        assert "certificate" in done["last_attempt"]["error"], done
+        assert called == []
+    finally:
+        server.shutdown()
+        server.server_close()
