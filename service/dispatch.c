@@ -24,7 +24,8 @@
  * size (less a character the cut would split, so that text in UTF-8 stays
  * text) and read up to MAX_RESPONSE_BYTES, and so are the response's headers
  * and trailers; more of either ends the transfer early, with the status
- * already received. */
+ * already received. So do curl's own, smaller, limits on the headers before
+ * the body (curl_header_cap). */
 #include "dispatch.h"
 
 #include <errno.h>
@@ -504,6 +505,20 @@ static void describe_error(job *j, CURLcode rc, attempt_result *res)
         snprintf(res->error, sizeof res->error, "%.150s", j->errbuf[0] ? j->errbuf : curl_easy_strerror(rc));
 }
 
+/* curl ends a transfer whose headers before the body pass its own limits
+ * (300 KB in all: "Too large response headers"; 100 KB in one line, which
+ * releases before 8.6 report as out of memory) with an error, after the
+ * status line: that ends it early with the status received, as our caps do. */
+static int curl_header_cap(const job *j, CURLcode rc)
+{
+#if LIBCURL_VERSION_NUM >= 0x080600
+    if (rc == CURLE_TOO_LARGE)
+        return 1;
+#endif
+    return rc == CURLE_OUT_OF_MEMORY ||
+           (rc == CURLE_RECV_ERROR && strstr(j->errbuf, "Too large response headers") != NULL);
+}
+
 static void complete(dispatch *d, job *j, CURLcode rc)
 {
     attempt_result res = {0};
@@ -516,8 +531,9 @@ static void complete(dispatch *d, job *j, CURLcode rc)
     res.curl_code = rc;
     res.retry_after_ms = j->retry_after_ms;
     res.next_delay_ms = j->next_delay_hdr_ms;
-    int capped = rc == CURLE_WRITE_ERROR && status > 0 &&
-                 (j->resp_total > MAX_RESPONSE_BYTES || j->hdr_total > MAX_RESPONSE_BYTES);
+    int capped = (rc == CURLE_WRITE_ERROR && status > 0 &&
+                  (j->resp_total > MAX_RESPONSE_BYTES || j->hdr_total > MAX_RESPONSE_BYTES)) ||
+                 (status >= 200 && curl_header_cap(j, rc));
     if (rc == CURLE_OK || capped) {
         res.status = status;
         res.curl_code = CURLE_OK;
