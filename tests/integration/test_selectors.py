@@ -142,6 +142,9 @@ def test_selector_errors(hookwheel, receiver):
     assert status == 400, prob
     status, _, prob = select(api, "cancel", {"labels": {"a": "1"}}, key="bad key")
     assert status == 400 and prob["field"] == "Idempotency-Key"
+    for op in ("cancel", "pause", "resume", "reschedule"):  # a body over HOOKWHEEL_MAX_BODY_BYTES
+        status, _, prob = select(api, op, {"labels": {"a": "1"}, "note": "x" * 70_000})
+        assert status == 413, (op, prob)
     status, _, page = select(api, "cancel", {"labels": {"nobody": "here"}})
     assert status == 200 and page == {"matched": 0, "dry_run": False, "cancelled": [], "too_late": [],
                                       "next_cursor": None}
