@@ -11,7 +11,9 @@
  * or SELECT_MAX_CALLS calls; next_cursor continues it. Under an
  * Idempotency-Key every call keeps its answer for 24 h where it started, so
  * repeating a page (same key, same body, same cursor) gives the same
- * receipt, and a page cut short by Redis can be repeated exactly.
+ * receipt, and a page cut short by Redis can be repeated exactly; the key
+ * itself keeps the request it came with first, and a page under it with
+ * another request is refused (422) before anything is done.
  *
  * Handler on a libmicrohttpd thread; each call's reply, on the store's
  * writer thread, submits the next one or answers. */
@@ -51,6 +53,7 @@ typedef struct sel_ctx {
     uint32_t remaining, calls;
     uint64_t now_ms;
     int replayed_all;
+    int key_asked;     /* the Idempotency-Key's record answered (its first use, or the same request) */
     json_t *done, *too_late, *matches;
     size_t matched;
 } sel_ctx;
@@ -120,6 +123,16 @@ static void select_cb(void *arg, int status, int replayed, uint32_t next_chunk, 
         sel_free(c);
         return;
     }
+    if (status == TIMERS_OK && !c->key_asked) { /* the key is this request's: the walk starts */
+        c->key_asked = 1;
+        int rc = next_call(c);
+        if (rc < 0) {
+            nsgate_leave(c->ns);
+            api_respond_submit_error(c->r, rc);
+            sel_free(c);
+        }
+        return;
+    }
     if (status != TIMERS_OK) {
         if (c->calls == 0) { /* nothing was done: say so */
             nsgate_leave(c->ns);
@@ -161,6 +174,20 @@ static void select_cb(void *arg, int status, int replayed, uint32_t next_chunk, 
     int finished = c->partition >= (uint32_t)c->a->cfg->partitions;
     if (finished || c->remaining == 0 || c->calls >= SELECT_MAX_CALLS || next_call(c) < 0)
         answer(c, finished);
+}
+
+/* Under an Idempotency-Key, a page first asks the key's own record
+ * (select.lua, op "key", in the partition its key id hashes to) whether
+ * it came with this request: a repeat with another one is refused before
+ * anything is done, whatever its cursor. */
+static int ask_key(sel_ctx *c)
+{
+    char kid[KEY_ID_MAX];
+    api_key_id(kid, sizeof kid, c->ns, c->idem);
+    timer_selector ks = c->sel;
+    ks.op = "key";
+    return timers_select(c->a->tm, timers_partition(c->a->tm, kid), c->ns, &ks, TIMERS_SELECT_CHUNKS, "", 0, 0,
+                         c->now_ms, select_cb, c);
 }
 
 static int next_call(sel_ctx *c)
@@ -320,11 +347,12 @@ static void selector(http_req *r, api *a, const char *op)
     c->too_late = json_array();
     c->matches = json_array();
     c->replayed_all = 1;
+    c->key_asked = !idem;
     if (nsgate_admit(r, (unsigned)a->cfg->max_expensive_per_namespace) < 0) {
         sel_free(c);
         return;
     }
-    rc = next_call(c);
+    rc = idem ? ask_key(c) : next_call(c);
     if (rc < 0) {
         nsgate_leave(c->ns);
         api_respond_submit_error(r, rc);

@@ -207,7 +207,9 @@ int timers_list(timers *t, uint32_t partition, const char *ns, const char *state
  * nothing) exactly as the one-timer verb would; at most limit matches and
  * budget entries examined. With sel->idem (an Idempotency-Key), the answer
  * is kept for 24 h by (ns, idem, chunk, after) and a repeat gets it again
- * (replayed 1), or TIMERS_CONFLICT when it came with another fingerprint. */
+ * (replayed 1), or TIMERS_CONFLICT when it came with another fingerprint.
+ * sel->op "key" (chunk TIMERS_SELECT_CHUNKS) only keeps the fingerprint
+ * the key came with first, or answers TIMERS_CONFLICT for another one. */
 #define TIMERS_SELECT_CHUNKS 66 /* select.lua's places: 64 chunks, then the bucket's packed and long entries */
 typedef struct timer_selector {
     const char *op;

@@ -23,6 +23,17 @@
 -- (for the metrics), else ''; replayed 1 when the answer is the one this
 -- idempotency key got before, -1 (alone) when that key came with another
 -- request.
+-- Op 'key' only keeps the fingerprint of the request an idempotency key
+-- came with first, for 24 h, in KEYS[1] (the key's record in a partition
+-- of its own, hw:{P}:ik:<ns>:<key>:66:..., a place no call starts at):
+-- every page under the key asks first, so a key that came with another
+-- request is refused whatever the cursor. Returns {0, 0, '', 0}, or {-1}.
+if ARGV[3] == 'key' then
+  local fp = redis.call('GET', KEYS[1])
+  if fp and fp ~= ARGV[14] then return {-1} end
+  if not fp then redis.call('SET', KEYS[1], ARGV[14], 'PX', 86400000) end
+  return {0, 0, '', 0}
+end
 if ARGV[13] ~= '' then
   local saved = redis.call('GET', KEYS[1])
   if saved then

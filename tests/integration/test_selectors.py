@@ -150,6 +150,25 @@ def test_selector_errors(hookwheel, receiver):
                                       "next_cursor": None}
 
 
+def test_a_key_used_with_one_request_refuses_another_from_any_cursor(hookwheel, receiver):
+    api = hookwheel.api
+    specs = [{"id": f"ky-{i}", "url": receiver.url("/k"), "delay_ms": 3_600_000,
+              "labels": {"c": "1" if i % 2 else "2"}} for i in range(100)]
+    batch(api, specs)
+    body = {"labels": {"c": "1"}, "limit": 5}
+    status, _, first = select(api, "pause", body, key="ky")
+    assert status == 200 and first["next_cursor"], first
+    # another request under the key, from the first page's cursor: refused, nothing done
+    status, _, prob = select(api, "cancel", {"labels": {"c": "2"}, "cursor": first["next_cursor"]}, key="ky")
+    assert status == 422, prob
+    status, _, page = select(api, "cancel", {"labels": {"c": "2"}, "dry_run": True})
+    assert page["matched"] == 50 and all(m["state"] == "scheduled" for m in page["matches"]), page
+    # the request the key came with goes on to its end
+    pages = [first] + walk(api, "pause", {**body, "cursor": first["next_cursor"]}, key="ky")
+    paused = [tid for p in pages for tid in p["paused"]]
+    assert sorted(paused) == sorted(s["id"] for s in specs if s["labels"]["c"] == "1")
+
+
 def test_a_selector_sees_only_its_namespace(tmp_path, redis, receiver, hookwheel_factory):
     tokens = tmp_path / "tokens"
     tokens.write_text("team-a token-a-0123456789abcdef\nteam-b token-b-0123456789abcdef\n")
