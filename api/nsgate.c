@@ -58,8 +58,9 @@ int nsgate_admit(http_req *r, unsigned cap)
         return 0;
     char detail[160];
     snprintf(detail, sizeof detail,
-             "This namespace already has %u listings or dead-letter calls in flight, the most it may have. "
-             "Retry later.", cap);
+             "This namespace already has %u listings, selector operations or dead-letter calls in flight, the most "
+             "it may have. Retry later.",
+             cap);
     http_respond_problem(r, 429, detail, NULL, NULL, 1);
     return -EBUSY;
 }

@@ -1,12 +1,15 @@
 """Bulk instructions by selector (POST /timers/cancel, pause, resume,
 reschedule): exact receipts, paging, Idempotency-Key, against a real
 redis-server, the real binary and a real receiver."""
+import signal
+import subprocess
+import threading
 import time
 import uuid
 
 import pytest
 
-from conftest import CLUSTER_MODE, SLOW, Reply, RespClient, partition, scaled, wait_until
+from conftest import CLUSTER_MODE, HOOKWHEEL_BIN, SLOW, Reply, RespClient, partition, scaled, wait_until
 from contract import assert_matches_contract
 
 
@@ -167,6 +170,27 @@ def test_a_key_used_with_one_request_refuses_another_from_any_cursor(hookwheel, 
     pages = [first] + walk(api, "pause", {**body, "cursor": first["next_cursor"]}, key="ky")
     paused = [tid for p in pages for tid in p["paused"]]
     assert sorted(paused) == sorted(s["id"] for s in specs if s["labels"]["c"] == "1")
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="stops the one redis-server")
+def test_selector_operations_count_towards_the_namespace_cap_as_help_says(redis, hookwheel_factory):
+    hw = hookwheel_factory(redis, args=["--max-expensive-per-namespace", "1"])
+    first = []
+    redis.proc.send_signal(signal.SIGSTOP)  # the first selector waits for Redis, in the gate
+    try:
+        t = threading.Thread(target=lambda: first.append(select(hw.api, "cancel", {"labels": {"a": "1"}})))
+        t.start()
+        time.sleep(0.5)
+        status, headers, prob = select(hw.api, "pause", {"labels": {"b": "1"}})
+        assert status == 429 and headers.get("Retry-After"), prob
+        assert "selector operations" in prob["detail"], prob
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+    t.join(scaled(30))
+    assert first and first[0][0] == 200, first
+    out = subprocess.run([HOOKWHEEL_BIN, "--help"], capture_output=True, text=True, check=True).stdout
+    cap = out[out.index("--max-expensive-per-namespace"):].split("\n  --")[0]
+    assert "selector operations" in cap, cap
 
 
 def test_a_selector_sees_only_its_namespace(tmp_path, redis, receiver, hookwheel_factory):
