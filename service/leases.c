@@ -55,6 +55,7 @@
 
 #define LOOK_BATCH 256          /* entries one look handles; more: look again at once */
 #define MAX_PROBES 256          /* probes in flight per instance; beyond, the next period retries */
+#define MAX_NS_PROBES 64        /* of them, one namespace's (with API tokens); beyond, likewise */
 #define PROBE_TIMEOUT_MAX_MS 2000
 #define PROBE_BODY_MAX 65536    /* response bytes read from a probe before it ends */
 
@@ -269,12 +270,25 @@ static void probe_free(leases *l, probe *p)
     l->nprobes--;
 }
 
-static int probing(const leases *l, const char *lid, uint64_t token)
+/* Whether a probe of lid's lease number token may start: none of it is in
+ * flight, fewer than MAX_PROBES are, and fewer than MAX_NS_PROBES of lid's
+ * namespace. Why a share per namespace: a tenant whose many probe_urls
+ * answer late would otherwise hold every slot, every period, and another
+ * tenant's holders, alive and answering at once, would go silent for want
+ * of a probe and lose their leases. */
+static int probe_room(const leases *l, const char *lid, uint64_t token)
 {
-    for (const probe *p = l->probes; p; p = p->next)
-        if (strcmp(p->lid, lid) == 0 && p->token == token)
-            return 1;
-    return 0;
+    size_t ns = (size_t)(lease_id_key(lid) - lid); /* "<ns>/", 0 without tokens */
+    uint32_t same = 0;
+    if (l->nprobes >= MAX_PROBES)
+        return 0;
+    for (const probe *p = l->probes; p; p = p->next) {
+        if (p->token == token && strcmp(p->lid, lid) == 0)
+            return 0;
+        if (ns && strncmp(p->lid, lid, ns) == 0 && ++same >= MAX_NS_PROBES)
+            return 0;
+    }
+    return 1;
 }
 
 static struct curl_slist *probe_headers(const probe *p)
@@ -298,7 +312,7 @@ static void start_probe(leases *l, const action *a)
     long timeout = (long)(a->ttl_ms / 3);
     if (timeout > PROBE_TIMEOUT_MAX_MS)
         timeout = PROBE_TIMEOUT_MAX_MS;
-    if (l->nprobes >= MAX_PROBES || probing(l, lid, token) || strlen(lid) >= LEASE_ID_MAX ||
+    if (strlen(lid) >= LEASE_ID_MAX || !probe_room(l, lid, token) ||
         !lease_key_valid(lease_id_key(lid)) || !lease_owner_valid(owner) ||
         timeout < 1)
         return;
