@@ -1364,6 +1364,11 @@ static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
         until = e->finish_due_ms;
     if (e->backlog || e->starting) /* claimed timers to absorb, attempts to start: no sleep */
         until = now_ms;
+    /* A sweep that brought full batches goes on at once, not at the next
+     * chore: else a large due batch came in 16 x claim_batch timers a
+     * queue poll (500 ms), and was still being claimed after its due time. */
+    if (e->sweep_more && atomic_load(&e->pending_ops) == 0)
+        until = now_ms;
     uint64_t wake = until * 1000u, cd = dispatch_deadline_us(e->d);
     job *h = held_first(e);
     if (h && h->start_us < wake) /* a held attempt falls due */
