@@ -28,6 +28,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "nsgate.h"
 #include "persistence/counts.h"
 #include "persistence/queues.h"
 #include "queuecfg.h"
@@ -42,7 +43,38 @@ typedef struct queue_ctx {
     int written;                     /* PATCH: the write is done, so a failed count read still answers 200 */
     json_t *list;                    /* GET /queues: {name: controls} of the namespace's configured queues */
     uint64_t now_ms;                 /* when the counts were asked for */
+    char *gate_ns;                   /* GET, PATCH: the namespace counted in nsgate until the answer */
 } queue_ctx;
+
+/* Counts the call among its namespace's expensive ones (nsgate.h): the
+ * counts read one call per partition, each examining up to
+ * COUNTS_DUE_BUDGET due timers, so a storm of them would take Redis from
+ * every other namespace's deliveries. Returns 0, or -1 when it answered
+ * 429. */
+static int gate(queue_ctx *c)
+{
+    if (nsgate_admit(c->r, (unsigned)c->a->cfg->max_expensive_per_namespace) < 0)
+        return -1;
+    c->gate_ns = xstrdup(http_req_namespace(c->r));
+    return 0;
+}
+
+/* Leaves the gate, once; before the answer, so that a client that asks
+ * again at once finds room. */
+static void ungate(queue_ctx *c)
+{
+    if (!c->gate_ns)
+        return;
+    nsgate_leave(c->gate_ns);
+    free(c->gate_ns);
+    c->gate_ns = NULL;
+}
+
+static void ctx_free(queue_ctx *c)
+{
+    ungate(c);
+    free(c);
+}
 
 static json_t *queue_json(const char *name, const queue_controls *c, int configured)
 {
@@ -103,10 +135,11 @@ static queue_ctx *ctx_new(http_req *r, api *a, const char *name)
 static void list_counts_cb(void *arg, const counts_reply *reply)
 {
     queue_ctx *c = arg;
+    ungate(c);
     if (reply->status != COUNTS_OK) {
         api_respond_unavailable(c->r);
         json_decref(c->list);
-        free(c);
+        ctx_free(c);
         return;
     }
     queue_controls def = defaults(c->a);
@@ -126,7 +159,7 @@ static void list_counts_cb(void *arg, const counts_reply *reply)
     }
     http_respond_json(c->r, 200, json_pack("{s:o}", "queues", list), NULL);
     json_decref(c->list);
-    free(c);
+    ctx_free(c);
 }
 
 static void list_cb(void *arg, const queues_reply *reply)
@@ -134,7 +167,7 @@ static void list_cb(void *arg, const queues_reply *reply)
     queue_ctx *c = arg;
     if (reply->status != QUEUES_OK) {
         api_respond_unavailable(c->r);
-        free(c);
+        ctx_free(c);
         return;
     }
     const char *ns = http_req_namespace(c->r);
@@ -151,7 +184,7 @@ static void list_cb(void *arg, const queues_reply *reply)
     }
     if (ask_counts(c, list_counts_cb) < 0) {
         json_decref(c->list);
-        free(c);
+        ctx_free(c);
     }
 }
 
@@ -162,10 +195,14 @@ void api_queue_list(http_req *r, const char *const *params, void *app)
     queue_ctx *c = xcalloc(1, sizeof *c);
     c->r = r;
     c->a = a;
+    if (gate(c) < 0) {
+        ctx_free(c);
+        return;
+    }
     int rc = queues_list(a->st, list_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
-        free(c);
+        ctx_free(c);
     }
 }
 
@@ -182,6 +219,7 @@ static const char *field_queue(const char *field)
  * NULL, or a failed read) only after a write, which must not answer 503. */
 static void respond_queue(queue_ctx *c, const counts_reply *reply)
 {
+    ungate(c);
     if ((!reply || reply->status != COUNTS_OK) && !c->written) {
         api_respond_unavailable(c->r);
         return;
@@ -202,7 +240,7 @@ static void get_counts_cb(void *arg, const counts_reply *reply)
 {
     queue_ctx *c = arg;
     respond_queue(c, reply);
-    free(c);
+    ctx_free(c);
 }
 
 static void get_cb(void *arg, const queues_reply *reply)
@@ -210,7 +248,7 @@ static void get_cb(void *arg, const queues_reply *reply)
     queue_ctx *c = arg;
     if (reply->status != QUEUES_OK) {
         api_respond_unavailable(c->r);
-        free(c);
+        ctx_free(c);
         return;
     }
     c->cfg = defaults(c->a);
@@ -218,7 +256,7 @@ static void get_cb(void *arg, const queues_reply *reply)
         c->cfg = reply->controls;
     c->configured = reply->found;
     if (ask_counts(c, get_counts_cb) < 0)
-        free(c);
+        ctx_free(c);
 }
 
 void api_queue_get(http_req *r, const char *const *params, void *app)
@@ -227,10 +265,14 @@ void api_queue_get(http_req *r, const char *const *params, void *app)
     queue_ctx *c = ctx_new(r, a, params[0]);
     if (!c)
         return;
+    if (gate(c) < 0) {
+        ctx_free(c);
+        return;
+    }
     int rc = queues_get(a->st, c->field, get_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
-        free(c);
+        ctx_free(c);
     }
 }
 
@@ -325,7 +367,7 @@ static void put_cb(void *arg, const queues_reply *reply)
     queue_ctx *c = arg;
     if (written(c, reply) == 0)
         http_respond_json(c->r, 200, queue_json(field_queue(c->field), &c->cfg, 1), NULL);
-    free(c);
+    ctx_free(c);
 }
 
 void api_queue_put(http_req *r, const char *const *params, void *app)
@@ -339,13 +381,13 @@ void api_queue_put(http_req *r, const char *const *params, void *app)
     c->cfg = (queue_controls){.parallelism = (uint32_t)a->cfg->queue_parallelism};
     unsigned set;
     if (parse_controls(r, a->cfg, &c->cfg, &set) < 0) {
-        free(c);
+        ctx_free(c);
         return;
     }
     int rc = queues_put(a->st, c->field, &c->cfg, a->cfg->max_queues, put_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
-        free(c);
+        ctx_free(c);
     }
 }
 
@@ -356,7 +398,7 @@ static void patch_cb(void *arg, const queues_reply *reply)
 {
     queue_ctx *c = arg;
     if (written(c, reply) < 0) {
-        free(c);
+        ctx_free(c);
         return;
     }
     c->cfg = reply->controls;
@@ -365,7 +407,7 @@ static void patch_cb(void *arg, const queues_reply *reply)
     c->now_ms = clock_now_ms();
     if (counts_read(c->a->st, c->a->cfg->partitions, http_req_namespace(c->r), c->now_ms, get_counts_cb, c) < 0) {
         respond_queue(c, NULL);
-        free(c);
+        ctx_free(c);
     }
 }
 
@@ -377,19 +419,23 @@ void api_queue_patch(http_req *r, const char *const *params, void *app)
         return;
     unsigned set;
     if (parse_controls(r, a->cfg, &c->cfg, &set) < 0) {
-        free(c);
+        ctx_free(c);
         return;
     }
     if (!set) {
         bad(r, "", "the body must name at least one of parallelism, paused, max_dispatches_per_second and scope");
-        free(c);
+        ctx_free(c);
+        return;
+    }
+    if (gate(c) < 0) {
+        ctx_free(c);
         return;
     }
     queue_controls def = defaults(a);
     int rc = queues_patch(a->st, c->field, &c->cfg, set, &def, a->cfg->max_queues, patch_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
-        free(c);
+        ctx_free(c);
     }
 }
 
@@ -406,7 +452,7 @@ static void delete_cb(void *arg, const queues_reply *reply)
         LOG(LOG_INFO, "queue settings deleted", "\"queue\":\"%s\"", c->field);
         http_respond_json(c->r, 204, NULL, NULL);
     }
-    free(c);
+    ctx_free(c);
 }
 
 void api_queue_delete(http_req *r, const char *const *params, void *app)
@@ -418,6 +464,6 @@ void api_queue_delete(http_req *r, const char *const *params, void *app)
     int rc = queues_delete(a->st, c->field, delete_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
-        free(c);
+        ctx_free(c);
     }
 }

@@ -146,8 +146,9 @@ static const setting settings[] = {
       "GET /timers: a page stops adding timers once its text would pass this (it always holds one); "
       "next_cursor continues after the last timer listed"),
     U("max-expensive-per-namespace", max_expensive_per_namespace, "4", 1, 10000,
-      "listings (GET /timers, GET /leases), selector operations (POST /timers/cancel, pause, resume, reschedule) "
-      "and dead-letter replays and purges in flight at once per namespace; "
+      "listings (GET /timers, GET /leases), selector operations (POST /timers/cancel, pause, resume, reschedule), "
+      "queue reads (GET /queues, GET and PATCH /queues/{name}) and dead-letter replays and purges in flight at "
+      "once per namespace; "
       "beyond it the API answers 429 with Retry-After"),
 };
 #define NSETTINGS (sizeof settings / sizeof settings[0])

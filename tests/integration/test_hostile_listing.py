@@ -148,6 +148,43 @@ def test_beyond_the_cap_a_namespace_gets_429_with_retry_after_and_others_do_not(
     assert status == 200 and body == {"replayed": 0, "more": False}, body
 
 
+def test_queue_reads_count_towards_the_cap_as_listings_do(tmp_path, redis, receiver, hookwheel_factory):
+    """GET /queues reads the counts of every partition (up to 500 due timers
+    examined in each): 8 clients of one namespace asking for it in a loop
+    kept Redis busy enough that another namespace's attempts started
+    hundreds of milliseconds late, more the longer it went on."""
+    hw = start(tmp_path, redis, hookwheel_factory, env={"HOOKWHEEL_MAX_EXPENSIVE_PER_NAMESPACE": "2"})
+    status, _, body = hw.request("PUT", "/queues/q", json_body={"parallelism": 4}, headers=bearer(TOKEN_BIG))
+    assert status == 200, body
+    redis.cmd("CLIENT", "PAUSE", "1200", "ALL")  # the calls below stay in flight meanwhile
+    held = []
+
+    def read(token, path):
+        held.append(hw.request("GET", path, headers=bearer(token), timeout=scaled(10)))
+
+    threads = [threading.Thread(target=read, args=(TOKEN_BIG, path)) for path in ("/queues", "/queues/q")]
+    threads.append(threading.Thread(target=read, args=(TOKEN_SMALL, "/queues")))
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    for method, path, body in (("GET", "/queues", None), ("GET", "/queues/q", None),
+                               ("PATCH", "/queues/q", {"paused": True}),
+                               ("GET", "/timers?state=scheduled", None)):
+        t0 = time.monotonic()
+        status, h, problem = hw.request(method, path, json_body=body, headers=bearer(TOKEN_BIG))
+        assert status == 429 and time.monotonic() - t0 < 0.5, (method, path, status, problem)
+        assert int(h.get("Retry-After", "0")) >= 1 and problem["status"] == 429, (h, problem)
+    for t in threads:
+        t.join()
+    assert sorted(s for s, _, _ in held) == [200, 200, 200], held
+    # the refused PATCH stored nothing, and the slots are given back with the answers
+    for path in ("/queues/q", "/queues/q", "/queues"):
+        status, _, body = hw.request("GET", path, headers=bearer(TOKEN_BIG))
+        assert status == 200, body
+    status, _, body = hw.request("PATCH", "/queues/q", json_body={"parallelism": 5}, headers=bearer(TOKEN_BIG))
+    assert status == 200 and body["parallelism"] == 5 and body["paused"] is False, body
+
+
 def test_pages_of_large_timers_stay_under_the_byte_bound_and_list_each_timer_once(
         tmp_path, redis, receiver, hookwheel_factory):
     max_bytes = 65536
