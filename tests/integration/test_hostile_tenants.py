@@ -1,16 +1,25 @@
-"""One namespace's flood of timers due at one instant does not make another
-namespace's timers late (DESIGN.md §1 "on time", README "How it works"): the
-loader claims every timer due within the claim window ahead of its due
-time, sweeping again at once while partitions return full batches, so the
-timers due just after the flood are in memory and start on time. Real
-redis-server, real binary, real receiver."""
+"""What one namespace does, within its limits, does not make another
+namespace's timers late (DESIGN.md §1 "on time"):
+
+- a flood of timers due at one instant: the loader claims every timer due
+  within the claim window ahead of its due time, sweeping again at once
+  while partitions return full batches, so the timers due just after the
+  flood are in memory and start on time (README "How it works");
+- GET /stats of a namespace with thousands of queues: its answer is built
+  in time linear in the minutes' fields, on the store's writer thread that
+  every namespace's creates and attempts share (README "Delivery figures
+  per minute").
+
+Real redis-server, real binary, real receiver."""
 import re
+import subprocess
+import threading
 import time
 from datetime import datetime
 
 import pytest
 
-from conftest import CLUSTER_MODE, now_ms, scaled, wait_until
+from conftest import CLUSTER_MODE, now_ms, resp, scaled, wait_until
 
 TOKEN_A = "tenant-a-token-5c1e9f27b8d4"
 TOKEN_B = "tenant-b-token-a0e6d3b58c21"
@@ -80,3 +89,48 @@ def test_timers_due_just_after_another_namespace_s_flood_of_50000_start_on_time(
         f"namespace b's attempts started late (ms after fire_at): {late}; at the flood's due time "
         f"this instance held {held_at_due} of its {FLOOD} timers")
     assert held_at_due >= FLOOD, held_at_due
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="writes its figures into one Redis with redis-cli --pipe")
+def test_a_timer_starts_on_time_while_another_namespace_reads_the_figures_of_20000_queues(
+        tmp_path, redis, receiver, hookwheel_factory):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"a {TOKEN_A}\nb {TOKEN_B}\n")
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens)})
+    # Namespace a's figures of this minute, as 20,000 queues' deliveries
+    # would have left them (persistence/stats.h: <queue>/d, /a, /l<bucket>).
+    key = f"hw:stats:{{ns:a}}:{int(now_ms()) // 60000}"
+    cmds = [resp("HSET", key, f"q{i:05d}/d", 1, f"q{i:05d}/a", 1, f"q{i:05d}/l3", 1) for i in range(20_000)]
+    out = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(redis.port), "--pipe"],
+                         input=b"".join(cmds), capture_output=True, timeout=120)
+    assert out.returncode == 0 and b"errors: 0" in out.stdout, out.stdout + out.stderr
+    reads = []
+
+    def read_figures():
+        for _ in range(3):
+            t0 = time.monotonic()
+            status, _, body = hw.api.request("GET", "/stats?minutes=1", headers=bearer(TOKEN_A), timeout=scaled(60))
+            reads.append((status, len(body.get("queues", [])) if status == 200 else body,
+                          round((time.monotonic() - t0) * 1000)))
+
+    reader = threading.Thread(target=read_figures)
+    reader.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    due = int(now_ms()) + 700
+    status, _, t = hw.api.create({"id": "b-on-time", "url": receiver.url("/b"), "fire_at_ms": due},
+                                 headers=bearer(TOKEN_B))
+    created_ms = round((time.monotonic() - t0) * 1000)
+    assert status == 201, t
+    seen = {}
+
+    def delivered():
+        seen["t"] = hw.api.request("GET", "/timers/b-on-time", headers=bearer(TOKEN_B))[2]
+        return seen["t"].get("state") == "delivered"
+    assert wait_until(delivered, scaled(60)), seen
+    reader.join()
+    late = round(started_ms(seen["t"]) - due)
+    assert created_ms <= 1000 and late <= LATE_MS, (
+        f"namespace b's create was answered in {created_ms} ms and its attempt started {late} ms late "
+        f"while namespace a read its figures (status, queues, ms): {reads}")
+    assert all(r[:2] == (200, 20_000) for r in reads), reads
