@@ -21,8 +21,10 @@
 #include <time.h>
 
 #include "clock.h"
+#include "nsgate.h"
 #include "persistence/stats.h"
 #include "tally.h"
+#include "xalloc.h"
 
 #define STATS_DEFAULT_MINUTES 60
 #define MINUTE_MS 60000
@@ -64,9 +66,22 @@ static void queues_json(const stats_reply *reply, json_t **names, json_t **total
     }
 }
 
+/* A read in flight: counted in its namespace's gate (nsgate.h) until its
+ * answer. A read of 60 minutes of a namespace with thousands of queues
+ * decodes hundreds of thousands of fields on the store's writer thread,
+ * which every namespace's creates and attempts share. */
+typedef struct read_ctx {
+    http_req *r;
+    char *ns;
+} read_ctx;
+
 static void read_cb(void *arg, const stats_reply *reply)
 {
-    http_req *r = arg;
+    read_ctx *c = arg;
+    http_req *r = c->r;
+    nsgate_leave(c->ns); /* before the answer: a client that asks again at once finds room */
+    free(c->ns);
+    free(c);
     if (!reply->ok) {
         api_respond_unavailable(r);
         return;
@@ -97,8 +112,17 @@ void api_stats(http_req *r, const char *const *params, void *app)
         http_respond_problem(r, 400, "queue must match [A-Za-z0-9._-]{1,64}", "queue", NULL, 0);
         return;
     }
+    if (nsgate_admit(r, (unsigned)a->cfg->max_expensive_per_namespace) < 0)
+        return;
+    read_ctx *c = xmalloc(sizeof *c);
+    c->r = r;
+    c->ns = xstrdup(http_req_namespace(r));
     int64_t now_minute = (int64_t)(clock_now_ms() / MINUTE_MS);
-    int rc = stats_read(a->st, http_req_namespace(r), queue, now_minute - (int64_t)n + 1, n, read_cb, r);
-    if (rc < 0)
+    int rc = stats_read(a->st, c->ns, queue, now_minute - (int64_t)n + 1, n, read_cb, c);
+    if (rc < 0) {
+        nsgate_leave(c->ns);
+        free(c->ns);
+        free(c);
         api_respond_submit_error(r, rc);
+    }
 }

@@ -147,8 +147,8 @@ static const setting settings[] = {
       "next_cursor continues after the last timer listed"),
     U("max-expensive-per-namespace", max_expensive_per_namespace, "4", 1, 10000,
       "listings (GET /timers, GET /leases), selector operations (POST /timers/cancel, pause, resume, reschedule), "
-      "queue reads (GET /queues, GET and PATCH /queues/{name}) and dead-letter replays and purges in flight at "
-      "once per namespace; "
+      "queue reads (GET /queues, GET and PATCH /queues/{name}), GET /stats and dead-letter replays and purges in "
+      "flight at once per namespace; "
       "beyond it the API answers 429 with Retry-After"),
 };
 #define NSETTINGS (sizeof settings / sizeof settings[0])

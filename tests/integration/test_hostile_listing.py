@@ -185,6 +185,36 @@ def test_queue_reads_count_towards_the_cap_as_listings_do(tmp_path, redis, recei
     assert status == 200 and body["parallelism"] == 5 and body["paused"] is False, body
 
 
+def test_stats_reads_count_towards_the_cap_as_listings_do(tmp_path, redis, receiver, hookwheel_factory):
+    """GET /stats reads up to 60 minute hashes, each with a field per figure
+    of each of the namespace's queues, and decodes them on the store's writer
+    thread: 8 clients of a namespace with 5,000 queues reading it in a loop
+    made another namespace's attempts start up to about a second late."""
+    hw = start(tmp_path, redis, hookwheel_factory, env={"HOOKWHEEL_MAX_EXPENSIVE_PER_NAMESPACE": "2"})
+    redis.cmd("CLIENT", "PAUSE", "1200", "ALL")  # the calls below stay in flight meanwhile
+    held = []
+
+    def read(token, path):
+        held.append(hw.request("GET", path, headers=bearer(token), timeout=scaled(10)))
+
+    threads = [threading.Thread(target=read, args=(TOKEN_BIG, path)) for path in ("/stats", "/stats?minutes=5")]
+    threads.append(threading.Thread(target=read, args=(TOKEN_SMALL, "/stats")))
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    for path in ("/stats", "/queues", "/timers?state=scheduled"):
+        t0 = time.monotonic()
+        status, h, problem = hw.request("GET", path, headers=bearer(TOKEN_BIG))
+        assert status == 429 and time.monotonic() - t0 < 0.5, (path, status, problem)
+        assert int(h.get("Retry-After", "0")) >= 1 and problem["status"] == 429, (h, problem)
+    for t in threads:
+        t.join()
+    assert sorted(s for s, _, _ in held) == [200, 200, 200], held
+    for path in ("/stats", "/stats", "/stats?queue=q"):  # the slots are given back with the answers
+        status, _, body = hw.request("GET", path, headers=bearer(TOKEN_BIG))
+        assert status == 200 and "minutes" in body, body
+
+
 def test_pages_of_large_timers_stay_under_the_byte_bound_and_list_each_timer_once(
         tmp_path, redis, receiver, hookwheel_factory):
     max_bytes = 65536
