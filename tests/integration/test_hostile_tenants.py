@@ -24,7 +24,7 @@ from conftest import CLUSTER_MODE, now_ms, resp, scaled, wait_until
 TOKEN_A = "tenant-a-token-5c1e9f27b8d4"
 TOKEN_B = "tenant-b-token-a0e6d3b58c21"
 FLOOD = 50_000
-LEAD_MS = 9_000      # the flood is created this long before it is due: past the 5 s claim window
+LEAD_MS = 12_000     # the flood is created this long before it is due: past the 5 s claim window
 LATE_MS = 500        # a timer of the other namespace may start this late at most
 
 
