@@ -19,7 +19,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import CLUSTER_MODE, now_ms, resp, scaled, wait_until
+from conftest import CLUSTER_MODE, SLOW, now_ms, resp, scaled, wait_until
 
 TOKEN_A = "tenant-a-token-5c1e9f27b8d4"
 TOKEN_B = "tenant-b-token-a0e6d3b58c21"
@@ -45,7 +45,8 @@ def claimed(hw):
     return int(m.group(1)) if m else 0
 
 
-@pytest.mark.skipif(CLUSTER_MODE, reason="one instance's sweep on one Redis; claims on a cluster are test_cluster.py's")
+@pytest.mark.skipif(CLUSTER_MODE or SLOW, reason="one instance's sweep on one Redis (claims on a cluster are "
+                    "test_cluster.py's), run once: 50,000 creates in 6 s are not a sanitizer build's")
 def test_timers_due_just_after_another_namespace_s_flood_of_50000_start_on_time(
         tmp_path, redis, receiver, hookwheel_factory):
     tokens = tmp_path / "tokens"
