@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import HOOKWHEEL_BIN, SANITIZER_MARKERS, Reply, free_port, scaled
+from conftest import HOOKWHEEL_BIN, LEASE_PREFIX, SANITIZER_MARKERS, Reply, free_port, scaled
 
 CLI = os.path.join(os.path.dirname(HOOKWHEEL_BIN), "hookwheelctl")
 TOKEN = "cli-team-token-7d1e4c9a2b"
@@ -233,7 +233,7 @@ def test_a_value_with_line_breaks_and_escape_sequences_prints_on_its_own_line_as
     # a key held outside hookwheel: its owner is whatever the key holds,
     # here a forged second line, a window title, colours and a C1 CSI
     owner = "job-9\nowner              forged\x1b]0;pwned\x07 \x1b[31mred\x1b[0m \u009b2J \u00fc\u65e5\tend\x7f"
-    redis.cmd("SET", "lease:held-outside", owner, "PX", 600000)
+    redis.cmd("SET", LEASE_PREFIX + "held-outside", owner, "PX", 600000)
     assert json.loads(ok(hookwheel, "leases", "held-outside", "--json"))["owner"] == owner  # exact
     lines = ok(hookwheel, "leases", "held-outside").splitlines()
     assert [line.split(None, 1)[0] for line in lines] == ["key", "owner", "token", "ttl_ms", "expires_in_ms"], lines
