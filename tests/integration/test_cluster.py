@@ -340,7 +340,10 @@ def test_a_slot_without_a_master_fails_its_calls_only_and_the_map_is_not_asked_f
         time.sleep(1.0)
         lines, conns = map_lines(a), connections()
         time.sleep(5.0)
-        assert map_lines(a) - lines == 0 and connections() - conns <= 30, \
+        # The loop this guards against made 74 to 123 connections in 5 s; at
+        # the slow pace the plain build stays under 30, a sanitizer build on
+        # a loaded machine 34 (its calls time out and reconnect more).
+        assert map_lines(a) - lines == 0 and connections() - conns <= 50, \
             f"in 5 s: {map_lines(a) - lines} log lines, {connections() - conns} connections to learn the map"
         others = [f"un-{i}" for i in range(400) if partition(f"un-{i}", PARTITIONS) != 0][:50]
         codes = Counter(a.create({"id": t, "url": receiver.url("/un"), "delay_ms": 600_000})[0] for t in others)
