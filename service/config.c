@@ -65,6 +65,10 @@ static const setting settings[] = {
     U("queue-parallelism", queue_parallelism, "64", 1, 100000,
       "attempts in flight per queue on each instance, for queues without stored controls (and the parallelism "
       "a PUT /queues/{name} without one stores)"),
+    U("max-inflight-per-namespace", max_inflight_per_namespace, "0", 0, 100000,
+      "attempts in flight of one namespace's queues together, so that one namespace's slow or hanging targets "
+      "leave slots to the others; 0: half of max-inflight (rounded up) with API tokens, no cap without them; "
+      "max-inflight or more: no cap"),
     U("max-queues", max_queues, "10000", 1, 10000000,
       "queues with stored controls (PUT /queues/{name}), all namespaces together; a PUT of a new one beyond it "
       "answers 409"),
@@ -316,6 +320,8 @@ static int check(config *cfg)
                         "A-Z, a-z, 0-9, '.', '_', ':' or '-'\n", cfg->instance_id);
         return -EINVAL;
     }
+    if (cfg->max_inflight_per_namespace == 0) /* one namespace without tokens: no cap */
+        cfg->max_inflight_per_namespace = cfg->api_tokens_file ? (cfg->max_inflight + 1) / 2 : cfg->max_inflight;
     if (cfg->partitions == 0) /* more on a cluster, so that every master gets some */
         cfg->partitions = cfg->redis_url && strstr(cfg->redis_url, "+cluster://") ? 64 : 16;
     if (!cfg->instance_id[0]) {

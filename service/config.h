@@ -32,6 +32,7 @@ typedef struct config {
     uint64_t partitions;
     uint64_t max_inflight;
     uint64_t queue_parallelism;
+    uint64_t max_inflight_per_namespace; /* 0 until config_load resolves it */
     uint64_t max_queues;
     uint64_t max_body_bytes;
     uint64_t max_batch;

@@ -1923,6 +1923,8 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     e->rp = reaper_create(st, e->tm, cfg);
     e->w = wheel_create((uint32_t)cfg->wheel_slots, (uint32_t)cfg->tick_ms, clock_now_ms());
     e->lim = limiter_create((uint32_t)cfg->max_inflight, (uint32_t)cfg->queue_parallelism);
+    limiter_set_group_cap(e->lim, cfg->max_inflight_per_namespace ? (uint32_t)cfg->max_inflight_per_namespace
+                                                                   : (uint32_t)cfg->max_inflight);
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
     e->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = e->evfd};

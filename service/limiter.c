@@ -47,6 +47,19 @@
  * queue that is busy again by then is kept. A job lets go of its queue when
  * it is done or removed (j->q = NULL), so no job points at a freed queue;
  * limiter_queue finds or creates it again.
+ *
+ * Groups (limiter_set_group_cap): a queue named "a/b" belongs to group "a"
+ * (a namespace), one without '/' to the group "". A group counts its
+ * queues' jobs in flight; at its cap, its queues wait even with free global
+ * slots, so one group's hanging attempts cannot take every slot. A queue
+ * eligible but for its group's cap sits on the group's `held` list (by the
+ * same ring link); when the group drops below its cap (limiter_done) its
+ * held queues rejoin the ring's tail at once, in order (a splice). Queues
+ * join the ring whatever their group's count: limiter_pop_ready moves one
+ * whose group is full to `held` when it reaches the head, so the held list
+ * keeps the ring's turn order and pop stays amortised O(1).
+ * Invariant: a group below its cap holds nothing on `held`. A group lives
+ * while one of its queues does.
  */
 #include "limiter.h"
 
@@ -56,6 +69,14 @@
 
 #include "strtab.h"
 #include "xalloc.h"
+
+typedef struct lgroup {
+    strtab_node byname;    /* link in limiter.groups */
+    struct list_node held; /* its queues eligible but for the group's cap, in turn order */
+    uint32_t inflight;
+    uint32_t queues;       /* queues pointing at it: freed with the last */
+    char name[];
+} lgroup;
 
 struct lqueue {
     struct list_node fifo; /* waiting ljobs, oldest first */
@@ -74,29 +95,35 @@ struct lqueue {
     double tokens;   /* 0..bucket capacity (limiter_tick); kept while the rate is 0 */
     int metered;     /* has had a rate: tokens and refilled_us say what its bucket held */
     uint64_t refilled_us;
+    lgroup *g;       /* NULL while groups have no cap */
     char name[]; /* owned copy */
 };
 
 struct limiter {
     strtab names; /* every queue, by name */
+    strtab groups; /* every group with a queue, by name (only with a group cap) */
     struct list_node eligible; /* ring of eligible queues, next to serve first */
     struct list_node limited;  /* queues with a rate limit */
     struct list_node idle;     /* queues that became idle (limiter_drop_idle) */
     struct list_node shared;   /* queues whose limits hold for the deployment */
     uint32_t global_cap;
     uint32_t default_cap;
+    uint32_t group_cap; /* UINT32_MAX: groups have no cap */
     uint32_t inflight;
     uint32_t waiting;
 };
 
-/* Puts q in the ring when it has become eligible and takes it out when it
- * has stopped being so; a queue that stays eligible keeps its turn. */
+static int group_full(const limiter *l, const lgroup *g) { return g && g->inflight >= l->group_cap; }
+
+/* Puts q in the ring when it has become eligible and takes it out (of the
+ * ring or its group's held list) when it has stopped being so; a queue that
+ * stays eligible keeps its turn. */
 static void queue_update(limiter *l, lqueue *q)
 {
     int eligible = q->waiting > 0 && q->inflight < q->cap && q->inflight < q->grant && !q->paused &&
                    (q->rate <= 0 || q->tokens >= 1.0);
     if (eligible && !list_linked(&q->ring))
-        list_insert_tail(&l->eligible, &q->ring);
+        list_insert_tail(&l->eligible, &q->ring); /* even in a full group: pop moves it to held in ring order */
     else if (!eligible && list_linked(&q->ring))
         list_remove(&q->ring);
 }
@@ -107,7 +134,9 @@ limiter *limiter_create(uint32_t global_cap, uint32_t default_queue_cap)
         return NULL;
     limiter *l = xcalloc(1, sizeof *l);
     strtab_init(&l->names);
+    strtab_init(&l->groups);
     l->global_cap = global_cap;
+    l->group_cap = UINT32_MAX;
     l->default_cap = default_queue_cap;
     list_init(&l->eligible);
     list_init(&l->limited);
@@ -116,10 +145,24 @@ limiter *limiter_create(uint32_t global_cap, uint32_t default_queue_cap)
     return l;
 }
 
+int limiter_set_group_cap(limiter *l, uint32_t cap)
+{
+    if (cap < 1 || strtab_count(&l->names))
+        return -1;
+    l->group_cap = cap < l->global_cap ? cap : UINT32_MAX; /* at the global cap or above it changes nothing */
+    return 0;
+}
+
 static void free_queue(strtab_node *n, void *arg)
 {
     (void)arg;
     free(container_of(n, lqueue, byname));
+}
+
+static void free_group(strtab_node *n, void *arg)
+{
+    (void)arg;
+    free(container_of(n, lgroup, byname));
 }
 
 void limiter_free(limiter *l)
@@ -128,7 +171,32 @@ void limiter_free(limiter *l)
         return;
     strtab_each(&l->names, free_queue, NULL);
     strtab_free(&l->names);
+    strtab_each(&l->groups, free_group, NULL);
+    strtab_free(&l->groups);
     free(l);
+}
+
+/* The group of the queue named `name` (its part before the first '/'),
+ * created when new; NULL while groups have no cap. */
+static lgroup *group_of(limiter *l, const char *name)
+{
+    if (l->group_cap == UINT32_MAX)
+        return NULL;
+    const char *slash = strchr(name, '/');
+    size_t len = slash ? (size_t)(slash - name) : 0;
+    lgroup *g = xcalloc(1, sizeof *g + len + 1);
+    memcpy(g->name, name, len);
+    g->name[len] = '\0';
+    strtab_node *n = strtab_find(&l->groups, g->name);
+    if (n) {
+        free(g);
+        g = container_of(n, lgroup, byname);
+    } else {
+        list_init(&g->held);
+        strtab_add(&l->groups, &g->byname, g->name);
+    }
+    g->queues++;
+    return g;
 }
 
 static lqueue *queue_new(limiter *l, const char *name)
@@ -143,6 +211,7 @@ static lqueue *queue_new(limiter *l, const char *name)
     list_init(&q->shared);
     q->cap = l->default_cap;
     q->grant = UINT32_MAX;
+    q->g = group_of(l, name);
     return q;
 }
 
@@ -173,6 +242,10 @@ static void drop(limiter *l, lqueue *q)
         list_remove(&q->idle);
     if (list_linked(&q->shared))
         list_remove(&q->shared);
+    if (q->g && --q->g->queues == 0) {
+        strtab_remove(&l->groups, &q->g->byname);
+        free(q->g);
+    }
     free(q);
 }
 
@@ -376,15 +449,26 @@ void limiter_push(limiter *l, lqueue *q, ljob *j)
 
 ljob *limiter_pop_ready(limiter *l)
 {
-    if (l->inflight >= l->global_cap || list_empty(&l->eligible))
+    if (l->inflight >= l->global_cap)
         return NULL;
-    lqueue *q = container_of(l->eligible.next, lqueue, ring);
+    lqueue *q;
+    for (;;) {
+        if (list_empty(&l->eligible))
+            return NULL;
+        q = container_of(l->eligible.next, lqueue, ring);
+        if (!group_full(l, q->g))
+            break;
+        list_remove(&q->ring); /* its group filled up after it joined the ring */
+        list_insert_tail(&q->g->held, &q->ring);
+    }
     ljob *j = container_of(list_pop_head(&q->fifo), ljob, node);
     j->running = 1;
     q->waiting--;
     l->waiting--;
     q->inflight++;
     l->inflight++;
+    if (q->g)
+        q->g->inflight++;
     if (q->rate > 0)
         q->tokens -= 1.0;
     /* Served: give up the turn, rejoining at the tail if still eligible. */
@@ -402,6 +486,8 @@ void limiter_done(limiter *l, ljob *j)
     j->q = NULL;
     q->inflight--;
     l->inflight--;
+    if (q->g && q->g->inflight-- == l->group_cap)
+        list_splice_tail(&l->eligible, &q->g->held); /* below its cap again: its held queues take their turns */
     queue_update(l, q);
     note_idle(l, q);
 }

@@ -4,7 +4,8 @@
  * cap per named queue (Kotlin's LimitingDispatcher): a ready job that cannot
  * start waits in its queue's FIFO and starts as slots free up. Queues that
  * have waiting jobs and free parallelism take turns for free global slots
- * (round robin), so one busy queue cannot starve the others. Pure
+ * (round robin), so one busy queue cannot starve the others; a group of
+ * queues (a namespace) may have a cap of its own. Pure
  * bookkeeping: no I/O, no clock; the caller embeds an ljob in its job. */
 #ifndef HW_LIMITER_H
 #define HW_LIMITER_H
@@ -26,6 +27,14 @@ typedef struct ljob {
 /* Creates a limiter allowing global_cap (>= 1) jobs in flight, with queues
  * created on demand with parallelism default_queue_cap (>= 1). */
 limiter *limiter_create(uint32_t global_cap, uint32_t default_queue_cap);
+
+/* Caps the jobs in flight of each group of queues at cap (>= 1): a queue
+ * named "a/b" is in group "a" (its namespace), one without '/' in group "".
+ * A group at its cap starts nothing more until one of its jobs is done,
+ * whatever the free global slots; its queues then take their turns again.
+ * A cap at or above the global cap is no cap (the default). Call before the
+ * first limiter_queue; returns -1 (and changes nothing) after it, or for 0. */
+int limiter_set_group_cap(limiter *l, uint32_t cap);
 
 /* Frees the limiter and its queues; jobs are the caller's. NULL is a no-op. */
 void limiter_free(limiter *l);

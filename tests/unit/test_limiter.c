@@ -230,9 +230,14 @@ struct qmodel {
     uint32_t cap;
     uint32_t inflight, waiting;
     int last_started; /* id of the last job started, for FIFO */
+    int group;        /* RW_GROUPS: queue i is in group i % RW_GROUPS */
 };
 
-enum { RW_QUEUES = 7, RW_JOBS = 20000, RW_GLOBAL = 6 };
+enum { RW_QUEUES = 7, RW_JOBS = 20000, RW_GLOBAL = 6, RW_GROUPS = 3 };
+
+/* The groups' jobs in flight, and their cap (RW_GLOBAL: no cap). */
+static uint32_t rw_group_inflight[RW_GROUPS];
+static uint32_t rw_group_cap;
 
 /* Starts every job that may start, checking the caps and FIFO at each. */
 static void drain(limiter *l, struct qmodel *m, uint32_t *inflight)
@@ -243,21 +248,23 @@ static void drain(limiter *l, struct qmodel *m, uint32_t *inflight)
         assert_int_equal(t->state, J_WAITING);
         assert_true(qm->inflight < qm->cap); /* it was allowed to start */
         assert_true(*inflight < RW_GLOBAL);
+        assert_true(rw_group_inflight[qm->group] < rw_group_cap);
         assert_true(t->id > qm->last_started);
         qm->last_started = t->id;
         t->state = J_RUNNING;
         qm->inflight++;
         qm->waiting--;
+        rw_group_inflight[qm->group]++;
         (*inflight)++;
     }
     /* Nothing more may start: the global cap is reached, or every queue
-     * with waiting jobs is at its own cap. */
+     * with waiting jobs is at its own cap or its group's. */
     assert_int_equal(limiter_inflight(l), *inflight);
     for (int i = 0; i < RW_QUEUES; i++) {
         assert_int_equal(limiter_queue_inflight(m[i].q), m[i].inflight);
         assert_int_equal(limiter_queue_waiting(m[i].q), m[i].waiting);
         if (*inflight < RW_GLOBAL && m[i].waiting > 0)
-            assert_true(m[i].inflight >= m[i].cap);
+            assert_true(m[i].inflight >= m[i].cap || rw_group_inflight[m[i].group] >= rw_group_cap);
     }
 }
 
@@ -287,6 +294,7 @@ static void random_step(limiter *l, struct qmodel *m, tjob *jobs, int *njobs, ui
         limiter_done(l, &t->j);
         t->state = J_DONE;
         m[t->qi].inflight--;
+        rw_group_inflight[m[t->qi].group]--;
         (*inflight)--;
     } else if (op < 95 && (t = pick(jobs, *njobs, J_WAITING)) != NULL) {
         assert_int_equal(limiter_remove(l, &t->j), 1);
@@ -299,19 +307,27 @@ static void random_step(limiter *l, struct qmodel *m, tjob *jobs, int *njobs, ui
     }
 }
 
-static void test_limiter_never_exceeds_either_cap_under_a_random_workload(void **state)
+/* group_cap RW_GLOBAL: no group cap. The groups are "g1", "g2" and "" (a
+ * queue name without '/'). */
+static void random_workload(uint32_t group_cap)
 {
-    (void)state;
     tjob *jobs = calloc(RW_JOBS, sizeof *jobs);
     struct qmodel m[RW_QUEUES];
     uint32_t inflight = 0;
     int njobs = 0;
     limiter *l = limiter_create(RW_GLOBAL, 2);
+    assert_int_equal(limiter_set_group_cap(l, group_cap), 0);
+    rw_group_cap = group_cap;
+    memset(rw_group_inflight, 0, sizeof rw_group_inflight);
     rng_state = 2024;
     for (int i = 0; i < RW_QUEUES; i++) {
         char name[16];
-        snprintf(name, sizeof name, "q%d", i);
-        m[i] = (struct qmodel){.q = limiter_queue(l, name), .cap = 2, .last_started = -1};
+        int g = i % RW_GROUPS;
+        if (g)
+            snprintf(name, sizeof name, "g%d/q%d", g, i);
+        else
+            snprintf(name, sizeof name, "q%d", i);
+        m[i] = (struct qmodel){.q = limiter_queue(l, name), .cap = 2, .last_started = -1, .group = g};
     }
     for (int step = 0; step < 200000; step++) {
         random_step(l, m, jobs, &njobs, &inflight);
@@ -324,6 +340,92 @@ static void test_limiter_never_exceeds_either_cap_under_a_random_workload(void *
     assert_int_equal(njobs, RW_JOBS);
     limiter_free(l);
     free(jobs);
+}
+
+static void test_limiter_never_exceeds_either_cap_under_a_random_workload(void **state)
+{
+    (void)state;
+    random_workload(RW_GLOBAL);
+}
+
+static void test_limiter_never_exceeds_a_group_cap_under_a_random_workload(void **state)
+{
+    (void)state;
+    random_workload(3);
+}
+
+/* One group's hanging jobs take at most its cap; another group's queue
+ * starts at once; a freed slot of the full group lets its held queues go
+ * on in their turns. */
+static void test_a_group_at_its_cap_leaves_the_other_slots_to_other_groups(void **state)
+{
+    (void)state;
+    limiter *l = limiter_create(4, 10);
+    assert_int_equal(limiter_set_group_cap(l, 2), 0);
+    lqueue *a1 = limiter_queue(l, "a/one"), *a2 = limiter_queue(l, "a/two");
+    lqueue *b = limiter_queue(l, "b/one"), *none = limiter_queue(l, "plain");
+    tjob ja[6], jb[2], jn[2];
+    for (int i = 0; i < 3; i++) {
+        push(l, a1, &ja[i], i);
+        push(l, a2, &ja[3 + i], 3 + i);
+    }
+    tjob *t1 = pop(l), *t2 = pop(l);
+    assert_ptr_equal(t1, &ja[0]);
+    assert_ptr_equal(t2, &ja[3]); /* round robin within the group */
+    assert_null(pop(l));           /* group a is full; 2 global slots free */
+    assert_int_equal(limiter_inflight(l), 2);
+    assert_int_equal(limiter_waiting(l), 4);
+    push(l, b, &jb[0], 0);
+    assert_ptr_equal(pop(l), &jb[0]);
+    push(l, none, &jn[0], 0);      /* a name without '/': group "", its own cap */
+    assert_ptr_equal(pop(l), &jn[0]);
+    push(l, b, &jb[1], 1);
+    assert_null(pop(l));           /* global cap */
+    limiter_done(l, &jb[0].j);
+    assert_ptr_equal(pop(l), &jb[1]); /* a is still full: b takes the slot */
+    limiter_done(l, &jb[1].j);
+    limiter_done(l, &jn[0].j);
+    assert_null(pop(l));           /* two slots free, but only a waits, and it is full */
+    limiter_done(l, &t1->j);       /* a below its cap: its held queues go on, in turn */
+    assert_ptr_equal(pop(l), &ja[1]);
+    assert_null(pop(l));
+    limiter_done(l, &t2->j);
+    assert_ptr_equal(pop(l), &ja[4]);
+    assert_null(pop(l));
+    limiter_free(l);
+}
+
+static void test_a_group_cap_is_set_before_the_first_queue_and_freed_with_its_last(void **state)
+{
+    (void)state;
+    limiter *l = limiter_create(4, 10);
+    assert_int_equal(limiter_set_group_cap(l, 0), -1);
+    assert_int_equal(limiter_set_group_cap(l, 1), 0);
+    tjob j[3];
+    for (int round = 0; round < 3; round++) { /* the group goes and comes back with its queue */
+        lqueue *q = limiter_queue(l, "ns/q");
+        push(l, q, &j[0], 0);
+        push(l, q, &j[1], 1);
+        assert_ptr_equal(pop(l), &j[0]);
+        assert_null(pop(l));
+        limiter_done(l, &j[0].j);
+        assert_ptr_equal(pop(l), &j[1]);
+        limiter_done(l, &j[1].j);
+        assert_int_equal(limiter_drop_idle(l), 1);
+    }
+    limiter_queue(l, "x");
+    assert_int_equal(limiter_set_group_cap(l, 2), -1); /* a queue exists */
+    limiter_free(l);
+    /* A cap at the global cap or above is no cap. */
+    l = limiter_create(2, 10);
+    assert_int_equal(limiter_set_group_cap(l, 2), 0);
+    lqueue *q = limiter_queue(l, "ns/q");
+    for (int i = 0; i < 3; i++)
+        push(l, q, &j[i], i);
+    assert_non_null(pop(l));
+    assert_non_null(pop(l));
+    assert_null(pop(l));
+    limiter_free(l);
 }
 
 static void test_a_paused_queue_starts_nothing_and_resumes_in_order(void **state)
@@ -693,6 +795,9 @@ int main(void)
         cmocka_unit_test(test_limiter_remove_takes_out_a_waiting_job_only),
         cmocka_unit_test(test_limiter_applies_a_raised_or_lowered_queue_cap),
         cmocka_unit_test(test_limiter_never_exceeds_either_cap_under_a_random_workload),
+        cmocka_unit_test(test_limiter_never_exceeds_a_group_cap_under_a_random_workload),
+        cmocka_unit_test(test_a_group_at_its_cap_leaves_the_other_slots_to_other_groups),
+        cmocka_unit_test(test_a_group_cap_is_set_before_the_first_queue_and_freed_with_its_last),
         cmocka_unit_test(test_a_paused_queue_starts_nothing_and_resumes_in_order),
         cmocka_unit_test(test_a_rate_limited_queue_starts_evenly_without_a_burst),
         cmocka_unit_test(test_a_tiny_rate_waits_at_most_the_longest_wait_and_never_spins),

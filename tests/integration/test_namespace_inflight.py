@@ -1,0 +1,93 @@
+"""One namespace's hanging targets do not hold every dispatch slot
+(HOOKWHEEL_MAX_INFLIGHT_PER_NAMESPACE, README "Authentication and
+namespaces"): with API tokens a namespace has at most half of
+HOOKWHEEL_MAX_INFLIGHT in flight by default, all its queues together, so
+another namespace's timers start at once; the held namespace goes on as soon
+as one of its attempts ends. Without tokens there is one namespace and no
+such cap.
+
+Real redis-server, real binary, a real receiver whose /hang path answers only
+after HANG_S."""
+import time
+
+from conftest import Reply, now_ms, scaled
+
+TOKEN_A = "tenant-a-token-7d2e41c9a0b8"
+TOKEN_B = "tenant-b-token-3f90b6e15d27"
+MAX_INFLIGHT = 8
+HANG_S = 25.0         # the hanging target answers this late (longer than any wait below)
+B_WITHIN_S = 6.0      # another namespace's timers start within this (they would wait HANG_S without the cap)
+GRACE = {"HOOKWHEEL_SHUTDOWN_GRACE_MS": "200"}  # do not wait for the hanging attempts at the end
+
+
+def bearer(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+def create(hw, tid, url, queue, token=None):
+    status, _, body = hw.api.create({"id": tid, "url": url, "queue": queue, "delay_ms": 0,
+                                     "timeout_ms": int(HANG_S * 2000)},
+                                    headers=bearer(token) if token else None)
+    assert status == 201, body
+
+
+def wait_hanging(receiver, n):
+    """Waits until n requests to /hang are being answered; returns how many arrived."""
+    got = receiver.wait_for(n, scaled(10), path="/hang")
+    return len(got)
+
+
+def test_a_namespace_whose_targets_hang_leaves_slots_to_another(tmp_path, redis, receiver, hookwheel_factory):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"a {TOKEN_A}\nb {TOKEN_B}\n")
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens),
+                                       "HOOKWHEEL_MAX_INFLIGHT": str(MAX_INFLIGHT), **GRACE})
+    receiver.default("/hang", Reply(204, delay_s=HANG_S))
+    # Twelve of a's timers in two queues: the cap is the namespace's, not a queue's.
+    for i in range(12):
+        create(hw, f"a-{i}", receiver.url("/hang"), f"q{i % 2}", TOKEN_A)
+    assert wait_hanging(receiver, MAX_INFLIGHT // 2) == MAX_INFLIGHT // 2
+    time.sleep(1.0)  # a's other timers are due and would start now, were there no cap
+    assert len(receiver.requests("/hang")) == MAX_INFLIGHT // 2
+    assert receiver.max_concurrent("/hang") == MAX_INFLIGHT // 2
+
+    t0 = now_ms()
+    for i in range(3):
+        create(hw, f"b-{i}", receiver.url("/b"), "q0", TOKEN_B)
+    got = receiver.wait_for(3, B_WITHIN_S, path="/b")
+    assert len(got) == 3, f"b's timers waited behind a's hanging attempts: {len(got)} of 3 in {B_WITHIN_S} s"
+    assert now_ms() - t0 < B_WITHIN_S * 1000
+    assert len(receiver.requests("/hang")) == MAX_INFLIGHT // 2  # b's attempts ended; a is still at its cap
+
+    # a's held timers wait their turn, not lost.
+    status, _, body = hw.api.request("GET", "/timers/a-11", headers=bearer(TOKEN_A))
+    assert status == 200 and body["state"] in ("scheduled", "firing"), body
+
+
+def test_a_held_namespace_goes_on_when_one_of_its_attempts_ends(tmp_path, redis, receiver, hookwheel_factory):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"a {TOKEN_A}\n")
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens),
+                                       "HOOKWHEEL_MAX_INFLIGHT": str(MAX_INFLIGHT),
+                                       "HOOKWHEEL_MAX_INFLIGHT_PER_NAMESPACE": "2", **GRACE})
+    receiver.plan("/hang", [Reply(204, delay_s=1.0), Reply(204, delay_s=HANG_S)])
+    receiver.default("/hang", Reply(204, delay_s=HANG_S))
+    for i in range(4):
+        create(hw, f"a-{i}", receiver.url("/hang"), "q", TOKEN_A)
+    assert wait_hanging(receiver, 2) == 2
+    # The first answers after 1 s: its slot goes to the third timer, and no more start.
+    got = receiver.wait_for(3, scaled(10), path="/hang")
+    assert len(got) == 3
+    time.sleep(1.0)
+    assert len(receiver.requests("/hang")) == 3
+    assert receiver.max_concurrent("/hang") == 2
+
+
+def test_without_tokens_one_namespace_may_use_every_slot(redis, receiver, hookwheel_factory):
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_MAX_INFLIGHT": str(MAX_INFLIGHT), **GRACE})
+    receiver.default("/hang", Reply(204, delay_s=HANG_S))
+    for i in range(MAX_INFLIGHT + 2):
+        create(hw, f"t-{i}", receiver.url("/hang"), f"q{i % 2}")
+    assert wait_hanging(receiver, MAX_INFLIGHT) == MAX_INFLIGHT
+    time.sleep(1.0)
+    assert len(receiver.requests("/hang")) == MAX_INFLIGHT  # the global cap, not half of it
