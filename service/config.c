@@ -177,7 +177,7 @@ static int set_value(config *cfg, const setting *s, const char *v, const char *f
     char *end;
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || n < s->min || n > s->max) {
+    if (errno || end == v || *end || !(v[0] >= '0' && v[0] <= '9') || n < s->min || n > s->max) { /* no sign, no blank */
         fprintf(stderr, "hookwheel: invalid %s '%s': expected an integer from %llu to %llu\n", from, v,
                 (unsigned long long)s->min, (unsigned long long)s->max);
         return -EINVAL;
@@ -270,6 +270,36 @@ static int tls_files_check(const config *cfg)
     return 0;
 }
 
+/* Names the environment's HOOKWHEEL_* variables that are no setting (a
+ * misspelt one would otherwise be ignored without a word), as warnings once
+ * the log level is known. HOOKWHEEL_URL and HOOKWHEEL_TOKEN are hookwheelctl's. */
+static void warn_unknown_env(void)
+{
+    extern char **environ;
+    char env[96];
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+        if (len < 11 || strncmp(*e, "HOOKWHEEL_", 10) != 0 || len >= sizeof env)
+            continue;
+        memcpy(env, *e, len);
+        env[len] = '\0';
+        if (strcmp(env, "HOOKWHEEL_URL") == 0 || strcmp(env, "HOOKWHEEL_TOKEN") == 0)
+            continue;
+        int known = 0, plain = 1;
+        for (size_t i = 0; i < len; i++)
+            plain &= (env[i] >= 'A' && env[i] <= 'Z') || (env[i] >= '0' && env[i] <= '9') || env[i] == '_';
+        char name[96];
+        for (size_t i = 0; i < NSETTINGS && !known; i++) {
+            env_name(&settings[i], name, sizeof name);
+            known = strcmp(name, env) == 0;
+        }
+        if (!known)
+            LOG(LOG_WARN, "an environment variable that is no setting is ignored (see --help)", "\"variable\":\"%s\"",
+                plain ? env : "HOOKWHEEL_ followed by other characters than A-Z, 0-9 and _");
+    }
+}
+
 static int check(config *cfg)
 {
     if (cfg->wheel_slots & (cfg->wheel_slots - 1)) {
@@ -284,6 +314,7 @@ static int check(config *cfg)
         return -EINVAL;
     }
     log_min_level = lvl;
+    warn_unknown_env();
     if (cfg->default_max_backoff_ms < cfg->default_min_backoff_ms ||
         cfg->default_max_backoff_ms > cfg->max_backoff_ms) {
         fprintf(stderr, "hookwheel: invalid HOOKWHEEL_DEFAULT_MAX_BACKOFF_MS: must lie between the "
@@ -385,7 +416,8 @@ void config_print_help(FILE *out)
     fprintf(out,
             "hookwheel %s - calls a URL later: delayed webhooks on Redis.\n\n"
             "usage: hookwheel [--setting=value ...]\n\n"
-            "Every setting is a flag and an environment variable (flags win):\n\n",
+            "Every setting is a flag and an environment variable (flags win); an unknown flag stops start-up,\n"
+            "a HOOKWHEEL_* variable that is no setting is ignored with a warning:\n\n",
             HOOKWHEEL_VERSION);
     for (size_t i = 0; i < NSETTINGS; i++) {
         const setting *s = &settings[i];

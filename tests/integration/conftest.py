@@ -29,14 +29,21 @@ from urllib.parse import urlsplit
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-HOOKWHEEL_BIN = os.environ.get("HOOKWHEEL_BIN") or str(REPO_ROOT / "build" / "hookwheel")
+# The test run's own HOOKWHEEL_* variables (the Makefile's), read here and then
+# taken out of this process's environment, so that no hookwheel a test starts
+# inherits them (hookwheel warns about HOOKWHEEL_* variables that are no
+# setting, and a test's own settings are given to each process explicitly).
+HARNESS = {k: os.environ.pop(k) for k in ("HOOKWHEEL_BIN", "HOOKWHEEL_TEST_SLOW", "HOOKWHEEL_TEST_REDIS",
+                                          "HOOKWHEEL_SKIPPED_FILE", "HOOKWHEEL_SHARD", "HOOKWHEEL_ONLY_FILE",
+                                          "HOOKWHEEL_TEST_SEED") if k in os.environ}
+HOOKWHEEL_BIN = HARNESS.get("HOOKWHEEL_BIN") or str(REPO_ROOT / "build" / "hookwheel")
 REDIS_SERVER = os.environ.get("REDIS_SERVER_BIN", "redis-server")
 
 
 def _is_sanitizer_build(path):
     """True when the binary was built with ASan/UBSan/TSan (slower)."""
-    if os.environ.get("HOOKWHEEL_TEST_SLOW"):
-        return os.environ["HOOKWHEEL_TEST_SLOW"] not in ("0", "")
+    if HARNESS.get("HOOKWHEEL_TEST_SLOW"):
+        return HARNESS["HOOKWHEEL_TEST_SLOW"] not in ("0", "")
     if "sanitize" in path:
         return True
     try:
@@ -969,7 +976,7 @@ def pytest_runtest_makereport(item, call):
 # cross-slot (make integration-cluster). A test that stops, restarts or
 # reconfigures its Redis is about one Redis and is skipped there (and run on
 # one Redis right after).
-CLUSTER_MODE = os.environ.get("HOOKWHEEL_TEST_REDIS") == "cluster"
+CLUSTER_MODE = HARNESS.get("HOOKWHEEL_TEST_REDIS") == "cluster"
 # On a cluster, watchdog leases need a hash-tagged prefix; hookwheel's own
 # lease keys then carry the tag too (README, "Redis Cluster").
 LEASE_PREFIX = "lease:{l}:" if CLUSTER_MODE else "lease:"
@@ -981,7 +988,7 @@ HW_LEASE = "hw:{l}:lease:" if CLUSTER_MODE else "hw:lease:"
 # them in HOOKWHEEL_SKIPPED_FILE, the second runs only the ones listed in
 # HOOKWHEEL_ONLY_FILE. Node ids are relative to the directory pytest runs in.
 def pytest_runtest_logreport(report):
-    path = os.environ.get("HOOKWHEEL_SKIPPED_FILE")
+    path = HARNESS.get("HOOKWHEEL_SKIPPED_FILE")
     if path and report.skipped and report.when in ("setup", "call"):
         with open(path, "a") as f:
             f.write(report.nodeid + "\n")
@@ -1019,16 +1026,16 @@ def _deselect(config, items, keep):
 
 
 def pytest_collection_modifyitems(config, items):
-    shard = os.environ.get("HOOKWHEEL_SHARD")
+    path = HARNESS.get("HOOKWHEEL_ONLY_FILE")
+    if path:  # first, so that a shard deals out the tests that run
+        with open(path) as f:
+            wanted = set(f.read().split("\n"))
+        _deselect(config, items, lambda i: i.nodeid in wanted)
+    shard = HARNESS.get("HOOKWHEEL_SHARD")
     if shard:
         k, n = (int(x) for x in shard.split("/"))
         mine = _shard_files(items, k, n)
         _deselect(config, items, lambda i: os.path.basename(str(i.fspath)) in mine)
-    path = os.environ.get("HOOKWHEEL_ONLY_FILE")
-    if path:
-        with open(path) as f:
-            wanted = set(f.read().split("\n"))
-        _deselect(config, items, lambda i: i.nodeid in wanted)
 
 
 class ClusterRedis:

@@ -135,3 +135,13 @@ def test_a_request_path_that_is_not_utf8_still_gives_a_utf8_json_line(redis, hoo
     assert got[0] == '/x\ufffd\ufffd"\\q'
     assert got[1].startswith("/" + "a" * 300 + "\u00e9") and set(got[1][301:]) == {"\u00e9"}
     assert got[2] == "/y\ufffd"
+
+
+def test_a_misspelt_setting_in_the_environment_is_named_in_a_warning(redis, hookwheel_factory):
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_MAX_INFLIGT": "5", "HOOKWHEEL_MAX_INFLIGHT": "7",
+                                       "HOOKWHEEL_URL": "http://127.0.0.1:1", "HOOKWHEEL_lower": "x"})
+    warned = [r.get("variable") for r in records(hw)
+              if r.get("level") == "warn" and r.get("msg", "").startswith("an environment variable that is no setting")]
+    assert sorted(warned) == ["HOOKWHEEL_ followed by other characters than A-Z, 0-9 and _",
+                              "HOOKWHEEL_MAX_INFLIGT"], warned
+    assert hw.api.request("GET", "/readyz")[0] == 200  # a warning, not a refusal

@@ -6,16 +6,15 @@ walks with small pages, bulk pause / resume / cancel, listings by label, and
 timers created and cancelled between pages. Each walk must meet exactly the
 matching timers, each once; a timer reported cancelled must never arrive.
 Reproducible: HOOKWHEEL_TEST_SEED picks the seed (printed on failure)."""
-import os
 import random
 import time
 import uuid
 
 import pytest
 
-from conftest import CLUSTER_MODE, SLOW, scaled, wait_until
+from conftest import CLUSTER_MODE, HARNESS, SLOW, scaled, wait_until
 
-SEED = int(os.environ.get("HOOKWHEEL_TEST_SEED", "20261127"))
+SEED = int(HARNESS.get("HOOKWHEEL_TEST_SEED", "20261127"))
 TOKENS = {"team-a": "token-a-0123456789abcdef", "team-b": "token-b-0123456789abcdef"}
 FAR = 3_600_000  # never due during the test
 

@@ -55,6 +55,12 @@ static void test_config_deadlines_outside_their_range_are_refused(void **state)
     config_free(&cfg);
     assert_int_equal(config_load(&cfg, 3, ip), -EINVAL);
     config_free(&cfg);
+    char *blank[] = {"hookwheel", "--max-inflight", " 5"};
+    char *plus[] = {"hookwheel", "--max-inflight", "+5"};
+    assert_int_equal(config_load(&cfg, 3, blank), -EINVAL); /* as "5 " is */
+    config_free(&cfg);
+    assert_int_equal(config_load(&cfg, 3, plus), -EINVAL);
+    config_free(&cfg);
     assert_int_equal(config_load(&cfg, 5, ok), 0);
     assert_int_equal(cfg.request_head_timeout_ms, 100);
     assert_int_equal(cfg.max_connections_per_ip, 64);
