@@ -42,6 +42,7 @@ void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy
         .default_min_backoff_ms = cfg->default_min_backoff_ms,
         .default_max_backoff_ms = cfg->default_max_backoff_ms,
         .policy = policy,
+        .max_stored_bytes = cfg->max_body_bytes,
     };
 }
 

@@ -1285,6 +1285,14 @@ static int parse_tree(json_t *root, const spec_limits *lim, uint64_t now_ms, tim
     if (parse_root(&c) < 0)
         goto out;
     dump_forms(&c);
+    if (c.lim->max_stored_bytes && c.s->stored_len > c.lim->max_stored_bytes) {
+        /* POST /timers bounds a timer by its request body; a batch item or a
+         * schedule's template is bounded the same way by what it stores. */
+        fail(err, "", "the timer is %zu bytes as stored, over the %zu a timer may have (HOOKWHEEL_MAX_BODY_BYTES)",
+             c.s->stored_len, c.lim->max_stored_bytes);
+        err->status = 413;
+        goto out;
+    }
     *out = c.s;
     c.s = NULL;
     rc = 0;

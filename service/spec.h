@@ -64,10 +64,11 @@ typedef struct spec_limits {
     uint64_t default_min_backoff_ms;
     uint64_t default_max_backoff_ms;
     const struct netpolicy *policy; /* NULL: the URL's host is not checked */
+    size_t max_stored_bytes;      /* the spec as stored (timer_spec.stored): 413 beyond; 0: no limit */
 } spec_limits;
 
 typedef struct spec_error {
-    int status;        /* HTTP status to answer: 400 */
+    int status;        /* HTTP status to answer: 400, or 413 for a spec over max_stored_bytes */
     char field[96];    /* offending field as a dotted path ("retry.max_attempts",
                           "headers.X-Foo"), or "" when the whole body is at fault */
     char detail[256];  /* one sentence for a human */

@@ -141,6 +141,17 @@ def test_a_large_batch_body_is_accepted_up_to_its_own_cap(hookwheel_factory, red
     # single creates keep the smaller cap
     status, _, _ = hw.api.create({"url": receiver.url("/"), "delay_ms": 1000, "body": "y" * 70_000})
     assert status == 413
+    # and so does each item of a batch: the one too large is refused alone
+    specs = [{"id": "fits", "url": receiver.url("/big"), "delay_ms": 60_000, "body": "y" * 60_000},
+             {"id": "too-big", "url": receiver.url("/big"), "delay_ms": 60_000, "body": "y" * 70_000}]
+    status, _, body = batch(hw.api, specs)
+    assert status == 200 and body["created"] == 1 and body["failed"] == 1, body
+    item = body["items"][1]
+    assert item["status"] == 413 and item["id"] == "too-big", item
+    assert "HOOKWHEEL_MAX_BODY_BYTES" in item["detail"], item
+    assert hw.api.get("too-big")[0] == 404
+    status, _, body = batch(hw.api, specs, atomic=True)
+    assert status == 400 and body["items"][1]["status"] == 413, body
 
 
 def label_page(api, state, label, cursor=None):

@@ -1153,6 +1153,26 @@ static void test_spec_free_accepts_null(void **state)
     spec_free(NULL);
 }
 
+/* A spec over max_stored_bytes as stored is refused with 413; one at it is kept. */
+static void test_a_spec_larger_as_stored_than_the_limit_is_413(void **state)
+{
+    (void)state;
+    spec_limits l = lim;
+    timer_spec *s = parse_with("{'url':'https://example.com/x','delay_ms':5,'body':'abcdef'}", &lim);
+    l.max_stored_bytes = s->stored_len;
+    spec_free(s);
+    s = parse_with("{'url':'https://example.com/x','delay_ms':5,'body':'abcdef'}", &l);
+    spec_free(s);
+    char *j = req("{'url':'https://example.com/x','delay_ms':5,'body':'abcdefg'}");
+    spec_error err = {0};
+    s = NULL;
+    assert_int_equal(spec_parse(j, strlen(j), &l, NOW, &s, &err), -EINVAL);
+    assert_null(s);
+    assert_int_equal(err.status, 413);
+    assert_non_null(strstr(err.detail, "HOOKWHEEL_MAX_BODY_BYTES"));
+    free(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1224,6 +1244,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_keys_are_rejected_naming_the_key),
         cmocka_unit_test(test_nul_bytes_and_invalid_utf8_are_rejected),
         cmocka_unit_test(test_spec_free_accepts_null),
+        cmocka_unit_test(test_a_spec_larger_as_stored_than_the_limit_is_413),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
