@@ -147,13 +147,32 @@ integration: check-deps $(BIN) $(CLI_BIN) $(BUILD)/tests/test_cron_oracle
 # one Redis (stopping it, its config, old layouts) skip there and run right
 # after on one Redis, so every test runs once. test-sanitize runs it under
 # the sanitizers (the suite runs once plain, on one Redis, and once here).
+# The cluster pass runs as INTEGRATION_SHARDS processes like the plain suite,
+# each on a cluster of its own; the one-Redis remainder runs after them, in
+# as many processes.
 integration-cluster: check-deps $(BIN) $(CLI_BIN) $(BUILD)/tests/test_cron_oracle
-	@rm -f $(abspath $(BUILD))/cluster-skipped.txt
-	cd tests/integration && HOOKWHEEL_TEST_REDIS=cluster HOOKWHEEL_BIN=$(abspath $(BIN)) \
-	  HOOKWHEEL_SKIPPED_FILE=$(abspath $(BUILD))/cluster-skipped.txt $(PYTHON) -m pytest -q -p no:cacheprovider .
-	cd tests/integration && touch $(abspath $(BUILD))/cluster-skipped.txt && HOOKWHEEL_BIN=$(abspath $(BIN)) \
-	  HOOKWHEEL_ONLY_FILE=$(abspath $(BUILD))/cluster-skipped.txt $(PYTHON) -m pytest -q -rs -p no:cacheprovider . \
-	  || [ $$? -eq 5 ]
+	@set -u; n=$(INTEGRATION_SHARDS); out=$(abspath $(BUILD)); pids=""; \
+	rm -f $$out/cluster-skipped*.txt; \
+	for k in $$(seq 1 $$n); do \
+	  (cd tests/integration && HOOKWHEEL_SHARD=$$k/$$n HOOKWHEEL_TEST_REDIS=cluster HOOKWHEEL_BIN=$(abspath $(BIN)) \
+	    HOOKWHEEL_SKIPPED_FILE=$$out/cluster-skipped-$$k.txt $(PYTHON) -m pytest -q -p no:cacheprovider \
+	    --basetemp=$$out/pytest-cluster-$$k . > $$out/integration-cluster-$$k.log 2>&1) & \
+	  pids="$$pids $$!"; \
+	done; \
+	rc=0; for p in $$pids; do wait $$p || rc=1; done; \
+	for k in $$(seq 1 $$n); do echo "== integration on a Redis Cluster, part $$k of $$n"; \
+	  cat $$out/integration-cluster-$$k.log; touch $$out/cluster-skipped-$$k.txt; done; \
+	cat $$out/cluster-skipped-*.txt > $$out/cluster-skipped.txt; pids=""; \
+	for k in $$(seq 1 $$n); do \
+	  (cd tests/integration && HOOKWHEEL_SHARD=$$k/$$n HOOKWHEEL_BIN=$(abspath $(BIN)) \
+	    HOOKWHEEL_ONLY_FILE=$$out/cluster-skipped.txt $(PYTHON) -m pytest -q -rs -p no:cacheprovider \
+	    --basetemp=$$out/pytest-cluster-only-$$k . > $$out/integration-cluster-only-$$k.log 2>&1 || [ $$? -eq 5 ]) & \
+	  pids="$$pids $$!"; \
+	done; \
+	for p in $$pids; do wait $$p || rc=1; done; \
+	for k in $$(seq 1 $$n); do echo "== the tests the cluster skipped, on one Redis, part $$k of $$n"; \
+	  cat $$out/integration-cluster-only-$$k.log; done; \
+	exit $$rc
 
 # The same suites under AddressSanitizer and UndefinedBehaviorSanitizer, with
 # UBSan's float checks too (not in `undefined`): an out-of-range float to
