@@ -5,12 +5,19 @@
 
 #include "xalloc.h"
 
+/* The length of the sequence lead byte c starts (1 to 4), or 0 when c
+ * starts none (a continuation byte, or a byte UTF-8 never uses). */
+static size_t utf8_lead_len(unsigned char c)
+{
+    return c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+}
+
 /* The length of the UTF-8 sequence starting at s[0..avail), or 0 when it is
  * not a valid one (RFC 3629's table of well-formed byte sequences). */
 static size_t utf8_seq(const unsigned char *s, size_t avail)
 {
     unsigned char c = s[0];
-    size_t n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    size_t n = utf8_lead_len(c);
     if (!n || n > avail)
         return 0;
     for (size_t k = 1; k < n; k++)
@@ -40,8 +47,7 @@ size_t utf8_whole_prefix(const unsigned char *s, size_t len)
         k++;
     if (k == len)
         return len;
-    unsigned char c = s[len - 1 - k];
-    size_t want = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    size_t want = utf8_lead_len(s[len - 1 - k]);
     return want > k + 1 ? len - 1 - k : len;
 }
 
