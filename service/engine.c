@@ -1633,8 +1633,10 @@ static void collect_demand(lqueue *q, void *arg)
     permits_call *c = arg;
     uint32_t inflight = limiter_queue_inflight(q);
     /* A stopping engine starts nothing more: it wants no permits, and holds
-     * those of its attempts in flight until they end (give-back). */
-    uint32_t want = c->give_back || atomic_load(&c->e->stop) ? 0 : inflight + limiter_queue_waiting(q);
+     * those of its attempts in flight until they end (give-back). Jobs its
+     * namespace's cap holds back are not wanted now either: permits held
+     * for them would be idle while another instance could use them. */
+    uint32_t want = c->give_back || atomic_load(&c->e->stop) ? 0 : inflight + limiter_queue_startable(c->e->lim, q);
     if (!want && !inflight && !limiter_queue_grant(q))
         return; /* nothing held, nothing wanted: nothing to say */
     if (c->skip) {

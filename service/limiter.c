@@ -514,4 +514,12 @@ uint32_t limiter_queue_inflight(const lqueue *q) { return q->inflight; }
 
 uint32_t limiter_queue_waiting(const lqueue *q) { return q->waiting; }
 
+uint32_t limiter_queue_startable(const limiter *l, const lqueue *q)
+{
+    if (!q->g)
+        return q->waiting;
+    uint32_t room = q->g->inflight < l->group_cap ? l->group_cap - q->g->inflight : 0;
+    return q->waiting < room ? q->waiting : room;
+}
+
 const char *limiter_queue_name(const lqueue *q) { return q->name; }

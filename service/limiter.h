@@ -135,6 +135,9 @@ uint32_t limiter_inflight(const limiter *l);
 uint32_t limiter_waiting(const limiter *l);
 uint32_t limiter_queue_inflight(const lqueue *q);
 uint32_t limiter_queue_waiting(const lqueue *q);
+/* Of q's waiting jobs, how many its group's cap would let start now (all of
+ * them without a group cap); the queue's own caps are not counted. */
+uint32_t limiter_queue_startable(const limiter *l, const lqueue *q);
 const char *limiter_queue_name(const lqueue *q);
 
 #endif

@@ -91,3 +91,36 @@ def test_without_tokens_one_namespace_may_use_every_slot(redis, receiver, hookwh
     assert wait_hanging(receiver, MAX_INFLIGHT) == MAX_INFLIGHT
     time.sleep(1.0)
     assert len(receiver.requests("/hang")) == MAX_INFLIGHT  # the global cap, not half of it
+
+
+def test_permits_of_a_shared_queue_go_where_the_namespace_cap_lets_them_be_used(
+        tmp_path, redis, receiver, hookwheel_factory):
+    """A deployment-wide queue (parallelism 1, shared through permits in
+    Redis) whose namespace is at its cap on one instance: that instance's
+    waiting timers of the queue do not hold the permit, so another instance
+    runs the queue's timers meanwhile."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"a {TOKEN_A}\n")
+    env = {"HOOKWHEEL_API_TOKENS_FILE": str(tokens), "HOOKWHEEL_MAX_INFLIGHT": "4", **GRACE}
+    one, two = hookwheel_factory(redis, env=env), hookwheel_factory(redis, env=env)
+    status, _, body = one.api.request("PUT", "/queues/shared", json_body={"parallelism": 1}, headers=bearer(TOKEN_A))
+    assert status in (200, 201) and body["scope"] == "deployment", body
+    time.sleep(1.2)  # every instance reads the queue's controls (every 0.5 s)
+    receiver.default("/hang", Reply(204, delay_s=HANG_S))
+    for i in range(2):  # a's cap on each instance is 2: held by `one` with these
+        create(one, f"hang-{i}", receiver.url("/hang"), "slow", TOKEN_A)
+    assert wait_hanging(receiver, 2) == 2
+    for i in range(2):  # held by `one` (created through it, due now), behind a's cap there
+        create(one, f"s1-{i}", receiver.url("/s1"), "shared", TOKEN_A)
+    time.sleep(1.0)     # `one` would have asked for the queue's permits meanwhile
+    # `one` neither wants nor holds any: an entry is "<held> <rate> <want> <expires>"
+    entry = redis.cmd("HGET", "hw:{queues}:pm:a/shared", one.instance_id)
+    assert entry is None or entry.split()[0::2] == ["0", "0"], entry
+    t0 = now_ms()
+    for i in range(3):
+        create(two, f"s2-{i}", receiver.url("/s2"), "shared", TOKEN_A)
+    got = receiver.wait_for(3, B_WITHIN_S, path="/s2")
+    assert len(got) == 3, f"{len(got)} of 3 of the queue's timers ran on the other instance in {B_WITHIN_S} s"
+    assert now_ms() - t0 < B_WITHIN_S * 1000
+    assert receiver.requests("/s1") == []  # still behind a's cap on `one`
+    assert receiver.max_concurrent("/s2") == 1

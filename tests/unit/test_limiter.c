@@ -386,7 +386,11 @@ static void test_a_group_at_its_cap_leaves_the_other_slots_to_other_groups(void 
     limiter_done(l, &jb[1].j);
     limiter_done(l, &jn[0].j);
     assert_null(pop(l));           /* two slots free, but only a waits, and it is full */
+    assert_int_equal(limiter_queue_waiting(a1), 2);
+    assert_int_equal(limiter_queue_startable(l, a1), 0); /* its group is full */
+    assert_int_equal(limiter_queue_startable(l, b), 0);  /* nothing waits */
     limiter_done(l, &t1->j);       /* a below its cap: its held queues go on, in turn */
+    assert_int_equal(limiter_queue_startable(l, a1), 1); /* one slot of its group free */
     assert_ptr_equal(pop(l), &ja[1]);
     assert_null(pop(l));
     limiter_done(l, &t2->j);
@@ -422,6 +426,7 @@ static void test_a_group_cap_is_set_before_the_first_queue_and_freed_with_its_la
     lqueue *q = limiter_queue(l, "ns/q");
     for (int i = 0; i < 3; i++)
         push(l, q, &j[i], i);
+    assert_int_equal(limiter_queue_startable(l, q), 3); /* no group cap */
     assert_non_null(pop(l));
     assert_non_null(pop(l));
     assert_null(pop(l));
