@@ -64,6 +64,7 @@
  * kept by Redis this long after a call, trusted here this much less than
  * that, and asked for at once no more often than every PERMITS_GAP_MS. */
 #define PERMITS_RENEW_MS 250
+#define HOLDS_REPORT_MS 10000 /* a namespace held back by its cap is logged at most this often */
 #define PERMITS_TTL_MS 3000
 #define PERMITS_MARGIN_MS 500
 #define PERMITS_GAP_MS 20
@@ -152,6 +153,7 @@ struct engine {
     wlease *lease;
     reaper *rp;
     uint64_t next_reap_ms;
+    uint64_t next_holds_ms;   /* the next report of namespaces their cap held back */
     int reconciling;         /* a reconciliation round runs (reconcile_start) */
     uint64_t reconcile_until; /* its claims due by then are examined */
     int lease_lost_logged;
@@ -1767,11 +1769,22 @@ static void unregister_instance(engine *e)
     watchdog_remove(e->wd, e->lease, 1, op_done_cb, e);
 }
 
+static void log_hold(const char *ns, uint32_t cap, uint32_t holds, void *arg)
+{
+    (void)arg;
+    LOG(LOG_WARN, "a namespace had its cap of attempts in flight: its due timers waited for its own to end",
+        "\"namespace\":\"%s\",\"cap\":%u,\"holds\":%u", ns, cap, holds);
+}
+
 /* Periodic work besides the wheel: lease renewal, the reaper and the sweep.
  * Returns when the next of the first two is due. */
 static uint64_t housekeeping(engine *e, uint64_t now)
 {
     uint64_t next = watchdog_run(e->wd, now);
+    if (now >= e->next_holds_ms) { /* (no wake-up of its own: holds happen while the loop is busy) */
+        limiter_report_holds(e->lim, log_hold, e);
+        e->next_holds_ms = now + HOLDS_REPORT_MS;
+    }
     poll_queue_settings(e, now);
     if (e->next_queues_ms < next)
         next = e->next_queues_ms;

@@ -75,6 +75,7 @@ typedef struct lgroup {
     struct list_node held; /* its queues eligible but for the group's cap, in turn order */
     uint32_t inflight;
     uint32_t queues;       /* queues pointing at it: freed with the last */
+    uint32_t holds;        /* queues moved to `held` since limiter_report_holds */
     char name[];
 } lgroup;
 
@@ -460,6 +461,7 @@ ljob *limiter_pop_ready(limiter *l)
             break;
         list_remove(&q->ring); /* its group filled up after it joined the ring */
         list_insert_tail(&q->g->held, &q->ring);
+        q->g->holds++;
     }
     ljob *j = container_of(list_pop_head(&q->fifo), ljob, node);
     j->running = 1;
@@ -513,6 +515,29 @@ uint32_t limiter_waiting(const limiter *l) { return l->waiting; }
 uint32_t limiter_queue_inflight(const lqueue *q) { return q->inflight; }
 
 uint32_t limiter_queue_waiting(const lqueue *q) { return q->waiting; }
+
+typedef struct holds_ctx {
+    const limiter *l;
+    void (*fn)(const char *group, uint32_t cap, uint32_t holds, void *arg);
+    void *arg;
+} holds_ctx;
+
+static void report_holds(strtab_node *n, void *arg)
+{
+    holds_ctx *c = arg;
+    lgroup *g = container_of(n, lgroup, byname);
+    if (g->holds) {
+        c->fn(g->name, c->l->group_cap, g->holds, c->arg);
+        g->holds = 0;
+    }
+}
+
+void limiter_report_holds(limiter *l, void (*fn)(const char *group, uint32_t cap, uint32_t holds, void *arg),
+                          void *arg)
+{
+    holds_ctx c = {l, fn, arg};
+    strtab_each(&l->groups, report_holds, &c);
+}
 
 uint32_t limiter_queue_startable(const limiter *l, const lqueue *q)
 {

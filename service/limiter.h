@@ -36,6 +36,12 @@ limiter *limiter_create(uint32_t global_cap, uint32_t default_queue_cap);
  * first limiter_queue; returns -1 (and changes nothing) after it, or for 0. */
 int limiter_set_group_cap(limiter *l, uint32_t cap);
 
+/* Calls fn for every group whose cap held a queue's jobs back since the
+ * last call (holds: how many times a queue of it was set aside for it), and
+ * starts counting again. O(groups). fn must not change the limiter. */
+void limiter_report_holds(limiter *l, void (*fn)(const char *group, uint32_t cap, uint32_t holds, void *arg),
+                          void *arg);
+
 /* Frees the limiter and its queues; jobs are the caller's. NULL is a no-op. */
 void limiter_free(limiter *l);
 

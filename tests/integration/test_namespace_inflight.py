@@ -8,9 +8,10 @@ such cap.
 
 Real redis-server, real binary, a real receiver whose /hang path answers only
 after HANG_S."""
+import json
 import time
 
-from conftest import Reply, now_ms, scaled
+from conftest import Reply, now_ms, scaled, wait_until
 
 TOKEN_A = "tenant-a-token-7d2e41c9a0b8"
 TOKEN_B = "tenant-b-token-3f90b6e15d27"
@@ -62,6 +63,13 @@ def test_a_namespace_whose_targets_hang_leaves_slots_to_another(tmp_path, redis,
     # a's held timers wait their turn, not lost.
     status, _, body = hw.api.request("GET", "/timers/a-11", headers=bearer(TOKEN_A))
     assert status == 200 and body["state"] in ("scheduled", "firing"), body
+    # and the operator is told (at most every 10 s a namespace), b is not named
+    def held():
+        return [json.loads(l) for l in hw.log.read_text(errors="replace").splitlines()
+                if '"msg":"a namespace had its cap of attempts in flight' in l]
+    assert wait_until(held, scaled(15)), hw.log_tail(10)
+    assert {r["namespace"] for r in held()} == {"a"} and held()[0]["cap"] == MAX_INFLIGHT // 2
+    assert held()[0]["level"] == "warn"
 
 
 def test_a_held_namespace_goes_on_when_one_of_its_attempts_ends(tmp_path, redis, receiver, hookwheel_factory):

@@ -354,6 +354,19 @@ static void test_limiter_never_exceeds_a_group_cap_under_a_random_workload(void 
     random_workload(3);
 }
 
+static char held_names[256];
+static unsigned held_calls;
+
+static void note_holds(const char *group, uint32_t cap, uint32_t holds, void *arg)
+{
+    (void)arg;
+    assert_int_equal(cap, 2);
+    assert_true(holds >= 1);
+    strncat(held_names, group, sizeof held_names - strlen(held_names) - 2);
+    strcat(held_names, ";");
+    held_calls++;
+}
+
 /* One group's hanging jobs take at most its cap; another group's queue
  * starts at once; a freed slot of the full group lets its held queues go
  * on in their turns. */
@@ -389,6 +402,12 @@ static void test_a_group_at_its_cap_leaves_the_other_slots_to_other_groups(void 
     assert_int_equal(limiter_queue_waiting(a1), 2);
     assert_int_equal(limiter_queue_startable(l, a1), 0); /* its group is full */
     assert_int_equal(limiter_queue_startable(l, b), 0);  /* nothing waits */
+    held_names[0] = '\0';
+    held_calls = 0;
+    limiter_report_holds(l, note_holds, NULL);
+    assert_string_equal(held_names, "a;"); /* only a was held back */
+    limiter_report_holds(l, note_holds, NULL);
+    assert_int_equal(held_calls, 1);       /* and counting starts again */
     limiter_done(l, &t1->j);       /* a below its cap: its held queues go on, in turn */
     assert_int_equal(limiter_queue_startable(l, a1), 1); /* one slot of its group free */
     assert_ptr_equal(pop(l), &ja[1]);
