@@ -615,22 +615,35 @@ static int conn_open(store *s, const char *host, int port, int *warned, conn *k)
     return -EIO;
 }
 
-static int simple_ok(conn *k, const char *fmt, const char *a, const char *b)
+/* A refusal is logged once an outage (*warned, the node's: reset when a
+ * connection is made), or every time at debug level: a user without rights
+ * or a full disk would otherwise log it at every reconnect, up to every 2 s.
+ * The login (AUTH) is said every time: on a cluster the slot map is asked
+ * for with connections that keep no outage state. */
+static int simple_ok(conn *k, const char *fmt, const char *a, const char *b, int *warned)
 {
     redisReply *r = b ? conn_command(k, fmt, a, b) : conn_command(k, fmt, a);
     int ok = r && r->type != REDIS_REPLY_ERROR;
     char eb[256];
-    if (r && !ok)
+    if (r && !ok && (!*warned || log_min_level <= LOG_DEBUG))
         LOG(LOG_ERROR, "Redis refused a start-up command", "\"error\":\"%s\"", log_json_escape(r->str, eb, sizeof eb));
+    if (r && !ok)
+        *warned = 1;
     freeReplyObject(r);
     return ok;
 }
 
-static int load_scripts(conn *k)
+static int load_scripts(conn *k, int *warned)
 {
     redisReply *r = conn_command(k, "FUNCTION LOAD REPLACE %s", lib_src);
     int ok = r && r->type == REDIS_REPLY_STRING && strcmp(r->str, lib_name) == 0;
     char eb[256];
+    if (r && !ok && *warned && log_min_level > LOG_DEBUG) { /* said once an outage, as in simple_ok */
+        freeReplyObject(r);
+        return -EIO;
+    }
+    if (r && !ok)
+        *warned = 1;
     /* A user without the right to load it is told so: NOPERM is no
      * question of the server's version. */
     if (r && !ok && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOPERM", 6) == 0)
@@ -661,8 +674,8 @@ static int open_ctx(store *s, const char *host, int port, int *warned, conn *k)
         return -EIO;
     int ok = 1;
     if (s->password)
-        ok = s->user && s->user[0] ? simple_ok(k, "AUTH %s %s", s->user, s->password)
-                                   : simple_ok(k, "AUTH %s", s->password, NULL);
+        ok = s->user && s->user[0] ? simple_ok(k, "AUTH %s %s", s->user, s->password, &(int){0})
+                                   : simple_ok(k, "AUTH %s", s->password, NULL, &(int){0}); /* said every time */
     if (!ok) {
         conn_close(k);
         return -EIO;
@@ -728,9 +741,9 @@ static int connect_node(store *s, node *n)
     if (ok && s->db) {
         char db[16];
         snprintf(db, sizeof db, "%d", s->db);
-        ok = simple_ok(&k, "SELECT %s", db, NULL);
+        ok = simple_ok(&k, "SELECT %s", db, NULL, &n->warned);
     }
-    if (!ok || load_scripts(&k) < 0) {
+    if (!ok || load_scripts(&k, &n->warned) < 0) {
         conn_close(&k);
         n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : RECONNECT_MIN_MS;
         if (n->backoff_ms > RECONNECT_MAX_MS)
@@ -1112,8 +1125,8 @@ static void resend(store *s, cmd *c, redisReply *r, int i)
             freeReplyObject(r);
             hold(s, c);
             return;
-        } else if (s->nodes[i].conn.ctx && load_scripts(&s->nodes[i].conn) < 0) { /* Function not found */
-            break;
+        } else if (s->nodes[i].conn.ctx && load_scripts(&s->nodes[i].conn, &(int){0}) < 0) { /* Function not found */
+            break; /* (logged each time: the node is connected, so this is no reconnect loop) */
         }
         freeReplyObject(r);
         r = send_alone(s, i, c, asking);

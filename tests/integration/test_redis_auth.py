@@ -2,6 +2,8 @@
 is off and hookwheel logs in as its own user from the URL
 (redis://user:password@host:port). Real redis-server, real binary, real
 receiver."""
+import time
+
 import pytest
 
 from conftest import CLUSTER_MODE, Hookwheel, free_port, scaled, wait_until
@@ -41,7 +43,9 @@ def test_a_wrong_password_keeps_the_instance_unready_and_says_why(redis, tmp_pat
 
 def test_a_user_that_may_not_load_the_functions_is_told_so_not_to_upgrade_redis(redis, tmp_path):
     redis.cmd("ACL", "SETUSER", "hookwheel", "on", ">s3cret:pass", "~*", "&*", "+@all", "-function|load")
-    hw = Hookwheel(tmp_path, f"redis://hookwheel:s3cret%3Apass@127.0.0.1:{redis.port}", name="noload")
+    # at info: at debug every refusal is logged
+    hw = Hookwheel(tmp_path, f"redis://hookwheel:s3cret%3Apass@127.0.0.1:{redis.port}", name="noload",
+                   args=["--log-level", "info"])
     hw.port = free_port()
     hw._spawn()  # not start(): it would wait for a readiness that must not come
     try:
@@ -49,6 +53,11 @@ def test_a_user_that_may_not_load_the_functions_is_told_so_not_to_upgrade_redis(
         assert wait_until(lambda: _status(hw, "/readyz") == 503, scaled(5))
         refusals = [line for line in hw.log_tail(200).splitlines() if "function library" in line]
         assert refusals and all("may not load it" in line and "7.0" not in line for line in refusals), refusals
+        # several reconnects (the backoff grows to 2 s): the refusal is said once a connection,
+        # the timers' and the leases' (14 lines in these 5 s when it was said at every reconnect)
+        time.sleep(5.0)
+        refusals = [line for line in hw.log_tail(400).splitlines() if "function library" in line]
+        assert len(refusals) <= 2, refusals
     finally:
         hw.stop()
 
