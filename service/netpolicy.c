@@ -7,7 +7,8 @@
  *
  * IPv6 addresses that carry an IPv4 address (IPv4-mapped ::ffff:0:0/96,
  * IPv4-translated ::ffff:0:0:0/96, the deprecated IPv4-compatible ::/96,
- * NAT64 64:ff9b::/96, 6to4 2002::/16) are judged by the embedded IPv4
+ * NAT64 64:ff9b::/96, 6to4 2002::/16, Teredo 2001::/32, whose client
+ * address is the last 32 bits inverted) are judged by the embedded IPv4
  * address too: [::ffff:127.0.0.1] reaches the loopback as surely as
  * 127.0.0.1 does, and a translator may make [::127.0.0.1] do so. The
  * local-use NAT64 prefix 64:ff9b:1::/48 places the IPv4 address by its
@@ -139,7 +140,7 @@ static const prefix *find(const prefix *tab, size_t n, const ipaddr *a)
 }
 
 /* The IPv4 address an IPv6 address carries (mapped, translated,
- * compatible, NAT64, 6to4): 1 and *v4, or 0. */
+ * compatible, NAT64, 6to4, Teredo's client): 1 and *v4, or 0. */
 static int embedded_v4(const ipaddr *a, ipaddr *v4)
 {
     static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -154,6 +155,15 @@ static int embedded_v4(const ipaddr *a, ipaddr *v4)
         src = a->b + 12;
     else if (a->b[0] == 0x20 && a->b[1] == 0x02)
         src = a->b + 2;
+    else if (a->b[0] == 0x20 && a->b[1] == 0x01 && a->b[2] == 0 && a->b[3] == 0) {
+        /* Teredo (RFC 4380): traffic goes to the client, whose address is
+         * the last 32 bits, inverted */
+        memset(v4, 0, sizeof *v4);
+        v4->family = AF_INET;
+        for (int i = 0; i < 4; i++)
+            v4->b[i] = (unsigned char)~a->b[12 + i];
+        return 1;
+    }
     if (!src)
         return 0;
     memset(v4, 0, sizeof *v4);

@@ -40,6 +40,8 @@ static void test_internal_literals_in_every_spelling_are_forbidden(void **state)
         "[fe80::1%25eth0]", "[ff02::1]", "224.0.0.1", "255.255.255.255", "240.0.0.1",
         "198.18.0.1", "192.0.0.8", "[64:ff9b::a9fe:a9fe]", "[2002:7f00:1::]", "127.0.0.1.",
         "[::127.0.0.1]", "[::ffff:0:127.0.0.1]", "[::ffff:0:a9fe:a9fe]", "[64:ff9b:1::7f00:1]",
+        "[2001:0:4136:e378:8000:63bf:80ff:fffe]", /* Teredo, client 127.0.0.1 (inverted) */
+        "[2001:0:4136:e378:8000:63bf:5601:5601]", /* Teredo, client 169.254.169.254 */
     };
     netpolicy *p = make(NULL);
     for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
@@ -55,6 +57,7 @@ static void test_public_addresses_and_names_pass(void **state)
     static const char *const hosts[] = {
         "8.8.8.8", "1.1.1.1", "[2001:db8::1]", "[2606:4700::1111]", "example.com",
         "localhost.example.com", "172.32.0.1", "100.128.0.1", "[::ffff:8.8.8.8]",
+        "[2001:0:4136:e378:8000:63bf:f7f7:f7f7]", /* Teredo, client 8.8.8.8 */
     };
     netpolicy *p = make("");
     for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
