@@ -32,6 +32,17 @@ def create(hw, tid, url, queue, token=None):
     assert status == 201, body
 
 
+def three_start_at_once(hw, receiver, path, queue, token):
+    """Creates three timers due now to path through hw; all three must start
+    within B_WITHIN_S."""
+    t0 = now_ms()
+    for i in range(3):
+        create(hw, f"{path.strip('/')}-{i}", receiver.url(path), queue, token)
+    got = receiver.wait_for(3, B_WITHIN_S, path=path)
+    assert len(got) == 3, f"{len(got)} of 3 timers to {path} started within {B_WITHIN_S} s"
+    assert now_ms() - t0 < B_WITHIN_S * 1000
+
+
 def wait_hanging(receiver, n):
     """Waits until n requests to /hang are being answered; returns how many arrived."""
     got = receiver.wait_for(n, scaled(10), path="/hang")
@@ -52,12 +63,7 @@ def test_a_namespace_whose_targets_hang_leaves_slots_to_another(tmp_path, redis,
     assert len(receiver.requests("/hang")) == MAX_INFLIGHT // 2
     assert receiver.max_concurrent("/hang") == MAX_INFLIGHT // 2
 
-    t0 = now_ms()
-    for i in range(3):
-        create(hw, f"b-{i}", receiver.url("/b"), "q0", TOKEN_B)
-    got = receiver.wait_for(3, B_WITHIN_S, path="/b")
-    assert len(got) == 3, f"b's timers waited behind a's hanging attempts: {len(got)} of 3 in {B_WITHIN_S} s"
-    assert now_ms() - t0 < B_WITHIN_S * 1000
+    three_start_at_once(hw, receiver, "/b", "q0", TOKEN_B)  # b's do not wait behind a's hanging attempts
     assert len(receiver.requests("/hang")) == MAX_INFLIGHT // 2  # b's attempts ended; a is still at its cap
 
     # a's held timers wait their turn, not lost.
@@ -124,11 +130,6 @@ def test_permits_of_a_shared_queue_go_where_the_namespace_cap_lets_them_be_used(
     # `one` neither wants nor holds any: an entry is "<held> <rate> <want> <expires>"
     entry = redis.cmd("HGET", "hw:{queues}:pm:a/shared", one.instance_id)
     assert entry is None or entry.split()[0::2] == ["0", "0"], entry
-    t0 = now_ms()
-    for i in range(3):
-        create(two, f"s2-{i}", receiver.url("/s2"), "shared", TOKEN_A)
-    got = receiver.wait_for(3, B_WITHIN_S, path="/s2")
-    assert len(got) == 3, f"{len(got)} of 3 of the queue's timers ran on the other instance in {B_WITHIN_S} s"
-    assert now_ms() - t0 < B_WITHIN_S * 1000
+    three_start_at_once(two, receiver, "/s2", "shared", TOKEN_A)  # the queue's timers run on the other instance
     assert receiver.requests("/s1") == []  # still behind a's cap on `one`
     assert receiver.max_concurrent("/s2") == 1
