@@ -81,7 +81,8 @@ void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy
 char *api_timer_from_view(const char *id, const timer_view *v, size_t *len);
 
 /* The answers every resource gives alike (timers.c): 503 + Retry-After when
- * Redis did not answer (nothing known written), and the answer to a store
+ * Redis did not answer (a write may have been made: the detail says so,
+ * or, to a GET, that a read changes nothing), and the answer to a store
  * submit that failed at once (-EAGAIN: 429, the write queue is full; else
  * 503, stopping). */
 void api_respond_unavailable(http_req *r);

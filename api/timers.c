@@ -188,6 +188,11 @@ char *api_timer_from_view(const char *id, const timer_view *v, size_t *len)
 
 void api_respond_unavailable(http_req *r)
 {
+    if (!strcmp(http_req_method(r), "GET") || !strcmp(http_req_method(r), "HEAD")) {
+        http_respond_problem(r, 503, "Redis did not answer; a read changes nothing. Retry later.", NULL, NULL,
+                             RETRY_AFTER_S);
+        return;
+    }
     /* (A call whose connection broke after it was sent may have been
      * executed: its answer is lost, not its write.) */
     http_respond_problem(r, 503,

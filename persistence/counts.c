@@ -163,7 +163,7 @@ int counts_read(store *st, uint32_t partitions, const char *ns, uint64_t now_ms,
         snprintf(key, sizeof key, "hw:{%" PRIu32 "}:cn", p);
         keys_timer_prefix(prefix, p);
         const char *argv[] = {key, "read", ns ? ns : "*", now, prefix, budget};
-        rc = store_eval(st, SCRIPT_COUNTS, 1, 6, argv, NULL, read_cb, c);
+        rc = store_eval_read(st, SCRIPT_COUNTS, 1, 6, argv, NULL, read_cb, c);
         if (rc == 0)
             sent++;
     }

@@ -302,7 +302,8 @@ static int submit(store *st, enum store_script script, enum op op, int nkeys, in
         return store_eval(st, script, nkeys, argc, argv, lens, ignore_cb, NULL);
     call *c = xmalloc(sizeof *c);
     *c = (call){op, cb, look_cb, NULL, arg};
-    int rc = store_eval(st, script, nkeys, argc, argv, lens, reply_cb, c);
+    int rc = op == OP_GET ? store_eval_read(st, script, nkeys, argc, argv, lens, reply_cb, c)
+                          : store_eval(st, script, nkeys, argc, argv, lens, reply_cb, c);
     if (rc < 0)
         free(c);
     return rc;
@@ -413,7 +414,7 @@ int leases_list(store *st, const char *prefix, const char *ns, const char *after
     const char *argv[] = {n.held, "list", min, max, nbudget, nlimit, prefix, n.meta, ns[0] ? "0" : "1"};
     call *c = xmalloc(sizeof *c);
     *c = (call){.op = OP_LIST, .list_cb = cb, .arg = arg};
-    int rc = store_eval(st, SCRIPT_LEASE, 1, 9, argv, NULL, reply_cb, c);
+    int rc = store_eval_read(st, SCRIPT_LEASE, 1, 9, argv, NULL, reply_cb, c);
     if (rc < 0)
         free(c);
     return rc;

@@ -128,11 +128,16 @@ struct store {
  * /timers/{id} and GET /timers may still write (get upgrades a record of an
  * older layout in place, list drops index entries of expired timers), so
  * they are registered allow-oom: while Redis refuses creates, what it holds
- * stays readable. held only reads. */
+ * stays readable. held only reads. A failed AOF write or RDB save (MISCONF:
+ * a full disk) makes Redis refuse every function that may write, allow-oom
+ * or not, before it runs: get and list have no-writes twins for that time
+ * and so have the other readers (store_eval_read): the same code, whose
+ * prelude is told not to write (READ_ONLY). no-writes implies allow-oom. */
 #define READ_FLAGS "{'allow-oom'}"
 static const struct {
     const char *name, *src;
     const char *flags; /* register_function's, as a Lua table; NULL: none */
+    int read_only;     /* no-writes, and the prelude's READ_ONLY set */
 } scripts[SCRIPT_COUNT] = {
     [SCRIPT_CREATE] = {"create", lua_create},
     [SCRIPT_CREATE_BATCH] = {"create_batch", lua_create_batch},
@@ -156,7 +161,22 @@ static const struct {
     [SCRIPT_STATS] = {"stats", lua_stats},
     [SCRIPT_HELD] = {"held", lua_held, "{'no-writes'}"},
     [SCRIPT_HANDBACK] = {"handback", lua_handback},
+    [SCRIPT_GET_RO] = {"get_ro", lua_get, "{'no-writes'}", 1},
+    [SCRIPT_LIST_RO] = {"list_ro", lua_list, "{'no-writes'}", 1},
+    [SCRIPT_COUNTS_RO] = {"counts_ro", lua_counts, "{'no-writes'}", 1},
+    [SCRIPT_LEASE_RO] = {"lease_ro", lua_lease, "{'no-writes'}", 1},
 };
+/* A reader's no-writes twin (store_eval_read); SCRIPT_COUNT: none. */
+static enum store_script twin_of(enum store_script s)
+{
+    switch (s) {
+    case SCRIPT_GET: return SCRIPT_GET_RO;
+    case SCRIPT_LIST: return SCRIPT_LIST_RO;
+    case SCRIPT_COUNTS: return SCRIPT_COUNTS_RO;
+    case SCRIPT_LEASE: return SCRIPT_LEASE_RO;
+    default: return SCRIPT_COUNT;
+    }
+}
 static char lib_name[32];                    /* hw_<12 hex of the code's SHA-1> */
 static char fn_name[SCRIPT_COUNT][48];       /* <lib_name>_<script> */
 static char *lib_src;                        /* the library, as FUNCTION LOAD takes it */
@@ -176,6 +196,7 @@ static void build_library(void)
         EVP_DigestUpdate(h, scripts[i].src, strlen(scripts[i].src) + 1);
         if (scripts[i].flags)
             EVP_DigestUpdate(h, scripts[i].flags, strlen(scripts[i].flags) + 1);
+        EVP_DigestUpdate(h, scripts[i].read_only ? "r" : "w", 1);
         len += strlen(scripts[i].src) + 192;
     }
     EVP_DigestFinal_ex(h, md, &n);
@@ -189,8 +210,9 @@ static void build_library(void)
         snprintf(fn_name[i], sizeof fn_name[i], "%s_%s", lib_name, scripts[i].name);
         k += (size_t)snprintf(lib_src + k, len - k,
                               "redis.register_function{function_name='%s', flags=%s, callback=function(KEYS, ARGV)\n"
-                              "batch_reset()\n%send}\n",
-                              fn_name[i], scripts[i].flags ? scripts[i].flags : "{}", scripts[i].src);
+                              "batch_reset(%s)\n%send}\n",
+                              fn_name[i], scripts[i].flags ? scripts[i].flags : "{}",
+                              scripts[i].read_only ? "true" : "false", scripts[i].src);
     }
 }
 
@@ -908,16 +930,18 @@ static void fail_list(cmd *c)
     }
 }
 
-/* 1 when c calls a function Redis runs at its maxmemory too (its flags,
- * above): its success says nothing about writes. The name is in the
- * command's head: *N, FCALL, then the name's length and the name. */
+/* 1 when c calls a function Redis runs at its maxmemory too (one with
+ * flags, above: allow-oom or no-writes): its success says nothing about
+ * writes. The name is in the command's head: *N, FCALL, then the name's
+ * length and the name. */
 static int calls_oom_exempt(const cmd *c)
 {
-    static const int exempt[] = {SCRIPT_GET, SCRIPT_LIST, SCRIPT_HELD};
     size_t head = c->len < 96 ? (size_t)c->len : 96;
-    for (size_t i = 0; i < sizeof exempt / sizeof exempt[0]; i++) {
+    for (int i = 0; i < SCRIPT_COUNT; i++) {
+        if (!scripts[i].flags)
+            continue;
         char name[64];
-        int n = snprintf(name, sizeof name, "\r\n%s\r\n", fn_name[exempt[i]]);
+        int n = snprintf(name, sizeof name, "\r\n%s\r\n", fn_name[i]);
         if (memmem(c->buf, head, name, (size_t)n))
             return 1;
     }
@@ -1583,6 +1607,74 @@ int store_eval_admitted(store *s, enum store_script script, int nkeys, int argc,
                         const size_t *lens, store_reply_cb cb, void *arg)
 {
     return eval(s, script, nkeys, argc, argv, lens, 1, cb, arg);
+}
+
+/* A reader sent by store_eval_read: its arguments, kept (in an arena of
+ * their own: the caller's need not outlive the call) until its answer. */
+typedef struct reader {
+    store *s;
+    enum store_script twin; /* SCRIPT_COUNT: sent as the twin already */
+    int nkeys, argc;
+    const char **v;
+    size_t *len;
+    store_reply_cb cb;
+    void *arg;
+} reader;
+
+static void reader_free(reader *rd)
+{
+    free(rd->v); /* the arena follows the vectors in one allocation */
+    free(rd);
+}
+
+static int refused_writes(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && (strncmp(r->str, "MISCONF ", 8) == 0 || strncmp(r->str, "OOM ", 4) == 0);
+}
+
+static void reader_cb(void *arg, const redisReply *r)
+{
+    reader *rd = arg;
+    if (refused_writes(r) && rd->twin != SCRIPT_COUNT) {
+        enum store_script twin = rd->twin;
+        rd->twin = SCRIPT_COUNT; /* once */
+        if (eval(rd->s, twin, rd->nkeys, rd->argc, rd->v, rd->len, 1, reader_cb, rd) == 0)
+            return;
+    }
+    rd->cb(rd->arg, r);
+    reader_free(rd);
+}
+
+int store_eval_read(store *s, enum store_script script, int nkeys, int argc, const char **argv,
+                    const size_t *lens, store_reply_cb cb, void *arg)
+{
+    enum store_script twin = twin_of(script);
+    if (twin == SCRIPT_COUNT || argc < 0)
+        return eval(s, script, nkeys, argc, argv, lens, 0, cb, arg);
+    size_t total = 0;
+    for (int i = 0; i < argc; i++)
+        total += (lens ? lens[i] : strlen(argv[i])) + 1;
+    size_t vec = (size_t)argc * (sizeof(const char *) + sizeof(size_t));
+    reader *rd = xmalloc(sizeof *rd);
+    *rd = (reader){s, twin, nkeys, argc, xmalloc(vec + total + 1), NULL, cb, arg};
+    rd->len = (size_t *)(rd->v + argc);
+    char *p = (char *)(rd->len + argc);
+    for (int i = 0; i < argc; i++) {
+        size_t n = lens ? lens[i] : strlen(argv[i]);
+        memcpy(p, argv[i], n);
+        p[n] = '\0';
+        rd->v[i] = p;
+        rd->len[i] = n;
+        p += n + 1;
+    }
+    if (store_refusing_writes(s)) {
+        script = twin;
+        rd->twin = SCRIPT_COUNT;
+    }
+    int rc = eval(s, script, nkeys, argc, rd->v, rd->len, 0, reader_cb, rd);
+    if (rc < 0)
+        reader_free(rd);
+    return rc;
 }
 
 /* ---- reply helpers ---- */

@@ -48,6 +48,10 @@ enum store_script {
     SCRIPT_STATS,   /* per-minute delivery figures: an instance's additions (stats.lua; persistence/stats.h) */
     SCRIPT_HELD,     /* the firing timers of an instance's claims (held.lua; timers_held) */
     SCRIPT_HANDBACK, /* hands back those the instance no longer runs (handback.lua; timers_hand_back) */
+    SCRIPT_GET_RO,    /* the no-writes twins of the readers (store_eval_read) */
+    SCRIPT_LIST_RO,
+    SCRIPT_COUNTS_RO,
+    SCRIPT_LEASE_RO,
     SCRIPT_COUNT
 };
 
@@ -167,6 +171,17 @@ uint32_t store_max_queued(const store *s);
  * is full, or -ESHUTDOWN after store_free began, and cb is never called. */
 int store_eval(store *s, enum store_script script, int nkeys, int argc, const char **argv,
                const size_t *lens, store_reply_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* store_eval for a reader that may write (SCRIPT_GET, SCRIPT_LIST,
+ * SCRIPT_COUNTS' read, SCRIPT_LEASE's get and list: an older layout's
+ * upgrade, a stale index entry's removal), which Redis refuses before it
+ * runs while it refuses writes (MISCONF: a failed AOF write or RDB save;
+ * OOM at maxmemory for those not registered allow-oom). While the store
+ * has seen such a refusal the call goes as the script's no-writes twin
+ * (the same code, told not to write), and a call refused so is sent once
+ * more as the twin, so what Redis holds stays readable. */
+int store_eval_read(store *s, enum store_script script, int nkeys, int argc, const char **argv,
+                    const size_t *lens, store_reply_cb cb, void *arg) __attribute__((warn_unused_result));
 
 /* store_eval for a command that carries writes admitted earlier within the
  * cap (timers.c: creates that waited for their partition's call): a full

@@ -145,13 +145,20 @@ local function new_head(v)
   return {st = 'scheduled', fire = fire, owner = owner}
 end
 
-local upgrade -- below: an older layout is brought to this one on first read
+local upgrade, upgraded -- below: an older layout is brought to this one on first read
+
+-- A read-only call (the no-writes twins of get and list, which Redis runs
+-- while it refuses writes: persistence/store.c) reads an older layout as
+-- this one without writing it: RO_HIST[tkey] keeps the history the
+-- upgrade would have moved to the timer's history key. Set by batch_reset.
+local READ_ONLY, RO_HIST = false, {}
 
 -- The head of the timer at tkey, or nil when there is none.
 local function head_get(tkey)
   local v = redis.call('GETRANGE', tkey, ZERO, HEAD_LAST)
   if v == '' then return nil end
   if string.byte(v, 1) ~= MAGIC then
+    if READ_ONLY then return (upgraded(tkey, redis.call('GET', tkey))) end
     upgrade(tkey)
     v = redis.call('GETRANGE', tkey, ZERO, HEAD_LAST)
   end
@@ -163,6 +170,11 @@ end
 local function rec_decode(tkey, v)
   if not v then return nil end
   if string.byte(v, 1) ~= MAGIC then
+    if READ_ONLY then
+      local r, nv, hist = upgraded(tkey, v)
+      RO_HIST[tkey] = hist
+      return r, nv
+    end
     upgrade(tkey)
     v = redis.call('GET', tkey)
   end
@@ -171,6 +183,21 @@ end
 
 -- The whole record (head and tail) and its decoded head, or nil.
 local function rec_get(tkey) return rec_decode(tkey, redis.call('GET', tkey)) end
+
+-- The whole record of the timer at tkey in this layout, or nil.
+local function rec_read(tkey)
+  local v = redis.call('GET', tkey)
+  if v and string.byte(v, 1) ~= MAGIC then
+    local _
+    _, v = rec_decode(tkey, v)
+  end
+  return v
+end
+
+-- The history kept in the timer's history key ('' none).
+local function hist_read(tkey)
+  return READ_ONLY and RO_HIST[tkey] or redis.call('GET', hist_key(tkey)) or ''
+end
 
 -- A record of this layout without the history it holds, and that history
 -- (nil: it holds none). timers.c splits a record the same way.
@@ -575,11 +602,14 @@ end
 -- heads it already wrote never lose their zset entries. The library's state
 -- outlives a call, so every function starts with batch_reset()
 -- (persistence/store.c): a call stopped inside batched() (FUNCTION KILL)
--- leaves nothing gathered for the next one.
+-- leaves nothing gathered for the next one. read_only: the call is a
+-- no-writes twin (READ_ONLY above).
 local BATCH = nil
-local function batch_reset()
+local function batch_reset(read_only)
   BATCH = nil
   LB_SEEN = {}
+  READ_ONLY = read_only
+  if read_only then RO_HIST = {} end -- (written by read-only calls only: no table made per hot call)
 end
 local function batch_flush()
   local b = BATCH
@@ -784,8 +814,10 @@ local function key_id(tkey) return string.sub(tkey, #key_base(tkey) + 3) end
 -- state, times and history; one an instance of the older build held is
 -- handed back as that build's release would (the README says to stop those
 -- instances first, so normally none is).
-upgrade = function(tkey)
-  local v = redis.call('GET', tkey)
+-- The record of this layout the older one v (at tkey) becomes, its
+-- decoded head, its history ('' none) and the instance of the older build
+-- that held it ('' none); nothing is written.
+upgraded = function(tkey, v)
   local f, pos = {}, 1
   for i = 1, 8 do
     local nl = string.find(v, '\n', pos, true)
@@ -803,23 +835,25 @@ upgrade = function(tkey)
   if not ok then s = {} end
   local queue = type(s.queue) == 'string' and s.queue or ''
   local every = type(s['repeat']) == 'table' and tonumber(s['repeat'].every_ms) or 0
-  local id = string.sub(tkey, #key_base(tkey) + 3)
   local r = {st = f[1], att = tonumber(f[3]) or 0, fire = tonumber(f[2]) or 0, owner = NO_OWNER,
              ver = run[1], runs = run[2], rsv = run[3], flag = run[4], plan = run[5], next = run[6],
              tok = run[7] % 4294967296, hist = f[7] ~= '' and 1 or 0}
-  local old_owner = f[5]
-  if old_owner ~= '' then
-    redis.call('ZREM', key_base(tkey) .. 'claimed:' .. old_owner, id)
-    if r.st == 'firing' then r.st, r.fire = 'retrying', tonumber(redis.call('TIME')[1]) * 1000 end
-  end
+  if f[5] ~= '' and r.st == 'firing' then r.st, r.fire = 'retrying', tonumber(redis.call('TIME')[1]) * 1000 end
   local tail = struct.pack('<i6B', tonumber(created) or 0, #rid) .. rid ..
                struct.pack('<Bi6i6B', string.byte(kind),
                            tonumber(when) or 0, every, #queue) .. queue .. spec
-  redis.call('SET', tkey, head_encode(r) .. tail, 'KEEPTTL')
-  if f[7] ~= '' then
+  return r, head_encode(r) .. tail, f[7], f[5]
+end
+
+upgrade = function(tkey)
+  local r, v, hist, old_owner = upgraded(tkey, redis.call('GET', tkey))
+  local id = string.sub(tkey, #key_base(tkey) + 3)
+  if old_owner ~= '' then redis.call('ZREM', key_base(tkey) .. 'claimed:' .. old_owner, id) end
+  redis.call('SET', tkey, v, 'KEEPTTL')
+  if hist ~= '' then
     local ttl = redis.call('PTTL', tkey)
-    if ttl > 0 then redis.call('SET', hist_key(tkey), f[7], 'PX', ttl)
-    else redis.call('SET', hist_key(tkey), f[7]) end
+    if ttl > 0 then redis.call('SET', hist_key(tkey), hist, 'PX', ttl)
+    else redis.call('SET', hist_key(tkey), hist) end
   end
   if old_owner ~= '' and is_waiting(r.st) then place(tkey, id, r, r.fire) end
 end

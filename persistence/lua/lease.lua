@@ -301,7 +301,7 @@ if OP == 'list' then
         table.insert(d, 1, id)
         out[#out + 1] = d
         found = found + 1
-      elseif not m.owner then
+      elseif not m.owner and not READ_ONLY then -- (lease_ro: Redis refuses writes; left for later)
         redis.call('ZREM', KEYS[1], id)
       end
     end

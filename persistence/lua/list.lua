@@ -103,10 +103,10 @@ while found < limit and scanned < budget and bytes < max_bytes do
   elseif belongs(r, best.held, bid) then
     local raw = (ARGV[6] == '' or tail_decode(pre).queue == ARGV[6]) and
                 (ARGV[11] == '' or (r.lb == 1 and lb_has(key_base(ARGV[1]), ARGV[8], bid, ARGV[11]))) and
-                redis.call('GET', ARGV[1] .. bid)
+                rec_read(ARGV[1] .. bid)
     -- (with a label, the record decides: labels_hold)
     if raw and (ARGV[11] == '' or labels_hold(raw, {ARGV[11]})) then
-      local hist = redis.call('GET', hist_key(ARGV[1] .. bid)) or ''
+      local hist = hist_read(ARGV[1] .. bid)
       out[#out + 1] = bid
       out[#out + 1] = score
       out[#out + 1] = raw
@@ -120,5 +120,5 @@ end
 for _, s in ipairs(sources) do
   if s.rank < s.total then out[1] = 1 end
 end
-if #stale > 0 then redis.call('ZREM', KEYS[1], unpack(stale)) end
+if #stale > 0 and not READ_ONLY then redis.call('ZREM', KEYS[1], unpack(stale)) end
 return out

@@ -132,6 +132,26 @@ def wait_until(fn, timeout, interval=0.02):
         time.sleep(interval)
 
 
+def make_bgsave_fail(redis):
+    """Makes Redis refuse writes with MISCONF, as after an RDB save that
+    failed on a full disk: a save point, and a BGSAVE whose child is killed."""
+    redis.cmd("CONFIG", "SET", "save", "3600 1")
+    redis.cmd("CONFIG", "SET", "rdb-key-save-delay", "1000000")
+    redis.cmd("SET", "hw-test-key-to-save", "1")
+    redis.cmd("BGSAVE")
+    children = f"/proc/{redis.proc.pid}/task/{redis.proc.pid}/children"
+    assert wait_until(lambda: open(children).read().split(), 5)
+    os.kill(int(open(children).read().split()[0]), signal.SIGKILL)
+    assert wait_until(lambda: "rdb_last_bgsave_status:err" in redis.cmd("INFO", "persistence"), 5)
+
+
+def let_bgsave_succeed(redis):
+    redis.cmd("CONFIG", "SET", "rdb-key-save-delay", "0")
+    redis.cmd("BGSAVE")
+    assert wait_until(lambda: "rdb_last_bgsave_status:ok" in redis.cmd("INFO", "persistence"), 10)
+    redis.cmd("CONFIG", "SET", "save", "")
+
+
 def stop_process(proc, sig=signal.SIGTERM, timeout=10.0):
     """Signals proc by pid, waits; kills it on timeout. Returns the exit code
     (negative signal number when it died of a signal)."""

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from conftest import CLUSTER_MODE, Reply, now_ms, partition, scaled, wait_until
+from conftest import CLUSTER_MODE, Reply, let_bgsave_succeed, make_bgsave_fail, now_ms, partition, scaled, wait_until
 
 pytestmark = pytest.mark.skipif(CLUSTER_MODE, reason="layouts of builds before the Cluster support: one Redis only")
 
@@ -163,3 +163,38 @@ def test_queue_settings_written_before_their_hash_tag_are_kept(redis, receiver, 
     hw2 = hookwheel_factory(redis)
     status, _, body = hw2.request("GET", "/queues/billing")
     assert status == 200 and body["parallelism"] == 3 and body["paused"] is False, body
+
+
+def test_timers_of_the_earlier_layout_are_read_while_redis_refuses_writes(redis, receiver, hookwheel_factory):
+    """With a full disk (MISCONF) a read cannot upgrade what it reads: a
+    timer of the earlier layout is still answered, upgraded in the answer
+    only, and converted once Redis takes writes again."""
+    hw = hookwheel_factory(redis)
+
+    def scanned():  # the start-up scan of the counts reads (and converts) every record
+        status, _, body = hw.api.request("GET", "/queues/default")
+        return status == 200 and body["counts_exact"]
+    assert wait_until(scanned, scaled(10))
+    due = int(now_ms())
+    a1 = {"at": "2026-11-20T10:00:00.000Z", "duration_ms": 3, "status": 500, "error": None,
+          "response_snippet": "boom", "instance": "old-box-1"}
+    failed = lay_out(redis, "ro-failed", old_record("failed", due - 100_000, {"url": receiver.url("/old")}, attempts=1,
+                                                    history=json.dumps(a1, separators=(",", ":")), run="0 1"),
+                     "failed", due - 100_000, px=3_600_000)
+    far = lay_out(redis, "ro-far", old_record("scheduled", due + 3_600_000, {"queue": "q2", "url": receiver.url("/old")}),
+                  "scheduled", due + 3_600_000)
+    make_bgsave_fail(redis)
+    try:
+        status, _, t = hw.get("ro-failed")
+        assert status == 200, t
+        assert t["state"] == "failed" and t["attempts"] == 1 and t["attempt_history"] == [a1], t
+        status, _, body = hw.api.request("GET", "/timers?state=scheduled&queue=q2")
+        assert status == 200 and [x["id"] for x in body["items"]] == ["ro-far"], body
+        status, _, body = hw.api.request("GET", "/timers?state=failed")
+        assert status == 200 and [(x["id"], x["attempt_history"]) for x in body["items"]] == [("ro-failed", [a1])], body
+        assert redis.cmd("GETRANGE", failed, "0", "0") == "f" and redis.cmd("GETRANGE", far, "0", "0") == "s"
+    finally:
+        let_bgsave_succeed(redis)
+    assert wait_until(lambda: hw.api.request("GET", "/readyz")[0] == 200, scaled(10))
+    assert hw.get("ro-far")[2]["queue"] == "q2"
+    assert redis.cmd("GETRANGE", far, "0", "0") != "s"  # converted by the first read that may write

@@ -12,6 +12,8 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <signal.h>
+#include <inttypes.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -1158,6 +1160,108 @@ static void test_a_finished_record_splits_into_its_spec_and_the_history_it_holds
     assert_int_equal(v.history_len, 0);
 }
 
+/* A reply handed to the test as it came: its type and, for an error, its
+ * first word. */
+static void raw_reply_cb(void *arg, const redisReply *r)
+{
+    (void)arg;
+    memset(&res, 0, sizeof res);
+    res.status = r ? r->type : -1;
+    snprintf(res.state, sizeof res.state, "%s", r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    signal_done();
+}
+
+/* One partition's counts read, sent as store_eval (plain) or store_eval_read. */
+static void counts_call(fixture *f, int read)
+{
+    char key[KEYS_MAX], prefix[KEYS_MAX], now[24];
+    snprintf(key, sizeof key, "hw:{%d}:cn", 0);
+    keys_timer_prefix(prefix, 0);
+    snprintf(now, sizeof now, "%" PRIu64, clock_now_ms());
+    const char *argv[] = {key, "read", "*", now, prefix, "100"};
+    int rc = read ? store_eval_read(f->st, SCRIPT_COUNTS, 1, 6, argv, NULL, raw_reply_cb, NULL)
+                  : store_eval(f->st, SCRIPT_COUNTS, 1, 6, argv, NULL, raw_reply_cb, NULL);
+    assert_int_equal(rc, 0);
+    wait_done();
+}
+
+static void test_a_reader_redis_refuses_for_its_writes_goes_again_as_its_no_writes_twin(void **state)
+{
+    fixture *f = *state;
+    create(f->a, "t-read", (int64_t)clock_now_ms() + 60000, 0, NULL, TIMERS_OK);
+    redisContext *c = raw(f);
+    /* at maxmemory Redis refuses counts (registered without flags) before it runs */
+    freeReplyObject(redisCommand(c, "CONFIG SET maxmemory-policy noeviction"));
+    freeReplyObject(redisCommand(c, "CONFIG SET maxmemory 1"));
+    counts_call(f, 0);
+    assert_int_equal(res.status, REDIS_REPLY_ERROR);
+    assert_memory_equal(res.state, "OOM ", 4);
+    freeReplyObject(redisCommand(c, "CONFIG SET maxmemory 0"));
+    usleep((STORE_OOM_HOLD_MS + 100) * 1000);
+    assert_int_equal(store_refusing_writes(f->st), 0);
+    freeReplyObject(redisCommand(c, "CONFIG SET maxmemory 1"));
+    counts_call(f, 1); /* refused, then sent as counts_ro: the store had seen no refusal */
+    assert_int_equal(res.status, REDIS_REPLY_ARRAY);
+    assert_int_equal(store_refusing_writes(f->st), STORE_REFUSES_MEMORY);
+    counts_call(f, 1); /* the store knows: counts_ro at once */
+    assert_int_equal(res.status, REDIS_REPLY_ARRAY);
+    freeReplyObject(redisCommand(c, "CONFIG SET maxmemory 0"));
+
+    /* after a failed RDB save (its child killed, as a full disk would end
+     * it) Redis refuses every call that may write (MISCONF), get and list
+     * too, allow-oom or not */
+    usleep((STORE_OOM_HOLD_MS + 100) * 1000);
+    assert_int_equal(store_refusing_writes(f->st), 0);
+    long long pid = 0;
+    redisReply *r = redisCommand(c, "INFO server");
+    assert_non_null(r);
+    const char *at = r->type == REDIS_REPLY_STRING ? strstr(r->str, "process_id:") : NULL;
+    assert_non_null(at);
+    pid = strtoll(at + 11, NULL, 10);
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(c, "CONFIG SET save %s", "3600 1"));
+    freeReplyObject(redisCommand(c, "CONFIG SET rdb-key-save-delay 1000000"));
+    freeReplyObject(redisCommand(c, "BGSAVE"));
+    char children[64];
+    snprintf(children, sizeof children, "/proc/%lld/task/%lld/children", pid, pid);
+    long long child = 0;
+    for (int i = 0; i < 250 && !child; i++) {
+        FILE *fp = fopen(children, "r");
+        if (fp) {
+            if (fscanf(fp, "%lld", &child) != 1)
+                child = 0;
+            fclose(fp);
+        }
+        if (!child)
+            usleep(20000);
+    }
+    assert_true(child > 0);
+    assert_int_equal(kill((pid_t)child, SIGKILL), 0);
+    for (int i = 0; i < 250; i++) {
+        r = redisCommand(c, "INFO persistence");
+        int failed = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "rdb_last_bgsave_status:err");
+        freeReplyObject(r);
+        if (failed)
+            break;
+        usleep(20000);
+    }
+    r = redisCommand(c, "SET x 1");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    assert_memory_equal(r->str, "MISCONF ", 8);
+    freeReplyObject(r);
+    get(f->a, "t-read"); /* refused, then sent as get_ro */
+    assert_int_equal(res.status, TIMERS_OK);
+    assert_string_equal(res.v.state, "scheduled");
+    assert_int_equal(store_refusing_writes(f->st), STORE_REFUSES_DISK);
+    get(f->a, "t-read"); /* get_ro at once */
+    assert_int_equal(res.status, TIMERS_OK);
+    get(f->a, "no-such-timer");
+    assert_int_equal(res.status, TIMERS_UNKNOWN);
+    freeReplyObject(redisCommand(c, "CONFIG SET save %s", ""));
+    redisFree(c);
+}
+
 static void test_a_record_of_another_layout_does_not_decode(void **state)
 {
     (void)state;
@@ -1202,6 +1306,8 @@ int main(void)
             test_creates_of_a_partition_that_come_while_its_call_is_in_flight_go_as_one_call, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_creates_from_many_threads_are_each_answered_once_and_each_id_created_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_reader_redis_refuses_for_its_writes_goes_again_as_its_no_writes_twin,
+                                        setup, teardown),
         cmocka_unit_test(test_a_request_id_field_splits_at_its_blanks_only_into_whole_parts),
         cmocka_unit_test(test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable),
         cmocka_unit_test(test_a_finished_record_splits_into_its_spec_and_the_history_it_holds),
