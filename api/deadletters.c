@@ -28,6 +28,7 @@
 
 typedef struct dl_ctx {
     http_req *r;
+    api *a;
     char *ns;            /* the caller's namespace, entered in the gate */
     const char *op;      /* "replay" or "purge" */
     atomic_int refs;     /* one per partition command, one for the submitter */
@@ -64,6 +65,8 @@ static void dl_cb(void *arg, int status, long long done, int more)
         atomic_fetch_add(&c->done, done);
         if (more)
             atomic_store(&c->more, 1);
+        if (done > 0 && !strcmp(c->op, "replay")) /* due now, held by no instance */
+            engine_sweep_soon(c->a->eng);
     }
     dl_unref(c);
 }
@@ -111,6 +114,7 @@ static void dead_letters(http_req *r, api *a, const char *op)
     uint32_t parts = (uint32_t)a->cfg->partitions;
     dl_ctx *c = xcalloc(1, sizeof *c);
     c->r = r;
+    c->a = a;
     c->ns = xstrdup(http_req_namespace(r));
     c->op = op;
     atomic_init(&c->refs, (int)parts + 1);

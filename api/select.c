@@ -162,6 +162,12 @@ static void select_cb(void *arg, int status, int replayed, uint32_t next_chunk, 
             json_array_append_new(c->too_late, o);
         }
     }
+    /* Timers resumed or rescheduled to within the claim window wait in
+     * Redis held by no instance: this instance sweeps for them soon. */
+    if (!c->dry && !replayed && n && (!strcmp(c->op, "resume") ||
+                                     (!strcmp(c->op, "reschedule") &&
+                                      c->sel.fire_ms <= (int64_t)(clock_now_ms() + c->a->cfg->window_ms))))
+        engine_sweep_soon(c->a->eng);
     c->remaining -= n < c->remaining ? (uint32_t)n : c->remaining;
     if (more) {
         c->chunk = next_chunk;

@@ -58,6 +58,7 @@
 #define MIGRATE_SLICE 256 /* keys of an earlier layout moved per call */
 #define COUNTS_SCAN 1000  /* keys a slice of the counts rebuild scans (counts.h): well under 1 ms */
 #define ABSORB_MAX 256    /* claimed timers taken into the wheel per turn of the loop */
+#define SWEEP_SOON_GAP_MS 100 /* a sweep asked for (engine_sweep_soon) follows the last one by at least this */
 #define HELD_SLICE TIMERS_BATCH_MAX /* claims a reconciliation call examines (timers_held) */
 #define START_MAX 64      /* attempts handed to curl per turn of the loop */
 /* Shared queues' permits (ask_permits): renewed this often while in use,
@@ -113,6 +114,7 @@ struct engine {
     atomic_int stop;
     atomic_int accepting;
     atomic_int pending_ops; /* sweeps and releases in flight */
+    atomic_int sweep_asked; /* engine_sweep_soon: timers were made due soon in Redis */
     atomic_int rebuilding;  /* partitions whose counts rebuild is in flight (sweeps do not wait) */
     atomic_long resident;   /* jobs held: bounded by max_resident */
     atomic_uint next_token; /* job tokens: random start, never 0 */
@@ -142,6 +144,7 @@ struct engine {
     int permits_active;       /* the last call had something to say: renew */
     int permits_soon;         /* a shared queue has jobs it holds no permits for: ask now */
     uint64_t next_sweep_ms;
+    uint64_t last_sweep_ms; /* when the last sweep started */
     uint64_t last_now_ms; /* the wall clock when the loop last read it (follow_clock) */
     int sweep_more;       /* a partition returned a full batch: sweep again at once */
     uint64_t sweep_base;  /* the sweep's claims per partition (sweep_limit) ... */
@@ -842,6 +845,8 @@ static void count_outcome(engine *e, job *j)
         tally_failed(e->tally, stats_slot(e, j));
 }
 
+static void sweep_soon(engine *e, uint64_t now);
+
 static void on_finished(engine *e, job *j)
 {
     e->store_jobs--;
@@ -854,6 +859,8 @@ static void on_finished(engine *e, job *j)
         /* Until this point a crash leaves the attempt to be made again. */
         job_log(LOG_DEBUG, "outcome recorded", j, NULL);
     }
+    if (j->reply_code == 1 && !j->keep && j->spec->has_callbacks) /* it may have ended: its callback timer is due now */
+        sweep_soon(e, clock_now_ms());
     if (j->reply_code == 1 && j->keep && !atomic_load(&e->stop)) { /* its next attempt is ours */
         free(j->last_json);
         j->last_json = NULL;
@@ -1345,6 +1352,28 @@ static void release_all(engine *e)
     atomic_fetch_sub(&e->pending_ops, (int)(parts - sent));
 }
 
+/* Engine thread: the next sweep comes now, or SWEEP_SOON_GAP_MS after the
+ * last one began, rather than window/2 after it. For timers made due soon
+ * in Redis without being handed to an instance (a selector's reschedule or
+ * resume, a bulk replay of dead letters, a callback timer): no instance
+ * holds them, so only a sweep brings them to a wheel. The gap bounds the
+ * Redis work a client asking in a loop can cause (a claim per partition
+ * each time). */
+static void sweep_soon(engine *e, uint64_t now)
+{
+    uint64_t at = e->last_sweep_ms + SWEEP_SOON_GAP_MS;
+    if (at < now)
+        at = now;
+    if (at < e->next_sweep_ms)
+        e->next_sweep_ms = at;
+}
+
+void engine_sweep_soon(engine *e)
+{
+    if (e && !atomic_exchange(&e->sweep_asked, 1))
+        wake(e);
+}
+
 /* ---- the loop ---- */
 
 /* Wall-clock microseconds of the next thing to do: the next wheel tick with
@@ -1459,8 +1488,11 @@ static void run(engine *e)
         uint64_t now = clock_now_ms();
         follow_clock(e, now);
         uint64_t chores = housekeeping(e, now);
+        if (atomic_load_explicit(&e->sweep_asked, memory_order_relaxed) && atomic_exchange(&e->sweep_asked, 0))
+            sweep_soon(e, now);
         if ((now >= e->next_sweep_ms || e->sweep_more) && atomic_load(&e->pending_ops) == 0 && !e->backlog) {
             sweep(e, now);
+            e->last_sweep_ms = now;
             e->next_sweep_ms = now + e->cfg->window_ms / 2;
         }
         apply_queue_settings(e);
@@ -1934,6 +1966,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
         e->sweeps[p].partition = p;
         atomic_init(&e->sweeps[p].replay, 0);
     }
+    atomic_init(&e->sweep_asked, 0);
     e->wd = watchdog_create(st);
     e->rp = reaper_create(st, e->tm, cfg);
     e->w = wheel_create((uint32_t)cfg->wheel_slots, (uint32_t)cfg->tick_ms, clock_now_ms());

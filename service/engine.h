@@ -44,6 +44,13 @@ int engine_start(engine *e) __attribute__((warn_unused_result));
 void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
                      uint64_t version, const char *rid, const timer_trace *trace);
 
+/* Any thread: timers were made due within the claim window in Redis and
+ * no instance holds them (a selector's reschedule or resume, a bulk replay
+ * of dead letters): the engine sweeps for them soon (within
+ * SWEEP_SOON_GAP_MS of its last sweep) rather than at its next sweep,
+ * window/2 away. NULL is a no-op. */
+void engine_sweep_soon(engine *e);
+
 /* Any thread: 1 while the engine takes new claims: it is not stopping and
  * holds fewer than max_resident timers. */
 int engine_accepting(const engine *e);

@@ -65,20 +65,38 @@ def test_callback_urls_follow_the_destination_rules(hookwheel, receiver):
 
 
 def test_on_failure_survives_a_kill_between_the_failure_and_the_callback(redis, receiver, hookwheel_factory):
-    # a long claim window: the callback waits for the next sweep, so the kill comes first
-    a = hookwheel_factory(redis, args=["--window-ms", "30000", "--lease-ttl-ms", "2000"])
-    receiver.default("/target", Reply(500))
-    status, _, _ = a.api.create({"id": "cb-kill", "url": receiver.url("/target"), "delay_ms": 50,
+    # The callback timer is written with the failure and goes in the parent's
+    # queue, paused while the parent's attempt runs: it cannot start before
+    # the kill, and the next instance sends it once the queue resumes.
+    a = hookwheel_factory(redis, args=["--lease-ttl-ms", "2000"])
+    receiver.default("/target", Reply(500, delay_s=2.0))
+    status, _, _ = a.api.create({"id": "cb-kill", "url": receiver.url("/target"), "delay_ms": 50, "queue": "cbq",
                                  "retry": {"max_attempts": 1}, "on_failure": receiver.url("/failed")})
     assert status == 201
+    assert receiver.wait_for(1, timeout=scaled(10), path="/target")
+    assert a.api.request("PUT", "/queues/cbq", json_body={"paused": True})[0] == 200
     assert a.api.wait_state("cb-kill", "failed", timeout=scaled(20))["state"] == "failed"
+    assert wait_until(lambda: a.api.get(quote("cb-kill#on_failure.0"))[0] == 200, timeout=scaled(5))
+    time.sleep(0.5)  # a sweep soon after the failure claims the callback; the paused queue holds it
+    assert receiver.requests("/failed") == []
     a.kill9()
-    arrived_before = len(receiver.requests("/failed"))
     b = hookwheel_factory(redis)
+    assert b.api.request("PUT", "/queues/cbq", json_body={"paused": False})[0] == 200
     receiver.wait_for(1, timeout=scaled(30), path="/failed")
     time.sleep(1.5)
-    n = len(receiver.requests("/failed"))
-    assert n == 1 or arrived_before > 0, n  # exactly once unless it had begun before the kill
+    assert len(receiver.requests("/failed")) == 1
     assert json.loads(receiver.requests("/failed")[0].body)["id"] == "cb-kill"
     assert wait_until(lambda: b.api.get(quote("cb-kill#on_failure.0"))[2].get("state") == "delivered",
-               timeout=scaled(10))
+                      timeout=scaled(10))
+
+
+def test_a_callback_starts_soon_after_its_timer_ends_whatever_the_claim_window(redis, receiver, hookwheel_factory):
+    # The callback timer is due now and held by no instance: it waited for
+    # the next sweep, up to half the claim window (300 s here).
+    hw = hookwheel_factory(redis, args=["--window-ms", "600000"])
+    receiver.default("/ok", Reply(204))
+    receiver.default("/done", Reply(204))
+    assert hw.api.create({"id": "cb-soon", "url": receiver.url("/ok"), "delay_ms": 10,
+                          "on_success": receiver.url("/done")})[0] == 201
+    got = receiver.wait_for(1, timeout=scaled(5), path="/done")
+    assert got and json.loads(got[0].body)["id"] == "cb-soon", got

@@ -96,3 +96,20 @@ def test_dead_letters_leave_no_keys_behind_once_their_records_expire(redis, rece
     assert status == 200 and body == {"purged": 0, "more": False}, body
     left = {k: int(redis.cmd("ZCARD", k)) for k in redis.keys("hw:{*}:*") if ":failed" in k}
     assert left == {}, left
+
+
+def test_bulk_replayed_dead_letters_start_soon_whatever_the_claim_window(redis, receiver, hookwheel_factory):
+    # Replayed dead letters are due now and held by no instance: they
+    # waited for the next sweep, up to half the claim window (300 s here).
+    hw = hookwheel_factory(redis, args=["--window-ms", "600000"])
+    receiver.default("/dl", Reply(500))
+    for i in range(5):
+        assert_created(*hw.api.create({"id": f"dl-soon-{i}", "url": receiver.url("/dl"), "delay_ms": 10,
+                                      "retry": {"max_attempts": 1}}))
+    for i in range(5):
+        assert hw.api.wait_state(f"dl-soon-{i}", "failed", timeout=scaled(10))["state"] == "failed"
+    receiver.default("/dl", Reply(204))
+    status, _, body = hw.api.request("POST", "/dead-letters/replay")
+    assert status == 200 and body["replayed"] == 5, body
+    for i in range(5):
+        assert hw.api.wait_state(f"dl-soon-{i}", "delivered", timeout=scaled(5))["state"] == "delivered"

@@ -421,3 +421,30 @@ def test_a_selector_over_timers_with_big_specs_meets_each_once_across_calls(redi
     assert sorted(cancelled) == sorted(s["id"] for s in specs)
     for s in specs[::7]:
         assert api.get(s["id"])[2]["state"] == "cancelled"
+
+
+def test_timers_a_selector_makes_due_soon_fire_on_time_whatever_the_claim_window(redis, receiver, hookwheel_factory):
+    # A selector's reschedule or resume leaves its timers in Redis, held by
+    # no instance: they waited for the next sweep, up to half the claim
+    # window (300 s here) late, where the one-timer calls are on time.
+    hw = hookwheel_factory(redis, args=["--window-ms", "600000"])
+    api = hw.api
+    far = [{"id": f"far-{i}", "url": receiver.url("/far"), "delay_ms": 3_600_000, "labels": {"wave": "far"}}
+           for i in range(10)]
+    batch(api, far)
+    t0 = time.time()
+    status, _, page = select(api, "reschedule", {"labels": {"wave": "far"}, "delay_ms": 300})
+    assert status == 200 and len(page["rescheduled"]) == 10, page
+    got = receiver.wait_for(10, timeout=scaled(5), path="/far")
+    assert len(got) == 10 and all(r.wall_ms >= t0 * 1000 + 300 - 5 for r in got), [r.wall_ms for r in got]
+
+    due = int(time.time() * 1000) + 2000  # claimed at create (within the window), then paused and resumed
+    near = [{"id": f"near-{i}", "url": receiver.url("/near"), "fire_at_ms": due, "labels": {"wave": "near"}}
+            for i in range(10)]
+    batch(api, near)
+    status, _, page = select(api, "pause", {"labels": {"wave": "near"}})
+    assert status == 200 and len(page["paused"]) == 10, page
+    status, _, page = select(api, "resume", {"labels": {"wave": "near"}})
+    assert status == 200 and len(page["resumed"]) == 10, page
+    got = receiver.wait_for(10, timeout=scaled(7), path="/near")
+    assert len(got) == 10 and all(r.wall_ms >= due for r in got), [r.wall_ms - due for r in got]
