@@ -185,17 +185,21 @@ static lgroup *group_of(limiter *l, const char *name)
         return NULL;
     const char *slash = strchr(name, '/');
     size_t len = slash ? (size_t)(slash - name) : 0;
-    lgroup *g = xcalloc(1, sizeof *g + len + 1);
-    memcpy(g->name, name, len);
-    g->name[len] = '\0';
-    strtab_node *n = strtab_find(&l->groups, g->name);
+    char small[72], *key = len < sizeof small ? small : xmalloc(len + 1); /* (a namespace: at most 64) */
+    memcpy(key, name, len);
+    key[len] = '\0';
+    strtab_node *n = strtab_find(&l->groups, key);
+    lgroup *g;
     if (n) {
-        free(g);
         g = container_of(n, lgroup, byname);
     } else {
+        g = xcalloc(1, sizeof *g + len + 1);
+        memcpy(g->name, key, len + 1);
         list_init(&g->held);
         strtab_add(&l->groups, &g->byname, g->name);
     }
+    if (key != small)
+        free(key);
     g->queues++;
     return g;
 }
