@@ -52,6 +52,7 @@ typedef struct batch_ctx {
     api_trace tr; /* the request's W3C trace context, kept with every timer */
     size_t n;
     bitem *items;
+    long room;       /* timers the engine may still take at once (-1: not asked yet) */
     atomic_int refs; /* one per slice in flight, one for the submitter */
 } batch_ctx;
 
@@ -232,7 +233,14 @@ static void item_parse(batch_ctx *b, size_t i, json_t *v)
     char *given = it->spec->id ? xstrdup(it->spec->id) : api_new_id();
     api_key_id(it->kid, sizeof it->kid, http_req_namespace(b->r), given);
     free(given);
-    it->claim = engine_accepting(b->a->eng) && (uint64_t)it->spec->fire_at_ms <= b->now_ms + b->a->cfg->window_ms;
+    /* due within the window: held at once, as far as the engine has room
+     * for the request's namespace (the items are all of it) */
+    if ((uint64_t)it->spec->fire_at_ms <= b->now_ms + b->a->cfg->window_ms) {
+        if (b->room < 0)
+            b->room = engine_room_for(b->a->eng, it->kid);
+        it->claim = b->room > 0;
+        b->room -= it->claim;
+    }
 }
 
 /* Submits items idx[0..n) (one partition) as one call. Returns 0, or the
@@ -323,6 +331,7 @@ void api_timer_batch(http_req *r, const char *const *params, void *app)
     b->a = a;
     b->atomic = atomic;
     b->now_ms = clock_now_ms();
+    b->room = -1;
     snprintf(b->rid, sizeof b->rid, "%s", http_req_id(r));
     api_request_trace(r, &b->tr);
     b->n = json_array_size(arr);

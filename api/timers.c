@@ -545,7 +545,7 @@ static void control(http_req *r, const char *id, api *a, const char *op, int64_t
     c->op = op;
     api_key_id(c->id, sizeof c->id, http_req_namespace(r), id);
     uint64_t now_ms = clock_now_ms();
-    int rc = timers_control(a->tm, c->id, op, now_ms, fire_ms, engine_accepting(a->eng) ? now_ms + a->cfg->window_ms : 0,
+    int rc = timers_control(a->tm, c->id, op, now_ms, fire_ms, engine_accepting_for(a->eng, c->id) ? now_ms + a->cfg->window_ms : 0,
                             control_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);

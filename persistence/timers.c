@@ -690,11 +690,11 @@ static void claim_done(void *arg, const redisReply *r)
     free(c);
 }
 
-int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t limit, int replay,
-                 timers_claim_cb cb, void *arg)
+int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t limit, int replay, uint64_t ns_cap,
+                 const char *ns_room, timers_claim_cb cb, void *arg)
 {
     args a;
-    args_init(&a, 8, 4 * KEYS_MAX + 64);
+    args_init(&a, 10, 4 * KEYS_MAX + 96);
     arg_built(&a, keys_namespaces(arena_end(&a), partition));
     arg_built(&a, keys_claimed(arena_end(&a), partition, t->tag));
     arg_built(&a, keys_lastclaim(arena_end(&a), partition, t->tag));
@@ -703,6 +703,8 @@ int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t li
     arg_str(&a, t->tag);
     arg_built(&a, keys_timer_prefix(arena_end(&a), partition));
     arg_str(&a, replay ? "1" : "0");
+    arg_u64(&a, ns_cap);
+    arg_str(&a, ns_room);
     return submit_batch(t, SCRIPT_CLAIM, 3, &a, claim_done, batch_new((void *)cb, arg, 0));
 }
 

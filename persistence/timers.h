@@ -269,8 +269,11 @@ typedef struct timer_revoked {
 } timer_revoked;
 typedef void (*timers_claim_cb)(void *arg, int status, size_t n, const timer_claimed *items, size_t nrevoked,
                                 const timer_revoked *revoked);
-int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t limit, int replay,
-                 timers_claim_cb cb, void *arg) __attribute__((warn_unused_result));
+/* ns_cap: at most this many of one namespace in the call (0: no cap);
+ * ns_room: "<ns>=<n>," for each namespace that may take fewer (n), ""
+ * when none. */
+int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t limit, int replay, uint64_t ns_cap,
+                 const char *ns_room, timers_claim_cb cb, void *arg) __attribute__((warn_unused_result));
 
 /* Begins the attempts of n timers of one partition (at most
  * TIMERS_BATCH_MAX): results[i].attempt is the attempt number (>= 1) of

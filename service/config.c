@@ -133,6 +133,10 @@ static const setting settings[] = {
       "address as the cluster or the sentinels name it); 0: any certificate the CA signed will do"),
     U("max-resident", max_resident, "1000000", 1, 100000000,
       "timers held in memory at most; beyond it due timers wait in Redis until there is room"),
+    U("max-resident-per-namespace", max_resident_per_namespace, "0", 0, 100000000,
+      "timers of one namespace held in memory at most, so that one namespace's backlog (a paused queue, "
+      "hanging targets) leaves room for the others' due timers; 0: half of max-resident (rounded up) with API "
+      "tokens, no cap without them; max-resident or more: no cap"),
     U("max-queued-writes", max_queued_writes, "100000", 1, 10000000,
       "Redis commands waiting to be sent, creates waiting for their partition's call included; beyond it the API "
       "answers 429 with Retry-After"),
@@ -353,6 +357,8 @@ static int check(config *cfg)
     }
     if (cfg->max_inflight_per_namespace == 0) /* one namespace without tokens: no cap */
         cfg->max_inflight_per_namespace = cfg->api_tokens_file ? (cfg->max_inflight + 1) / 2 : cfg->max_inflight;
+    if (cfg->max_resident_per_namespace == 0)
+        cfg->max_resident_per_namespace = cfg->api_tokens_file ? (cfg->max_resident + 1) / 2 : cfg->max_resident;
     if (cfg->partitions == 0) /* more on a cluster, so that every master gets some */
         cfg->partitions = cfg->redis_url && strstr(cfg->redis_url, "+cluster://") ? 64 : 16;
     if (!cfg->instance_id[0]) {

@@ -68,6 +68,7 @@ typedef struct config {
     uint64_t redis_tls_verify_host;   /* 1: the certificate must name the host connected to */
     uint64_t lease_ttl_ms;
     uint64_t max_resident;
+    uint64_t max_resident_per_namespace; /* 0 until config_load resolves it; max_resident or more: no cap */
     uint64_t max_queued_writes;
     char *lease_prefix;       /* watchdog leases: Redis key = lease_prefix + lease id */
     uint64_t lease_max_ttl_ms;

@@ -103,7 +103,9 @@ struct engine {
     pthread_t thread;
     int started;
 
-    pthread_mutex_t mu; /* guards the inbox, revoked, held_pending and queues_pending */
+    pthread_mutex_t mu; /* guards the inbox, revoked, held_pending, queues_pending and ns_held */
+    strtab ns_held;     /* struct ns_resident by namespace: jobs held per namespace (with a cap only) */
+    uint64_t ns_cap;    /* max_resident_per_namespace; 0: no cap */
     job *inbox, **inbox_tail;
     struct revocation *revoked; /* from claims (timers_revoked), not yet applied */
     struct held_slice *held_pending; /* from reconciliation calls (timers_held), not yet compared */
@@ -208,6 +210,68 @@ static job *take_inbox(engine *e)
 
 /* ---- jobs ---- */
 
+/* The jobs held of one namespace (a timer id's part before '/'; none: ""),
+ * counted while a cap applies (HOOKWHEEL_MAX_RESIDENT_PER_NAMESPACE), so
+ * that one namespace's backlog that cannot start (a paused queue, targets
+ * that hang) leaves room in memory for the others' due timers: creates and
+ * claims take no more of a namespace at its cap (engine_accepting_for,
+ * claim_next). Under e->mu; a record goes with its last job. */
+struct ns_resident {
+    strtab_node node;
+    uint64_t n;
+    char name[];
+};
+
+/* The namespace of timer id into out (at most size - 1 bytes). */
+static const char *ns_of(const char *id, char *out, size_t size)
+{
+    const char *slash = strchr(id, '/');
+    size_t n = slash ? (size_t)(slash - id) : 0;
+    if (n >= size)
+        n = size - 1;
+    memcpy(out, id, n);
+    out[n] = '\0';
+    return out;
+}
+
+/* The jobs held of id's namespace (under e->mu). */
+static uint64_t ns_held_locked(const engine *e, const char *id)
+{
+    char ns[72]; /* a namespace is at most 64 characters */
+    strtab_node *n = strtab_find(&e->ns_held, ns_of(id, ns, sizeof ns));
+    return n ? container_of(n, struct ns_resident, node)->n : 0;
+}
+
+static void ns_count_locked(engine *e, job *j)
+{
+    char ns[72]; /* a namespace is at most 64 characters */
+    ns_of(j->id, ns, sizeof ns);
+    strtab_node *n = strtab_find(&e->ns_held, ns);
+    struct ns_resident *r = n ? container_of(n, struct ns_resident, node) : NULL;
+    if (!r) {
+        size_t len = strlen(ns);
+        r = xmalloc(sizeof *r + len + 1);
+        memcpy(r->name, ns, len + 1);
+        r->n = 0;
+        r->node = (strtab_node){0};
+        strtab_add(&e->ns_held, &r->node, r->name);
+    }
+    r->n++;
+    j->nsr = r;
+}
+
+static void ns_uncount_locked(engine *e, job *j)
+{
+    struct ns_resident *r = j->nsr;
+    if (!r)
+        return;
+    j->nsr = NULL;
+    if (--r->n == 0) {
+        strtab_remove(&e->ns_held, &r->node);
+        free(r);
+    }
+}
+
 static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
                     uint64_t version, const char *rid, size_t rid_len, const timer_trace *trace)
 {
@@ -235,6 +299,8 @@ static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uin
     j->due_ms = fire_ms;
     pthread_mutex_lock(&e->mu);
     list_insert_tail(&e->all, &j->all_node);
+    if (e->ns_cap)
+        ns_count_locked(e, j);
     pthread_mutex_unlock(&e->mu);
     atomic_fetch_add(&e->resident, 1);
     return j;
@@ -248,6 +314,7 @@ static void job_free(engine *e, job *j)
         metrics_gauge_add(e->m, j->spec->queue, MG_READY, -1);
     pthread_mutex_lock(&e->mu);
     list_remove(&j->all_node);
+    ns_uncount_locked(e, j);
     pthread_mutex_unlock(&e->mu);
     atomic_fetch_sub(&e->resident, 1);
     spec_free(j->spec);
@@ -292,6 +359,22 @@ static long room(const engine *e)
 }
 
 int engine_accepting(const engine *e) { return atomic_load(&e->accepting) && room(e) > 0; }
+
+long engine_room_for(engine *e, const char *id)
+{
+    long r = atomic_load(&e->accepting) ? room(e) : 0;
+    if (r <= 0)
+        return 0;
+    if (!e->ns_cap)
+        return r;
+    pthread_mutex_lock(&e->mu);
+    uint64_t held = ns_held_locked(e, id);
+    pthread_mutex_unlock(&e->mu);
+    uint64_t ns_room = held < e->ns_cap ? e->ns_cap - held : 0;
+    return ns_room < (uint64_t)r ? (long)ns_room : r;
+}
+
+int engine_accepting_for(engine *e, const char *id) { return engine_room_for(e, id) > 0; }
 
 int engine_running(const engine *e) { return atomic_load(&e->accepting); }
 
@@ -1191,13 +1274,49 @@ static uint32_t sweep_limit(const engine *e, uint32_t p);
 static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items, size_t nrevoked,
                      const timer_revoked *revoked);
 
-/* Sends partition p's claim of the sweep (any thread). */
+/* Appends "<ns>=<room>," to the claim's list for a namespace whose room
+ * under the cap is less than the claim's limit (the others need no entry:
+ * the limit bounds them). strtab_each's callback, under e->mu. */
+struct room_list {
+    const engine *e;
+    uint32_t limit;
+    char *buf;
+    size_t len, cap;
+};
+
+static void room_entry(strtab_node *n, void *arg)
+{
+    struct room_list *l = arg;
+    const struct ns_resident *r = container_of(n, struct ns_resident, node);
+    uint64_t room = r->n < l->e->ns_cap ? l->e->ns_cap - r->n : 0;
+    if (room >= l->limit)
+        return;
+    size_t need = strlen(r->name) + 24;
+    if (l->len + need > l->cap) {
+        l->cap = (l->len + need) * 2;
+        l->buf = xrealloc(l->buf, l->cap);
+    }
+    l->len += (size_t)snprintf(l->buf + l->len, l->cap - l->len, "%s=%" PRIu64 ",", r->name, room);
+}
+
+/* Sends partition p's claim of the sweep (any thread). With a cap per
+ * namespace the claim takes no more of a namespace than its room: the
+ * list names the namespaces whose room is below the limit. */
 static int claim_next(engine *e, uint32_t p, uint64_t horizon, uint32_t limit)
 {
     sweep_ctx *c = &e->sweeps[p];
     c->limit = limit;
     c->horizon = horizon;
-    return timers_claim(e->tm, p, horizon, limit, atomic_load(&c->replay), sweep_cb, c);
+    struct room_list l = {e, limit, NULL, 0, 0};
+    if (e->ns_cap && limit) {
+        pthread_mutex_lock(&e->mu);
+        strtab_each(&e->ns_held, room_entry, &l);
+        pthread_mutex_unlock(&e->mu);
+    }
+    int rc = timers_claim(e->tm, p, horizon, limit, atomic_load(&c->replay), e->ns_cap, l.buf ? l.buf : "", sweep_cb,
+                          c);
+    free(l.buf);
+    return rc;
 }
 
 /* Store thread: a partition's claim answered; the claimed timers go to the
@@ -1808,6 +1927,17 @@ static void log_hold(const char *ns, uint32_t cap, uint32_t holds, void *arg)
         "\"namespace\":\"%s\",\"cap\":%u,\"holds\":%u", ns, cap, holds);
 }
 
+/* strtab_each's callback over e->ns_held (under e->mu): a namespace at its
+ * cap of timers held in memory. */
+static void log_resident_cap(strtab_node *n, void *arg)
+{
+    const engine *e = arg;
+    const struct ns_resident *r = container_of(n, struct ns_resident, node);
+    if (r->n >= e->ns_cap)
+        LOG(LOG_WARN, "a namespace had its cap of timers held in memory: its further due timers waited in Redis",
+            "\"namespace\":\"%s\",\"cap\":%" PRIu64 ",\"held\":%" PRIu64, r->name, e->ns_cap, r->n);
+}
+
 /* Periodic work besides the wheel: lease renewal, the reaper and the sweep.
  * Returns when the next of the first two is due. */
 static uint64_t housekeeping(engine *e, uint64_t now)
@@ -1815,6 +1945,11 @@ static uint64_t housekeeping(engine *e, uint64_t now)
     uint64_t next = watchdog_run(e->wd, now);
     if (now >= e->next_holds_ms) { /* (no wake-up of its own: holds happen while the loop is busy) */
         limiter_report_holds(e->lim, log_hold, e);
+        if (e->ns_cap) {
+            pthread_mutex_lock(&e->mu);
+            strtab_each(&e->ns_held, log_resident_cap, e);
+            pthread_mutex_unlock(&e->mu);
+        }
         e->next_holds_ms = now + HOLDS_REPORT_MS;
     }
     poll_queue_settings(e, now);
@@ -1942,6 +2077,8 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     list_init(&e->held);
     list_init(&e->all);
     strtab_init(&e->byid);
+    strtab_init(&e->ns_held);
+    e->ns_cap = cfg->max_resident_per_namespace < cfg->max_resident ? cfg->max_resident_per_namespace : 0;
     pthread_mutex_init(&e->mu, NULL);
     atomic_init(&e->stop, 0);
     atomic_init(&e->accepting, 1);
@@ -2053,6 +2190,7 @@ void engine_free(engine *e)
     }
     free(e->begins);
     strtab_free(&e->byid);
+    strtab_free(&e->ns_held); /* (every job was freed: no record is left) */
     while (e->revoked) {
         struct revocation *r = e->revoked;
         e->revoked = r->next;

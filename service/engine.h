@@ -55,6 +55,16 @@ void engine_sweep_soon(engine *e);
  * holds fewer than max_resident timers. */
 int engine_accepting(const engine *e);
 
+/* Any thread: engine_accepting, and timer id's namespace holds fewer jobs
+ * than HOOKWHEEL_MAX_RESIDENT_PER_NAMESPACE: a create or an instruction may
+ * hand the timer to this instance at once. */
+int engine_accepting_for(engine *e, const char *id);
+
+/* Any thread: how many timers of id's namespace this instance may take at
+ * once (the room in memory, and under the namespace's cap); 0 when it
+ * takes none (engine_accepting_for is 0). */
+long engine_room_for(engine *e, const char *id);
+
 /* Any thread: 0 once the engine is stopping. */
 int engine_running(const engine *e);
 

@@ -68,6 +68,7 @@ typedef struct job {
     long long reply_code;      /* store callback: script result */
 
     void *owner;               /* the engine holding the job */
+    struct ns_resident *nsr;   /* its namespace's count of jobs held (engine.c; NULL: no cap) */
     char *id;
     char *rid;                 /* id of the request that created the timer, or NULL */
     char *traceparent;         /* the trace context it was created with (trace.h), or NULL */

@@ -61,7 +61,7 @@ int oneshot_create(const config *cfg, engine *eng, char *id, timer_spec *spec, c
 {
     ctx *c = xcalloc(1, sizeof *c);
     *c = (ctx){.eng = eng, .id = id, .spec = spec, .cb = cb, .arg = arg, .rid = rid && *rid ? xstrdup(rid) : NULL};
-    c->claim = engine_accepting(eng) && (uint64_t)spec->fire_at_ms <= now_ms + cfg->window_ms;
+    c->claim = (uint64_t)spec->fire_at_ms <= now_ms + cfg->window_ms && engine_accepting_for(eng, id);
     int traced = trace && trace->parent_len;
     timer_new n = {id,           spec->stored, spec->stored_len, when, spec->fire_at_ms,
                    spec->cron_x ? TIMERS_CALENDAR : spec->every_ms, spec->queue, rid, now_ms, c->claim,

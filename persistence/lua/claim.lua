@@ -8,7 +8,10 @@
 -- ARGV: 1 horizon_ms (claim fire_ms <= horizon), 2 limit, 3 this instance's
 --       owner tag, 4 timer key prefix "hw:{P}:t:" (same hash tag, so the same
 --       slot), 5 replay ("1": the reply to the previous claim was lost;
---       return its timers again, those still waiting and still ours)
+--       return its timers again, those still waiting and still ours),
+--       6 ns_cap (at most this many of one namespace; 0: no cap), 7 ns_room
+--       ("<ns>=<n>," for each namespace that may take fewer: n, its room
+--       under the cap in the instance's memory)
 -- Returns {n, revoked_1, ..., revoked_n, id, record, id, record, ...}: the
 -- revocations of this instance in the partition ("<version> <id>", see
 -- revoke(); taken off the list, at most REVOKED_MAX a call), then one pair
@@ -34,37 +37,50 @@ local limit, base = tonumber(ARGV[2]), key_base(ARGV[4])
 local now = redis.call('TIME')
 labels_trim(base, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), 64)
 if limit <= 0 then return out end
+-- A namespace's room in this call: its entry in ns_room, else ns_cap (0:
+-- no cap: the limit).
+local ns_cap, room = tonumber(ARGV[6]) or 0, {}
+for ns, n in string.gmatch(ARGV[7] or '', '([^,=]*)=(%d+),') do room[ns] = tonumber(n) end
 -- The due entries of every waiting index, soonest first (ties by id, as a
--- zset orders them), at most limit in all.
+-- zset orders them), at most limit in all and a namespace's room of it.
 local due, sources = {}, 0
 for _, ns in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local found = 0
+  local found, r = 0, limit
+  if ns_cap > 0 then r = math.min(limit, room[ns] or ns_cap) end
   for _, st in ipairs({'scheduled', 'retrying'}) do
     local ik = base .. 'ix:' .. ns .. ':' .. st
-    local got = redis.call('ZRANGEBYSCORE', ik, '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', '0', ARGV[2])
-    for i = 1, #got, 2 do due[#due + 1] = {tonumber(got[i + 1]), got[i], ik, got[i + 1]} end
+    local got = r > 0 and redis.call('ZRANGEBYSCORE', ik, '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', '0',
+                                     r == limit and ARGV[2] or r) or {}
+    for i = 1, #got, 2 do due[#due + 1] = {tonumber(got[i + 1]), got[i], ik, got[i + 1], ns} end
     if #got > 0 then sources = sources + 1 end
     if #got > 0 or redis.call('EXISTS', ik) == 1 then found = 1 end
   end
   if found == 0 then redis.call('SREM', KEYS[1], ns) end -- nothing waits there any more
+  room[ns] = r
 end
 if sources > 1 then -- (the entries of one index come in this order already)
   table.sort(due, function(a, b) return a[1] < b[1] or (a[1] == b[1] and bytes_lt(a[2], b[2])) end)
 end
 batched(function()
-  for i = 1, math.min(#due, limit) do
-    local id, tk = due[i][2], ARGV[4] .. due[i][2]
-    local r, v = rec_get(tk)
-    zs_rem(due[i][3], id) -- (an entry of a timer gone or not waiting there is stale)
-    if r and is_waiting(r.st) and r.owner == NO_OWNER then
-      -- place(): at the index's score as Redis wrote it (the due time: a
-      -- number would be formatted again), and the holder registered (once)
-      zs_add(KEYS[2], r.fire == due[i][1] and due[i][4] or r.fire, id)
-      set_add(base .. 'holders', ARGV[3])
-      r.owner = ARGV[3]
-      local h = head_encode(r)
-      redis.call('SETRANGE', tk, ZERO, h)
-      take(id, h .. string.sub(v, HEAD + 1))
+  local taken = 0
+  for i = 1, #due do
+    if taken == limit then break end
+    local id, tk, ns = due[i][2], ARGV[4] .. due[i][2], due[i][5]
+    if room[ns] > 0 then -- (a namespace's scheduled and retrying entries share its room)
+      room[ns] = room[ns] - 1
+      taken = taken + 1
+      local r, v = rec_get(tk)
+      zs_rem(due[i][3], id) -- (an entry of a timer gone or not waiting there is stale)
+      if r and is_waiting(r.st) and r.owner == NO_OWNER then
+        -- place(): at the index's score as Redis wrote it (the due time: a
+        -- number would be formatted again), and the holder registered (once)
+        zs_add(KEYS[2], r.fire == due[i][1] and due[i][4] or r.fire, id)
+        set_add(base .. 'holders', ARGV[3])
+        r.owner = ARGV[3]
+        local h = head_encode(r)
+        redis.call('SETRANGE', tk, ZERO, h)
+        take(id, h .. string.sub(v, HEAD + 1))
+      end
     end
   end
 end)

@@ -23,21 +23,28 @@ static void test_config_new_connection_settings_have_their_defaults(void **state
     config_free(&cfg);
 }
 
-static void test_config_namespace_inflight_cap_is_half_with_tokens_and_none_without(void **state)
+/* The namespace caps (attempts in flight, timers held in memory): half of
+ * the instance's, rounded up, with tokens; none without; as set when set. */
+static void test_config_namespace_caps_are_half_with_tokens_and_none_without(void **state)
 {
     (void)state;
     config cfg;
-    char *open_api[] = {"hookwheel", "--max-inflight", "9"};
-    char *tokens[] = {"hookwheel", "--max-inflight", "9", "--api-tokens-file", "/etc/hookwheel/tokens"};
-    char *set[] = {"hookwheel", "--api-tokens-file", "/etc/hookwheel/tokens", "--max-inflight-per-namespace", "3"};
-    assert_int_equal(config_load(&cfg, 3, open_api), 0);
+    char *open_api[] = {"hookwheel", "--max-inflight", "9", "--max-resident", "7"};
+    char *tokens[] = {"hookwheel", "--max-inflight", "9", "--max-resident", "7", "--api-tokens-file",
+                      "/etc/hookwheel/tokens"};
+    char *set[] = {"hookwheel", "--api-tokens-file", "/etc/hookwheel/tokens", "--max-inflight-per-namespace", "3",
+                   "--max-resident-per-namespace", "2"};
+    assert_int_equal(config_load(&cfg, 5, open_api), 0);
     assert_int_equal(cfg.max_inflight_per_namespace, 9); /* one namespace: no cap */
+    assert_int_equal(cfg.max_resident_per_namespace, 7);
     config_free(&cfg);
-    assert_int_equal(config_load(&cfg, 5, tokens), 0);
+    assert_int_equal(config_load(&cfg, 7, tokens), 0);
     assert_int_equal(cfg.max_inflight_per_namespace, 5); /* half, rounded up */
+    assert_int_equal(cfg.max_resident_per_namespace, 4);
     config_free(&cfg);
-    assert_int_equal(config_load(&cfg, 5, set), 0);
+    assert_int_equal(config_load(&cfg, 7, set), 0);
     assert_int_equal(cfg.max_inflight_per_namespace, 3);
+    assert_int_equal(cfg.max_resident_per_namespace, 2);
     config_free(&cfg);
 }
 
@@ -87,7 +94,7 @@ int main(void)
     unsetenv("HOOKWHEEL_MAX_CONNECTIONS_PER_IP");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_new_connection_settings_have_their_defaults),
-        cmocka_unit_test(test_config_namespace_inflight_cap_is_half_with_tokens_and_none_without),
+        cmocka_unit_test(test_config_namespace_caps_are_half_with_tokens_and_none_without),
         cmocka_unit_test(test_config_deadlines_outside_their_range_are_refused),
         cmocka_unit_test(test_config_connections_and_reserve_must_fit_under_the_file_limit),
     };

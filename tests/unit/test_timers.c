@@ -578,7 +578,7 @@ static void test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_b
     size_t got = 0;
     char seen[3][16];
     for (uint32_t p = 0; p < 16; p++) {
-        assert_int_equal(timers_claim(f->b, p, (uint64_t)now + 5000, 10, 0, claim_cb, NULL), 0);
+        assert_int_equal(timers_claim(f->b, p, (uint64_t)now + 5000, 10, 0, 0, "", claim_cb, NULL), 0);
         wait_done();
         assert_int_equal(res.status, TIMERS_OK);
         for (size_t i = 0; i < res.n; i++)
@@ -604,7 +604,7 @@ static void test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_b
     assert_int_equal(res.n, 16);
     assert_int_equal(res.count, 2);
     uint32_t p = timers_partition(f->a, "c-early");
-    assert_int_equal(timers_claim(f->a, p, (uint64_t)now + 5000, 10, 0, claim_cb, NULL), 0);
+    assert_int_equal(timers_claim(f->a, p, (uint64_t)now + 5000, 10, 0, 0, "", claim_cb, NULL), 0);
     wait_done();
     assert_int_equal(res.n, 1);
     assert_string_equal(res.ids[0], "c-early");
@@ -613,7 +613,7 @@ static void test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_b
 
 static void claim(timers *t, const char *id, uint32_t limit)
 {
-    assert_int_equal(timers_claim(t, timers_partition(t, id), clock_now_ms() + 5000, limit, 0, claim_cb, NULL), 0);
+    assert_int_equal(timers_claim(t, timers_partition(t, id), clock_now_ms() + 5000, limit, 0, 0, "", claim_cb, NULL), 0);
     wait_done();
     assert_int_equal(res.status, TIMERS_OK);
 }
