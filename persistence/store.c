@@ -638,10 +638,11 @@ static int conn_open(store *s, const char *host, int port, int *warned, conn *k)
 }
 
 /* A refusal is logged once an outage (*warned, the node's: reset when a
- * connection is made), or every time at debug level: a user without rights
- * or a full disk would otherwise log it at every reconnect, up to every 2 s.
- * The login (AUTH) is said every time: on a cluster the slot map is asked
- * for with connections that keep no outage state. */
+ * connection is made), or every time at debug level: a wrong password, a
+ * user without rights or a full disk would otherwise log it at every
+ * reconnect, up to every 2 s. (A cluster's slot map is asked for with
+ * connections that log nothing, warned set: the nodes' own connections
+ * say it.) */
 static int simple_ok(conn *k, const char *fmt, const char *a, const char *b, int *warned)
 {
     redisReply *r = b ? conn_command(k, fmt, a, b) : conn_command(k, fmt, a);
@@ -696,8 +697,8 @@ static int open_ctx(store *s, const char *host, int port, int *warned, conn *k)
         return -EIO;
     int ok = 1;
     if (s->password)
-        ok = s->user && s->user[0] ? simple_ok(k, "AUTH %s %s", s->user, s->password, &(int){0})
-                                   : simple_ok(k, "AUTH %s", s->password, NULL, &(int){0}); /* said every time */
+        ok = s->user && s->user[0] ? simple_ok(k, "AUTH %s %s", s->user, s->password, warned)
+                                   : simple_ok(k, "AUTH %s", s->password, NULL, warned);
     if (!ok) {
         conn_close(k);
         return -EIO;

@@ -28,7 +28,9 @@ def test_an_acl_user_from_the_url_creates_and_delivers(redis, hookwheel_factory,
 
 def test_a_wrong_password_keeps_the_instance_unready_and_says_why(redis, tmp_path):
     acl_redis(redis)
-    hw = Hookwheel(tmp_path, f"redis://hookwheel:wrong@127.0.0.1:{redis.port}", name="wrong")
+    # at info: at debug every refusal is logged
+    hw = Hookwheel(tmp_path, f"redis://hookwheel:wrong@127.0.0.1:{redis.port}", name="wrong",
+                   args=["--log-level", "info"])
     hw.port = free_port()
     hw._spawn()  # not start(): it would wait for a readiness that must not come
     try:
@@ -37,6 +39,11 @@ def test_a_wrong_password_keeps_the_instance_unready_and_says_why(redis, tmp_pat
         assert hw.alive(), "a Redis that refuses the login is waited for, not fatal"
         status, _, _ = hw.create({"id": "nope", "url": "http://127.0.0.1:9/x", "delay_ms": 100})
         assert status == 503
+        # several reconnects (the backoff grows to 2 s): the refusal is said once a connection,
+        # the timers' and the leases' (at every reconnect before)
+        time.sleep(5.0)
+        refusals = [line for line in hw.log_tail(400).splitlines() if "Redis refused a start-up command" in line]
+        assert 1 <= len(refusals) <= 2, refusals
     finally:
         hw.stop()
 
