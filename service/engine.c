@@ -358,8 +358,6 @@ static long room(const engine *e)
     return (long)e->cfg->max_resident - atomic_load(&e->resident);
 }
 
-int engine_accepting(const engine *e) { return atomic_load(&e->accepting) && room(e) > 0; }
-
 long engine_room_for(engine *e, const char *id)
 {
     long r = atomic_load(&e->accepting) ? room(e) : 0;

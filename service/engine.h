@@ -51,13 +51,10 @@ void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, ui
  * window/2 away. NULL is a no-op. */
 void engine_sweep_soon(engine *e);
 
-/* Any thread: 1 while the engine takes new claims: it is not stopping and
- * holds fewer than max_resident timers. */
-int engine_accepting(const engine *e);
-
-/* Any thread: engine_accepting, and timer id's namespace holds fewer jobs
- * than HOOKWHEEL_MAX_RESIDENT_PER_NAMESPACE: a create or an instruction may
- * hand the timer to this instance at once. */
+/* Any thread: 1 while the engine takes new claims of timer id's
+ * namespace: it is not stopping, holds fewer than max_resident timers, and
+ * fewer than HOOKWHEEL_MAX_RESIDENT_PER_NAMESPACE of that namespace; a
+ * create or an instruction may hand the timer to this instance at once. */
 int engine_accepting_for(engine *e, const char *id);
 
 /* Any thread: how many timers of id's namespace this instance may take at
