@@ -479,7 +479,8 @@ class Recorded:
         self.headers = headers
         self.body = body
         self.conn = conn        # id of the TCP connection it came on
-        self.done_mono = None   # time.monotonic() once the answer was sent
+        self.done_mono = None   # time.monotonic() as the answer starts to go out: the
+                                # sender cannot have seen the end of the run before it
 
     @property
     def wall_ms(self):
@@ -578,6 +579,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         try:
             if reply.delay_s:
                 time.sleep(reply.delay_s)
+            rec.done_mono = time.monotonic()
             self.send_response(reply.status)
             for k, v in reply.headers.items():
                 self.send_header(k, v)
@@ -643,7 +645,8 @@ class Receiver:
     def _done(self, rec):
         with self._lock:
             self._active[rec.path] -= 1
-            rec.done_mono = time.monotonic()
+            if rec.done_mono is None:  # no answer went out
+                rec.done_mono = time.monotonic()
             self._lock.notify_all()
 
     def max_concurrent(self, path):
