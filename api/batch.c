@@ -52,7 +52,6 @@ typedef struct batch_ctx {
     api_trace tr; /* the request's W3C trace context, kept with every timer */
     size_t n;
     bitem *items;
-    long room;       /* timers the engine may still take at once (-1: not asked yet) */
     atomic_int refs; /* one per slice in flight, one for the submitter */
 } batch_ctx;
 
@@ -169,6 +168,8 @@ static void slice_cb(void *arg, int status, size_t n, const timer_created *res)
      * once (a stop). */
     char queue[65] = "";
     uint64_t created = 0;
+    const bitem *unclaimed = NULL; /* one of the items claimed for and not held */
+    long unclaimed_n = 0;
     for (size_t k = 0; k < s->n; k++) {
         bitem *it = &b->items[s->idx[k]];
         int st = status == TIMERS_OK && k < n ? res[k].status : status == TIMERS_OK ? TIMERS_FAILED : status;
@@ -208,7 +209,12 @@ static void slice_cb(void *arg, int status, size_t n, const timer_created *res)
          * finds nothing when it was not (oneshot.c does the same). */
         if (it->claim && it->spec && (st == TIMERS_OK || st == TIMERS_UNREACHABLE))
             item_hold(b, it);
+        else if (it->claim)
+            unclaimed = it;
+        unclaimed_n += it->claim && it->spec;
     }
+    if (unclaimed) /* their room back (the items are all of one namespace) */
+        engine_unreserve(b->a->eng, unclaimed->kid, unclaimed_n);
     if (created)
         metrics_count_n(b->a->m, queue, MT_CREATED, created);
     free(s->idx);
@@ -233,14 +239,26 @@ static void item_parse(batch_ctx *b, size_t i, json_t *v)
     char *given = it->spec->id ? xstrdup(it->spec->id) : api_new_id();
     api_key_id(it->kid, sizeof it->kid, http_req_namespace(b->r), given);
     free(given);
-    /* due within the window: held at once, as far as the engine has room
-     * for the request's namespace (the items are all of it) */
-    if ((uint64_t)it->spec->fire_at_ms <= b->now_ms + b->a->cfg->window_ms) {
-        if (b->room < 0)
-            b->room = engine_room_for(b->a->eng, it->kid);
-        it->claim = b->room > 0;
-        b->room -= it->claim;
-    }
+}
+
+/* The valid items due within the window are held at once as far as the
+ * engine has room for the request's namespace (the items are all of it):
+ * the room is reserved in one call and given in request order. */
+static void reserve_claims(batch_ctx *b)
+{
+    long due = 0;
+    const char *kid = NULL;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->items[i].spec && (uint64_t)b->items[i].spec->fire_at_ms <= b->now_ms + b->a->cfg->window_ms) {
+            due++;
+            kid = b->items[i].kid;
+        }
+    long room = due ? engine_reserve(b->a->eng, kid, due) : 0;
+    for (size_t i = 0; i < b->n && room > 0; i++)
+        if (b->items[i].spec && (uint64_t)b->items[i].spec->fire_at_ms <= b->now_ms + b->a->cfg->window_ms) {
+            b->items[i].claim = 1;
+            room--;
+        }
 }
 
 /* Submits items idx[0..n) (one partition) as one call. Returns 0, or the
@@ -331,7 +349,6 @@ void api_timer_batch(http_req *r, const char *const *params, void *app)
     b->a = a;
     b->atomic = atomic;
     b->now_ms = clock_now_ms();
-    b->room = -1;
     snprintf(b->rid, sizeof b->rid, "%s", http_req_id(r));
     api_request_trace(r, &b->tr);
     b->n = json_array_size(arr);
@@ -366,6 +383,7 @@ void api_timer_batch(http_req *r, const char *const *params, void *app)
         return;
     }
 
+    reserve_claims(b);
     /* The valid items by partition, in request order within each. */
     size_t nv = 0, *order = xmalloc(b->n * sizeof *order);
     uint32_t *part = xmalloc(b->n * sizeof *part);
@@ -383,11 +401,18 @@ void api_timer_batch(http_req *r, const char *const *params, void *app)
             to++;
         if (rc == 0)
             rc = submit_slice(b, part[order[from]], order + from, to - from);
-        if (rc < 0) /* not queued (the store is full or stopping): these are not written */
-            for (size_t k = from; k < to; k++)
-                item_fail(&b->items[order[k]], rc == -EAGAIN ? 429 : 503, NULL,
+        if (rc < 0) { /* not queued (the store is full or stopping): these are not written */
+            long unclaimed = 0;
+            for (size_t k = from; k < to; k++) {
+                bitem *it = &b->items[order[k]];
+                item_fail(it, rc == -EAGAIN ? 429 : 503, NULL,
                           rc == -EAGAIN ? "Too many writes are waiting for Redis; not stored. Retry later."
                                         : "The service is shutting down; not stored.");
+                unclaimed += it->claim;
+                it->claim = 0;
+            }
+            engine_unreserve(a->eng, b->items[order[from]].kid, unclaimed);
+        }
         from = to;
     }
     free(order);

@@ -456,6 +456,7 @@ typedef struct control_ctx {
     api *a;
     const char *op;
     char id[KEY_ID_MAX]; /* the key id (namespace/id) */
+    int reserved;        /* room taken in the engine to hold the timer (engine_reserve) */
 } control_ctx;
 
 static const char *const control_refusals[][2] = {
@@ -480,8 +481,10 @@ static void control_hold(control_ctx *c, const timer_view *v)
 {
     timer_spec *spec = NULL;
     spec_error err;
-    if (spec_parse(v->spec, v->spec_len, NULL, 0, &spec, &err) < 0)
+    if (spec_parse(v->spec, v->spec_len, NULL, 0, &spec, &err) < 0) {
+        engine_unreserve(c->a->eng, c->id, 1);
         return; /* unreadable: the release at stop or a reaper hands it back */
+    }
     char rid[HTTP_REQUEST_ID_MAX + 1];
     snprintf(rid, sizeof rid, "%.*s", (int)v->request_id_len, v->request_id);
     engine_add_take(c->a->eng, xstrdup(c->id), spec, (uint64_t)v->fire_ms, v->attempts, v->version, rid, &v->trace);
@@ -495,6 +498,8 @@ static void control_cb(void *arg, int status, const timer_view *v, int held)
         char *t = api_timer_from_view(c->id, v, &len);
         if (held)
             control_hold(c, v);
+        else if (c->reserved)
+            engine_unreserve(c->a->eng, c->id, 1);
         LOG(LOG_DEBUG, "timer controlled",
             "\"timer\":\"%s\",\"queue\":\"%.*s\",\"attempt\":%u,\"request_id\":\"%.*s\",\"op\":\"%s\","
             "\"by_request_id\":\"%s\"",
@@ -508,6 +513,8 @@ static void control_cb(void *arg, int status, const timer_view *v, int held)
     } else {
         api_respond_unavailable(c->r);
     }
+    if (status != TIMERS_OK && c->reserved) /* (a lost reply's claim: the reaper hands it back) */
+        engine_unreserve(c->a->eng, c->id, 1);
     free(c);
 }
 
@@ -545,10 +552,13 @@ static void control(http_req *r, const char *id, api *a, const char *op, int64_t
     c->op = op;
     api_key_id(c->id, sizeof c->id, http_req_namespace(r), id);
     uint64_t now_ms = clock_now_ms();
-    int rc = timers_control(a->tm, c->id, op, now_ms, fire_ms, engine_accepting_for(a->eng, c->id) ? now_ms + a->cfg->window_ms : 0,
+    c->reserved = engine_reserve(a->eng, c->id, 1) == 1; /* room to hold the timer if the call claims it */
+    int rc = timers_control(a->tm, c->id, op, now_ms, fire_ms, c->reserved ? now_ms + a->cfg->window_ms : 0,
                             control_cb, c);
     if (rc < 0) {
         api_respond_submit_error(r, rc);
+        if (c->reserved)
+            engine_unreserve(a->eng, c->id, 1);
         free(c);
     }
 }

@@ -214,8 +214,10 @@ static job *take_inbox(engine *e)
  * counted while a cap applies (HOOKWHEEL_MAX_RESIDENT_PER_NAMESPACE), so
  * that one namespace's backlog that cannot start (a paused queue, targets
  * that hang) leaves room in memory for the others' due timers: creates and
- * claims take no more of a namespace at its cap (engine_accepting_for,
- * claim_next). Under e->mu; a record goes with its last job. */
+ * claims take no more of a namespace at its cap (engine_reserve,
+ * claim_next). n counts the jobs and the room reserved for timers a
+ * request is having claimed (engine_reserve). Under e->mu; a record goes
+ * when n is back to 0. */
 struct ns_resident {
     strtab_node node;
     uint64_t n;
@@ -234,29 +236,40 @@ static const char *ns_of(const char *id, char *out, size_t size)
     return out;
 }
 
-/* The jobs held of id's namespace (under e->mu). */
-static uint64_t ns_held_locked(const engine *e, const char *id)
+/* id's namespace's record (under e->mu); NULL: it holds nothing, and one
+ * is made when make is set. */
+static struct ns_resident *ns_find_locked(engine *e, const char *id, int make)
 {
     char ns[72]; /* a namespace is at most 64 characters */
-    strtab_node *n = strtab_find(&e->ns_held, ns_of(id, ns, sizeof ns));
-    return n ? container_of(n, struct ns_resident, node)->n : 0;
+    ns_of(id, ns, sizeof ns);
+    strtab_node *n = strtab_find(&e->ns_held, ns);
+    if (n || !make)
+        return n ? container_of(n, struct ns_resident, node) : NULL;
+    size_t len = strlen(ns);
+    struct ns_resident *r = xmalloc(sizeof *r + len + 1);
+    memcpy(r->name, ns, len + 1);
+    r->n = 0;
+    r->node = (strtab_node){0};
+    strtab_add(&e->ns_held, &r->node, r->name);
+    return r;
 }
 
-static void ns_count_locked(engine *e, job *j)
+static void ns_put_locked(engine *e, struct ns_resident *r, uint64_t n)
 {
-    char ns[72]; /* a namespace is at most 64 characters */
-    ns_of(j->id, ns, sizeof ns);
-    strtab_node *n = strtab_find(&e->ns_held, ns);
-    struct ns_resident *r = n ? container_of(n, struct ns_resident, node) : NULL;
-    if (!r) {
-        size_t len = strlen(ns);
-        r = xmalloc(sizeof *r + len + 1);
-        memcpy(r->name, ns, len + 1);
-        r->n = 0;
-        r->node = (strtab_node){0};
-        strtab_add(&e->ns_held, &r->node, r->name);
+    r->n -= n;
+    if (r->n == 0) {
+        strtab_remove(&e->ns_held, &r->node);
+        free(r);
     }
-    r->n++;
+}
+
+/* j counts against its namespace; reserved: in the room engine_reserve
+ * took for it (under e->mu). */
+static void ns_count_locked(engine *e, job *j, int reserved)
+{
+    struct ns_resident *r = ns_find_locked(e, j->id, 1);
+    if (!reserved || r->n == 0) /* (reserved: the reservation becomes the job) */
+        r->n++;
     j->nsr = r;
 }
 
@@ -266,14 +279,68 @@ static void ns_uncount_locked(engine *e, job *j)
     if (!r)
         return;
     j->nsr = NULL;
-    if (--r->n == 0) {
-        strtab_remove(&e->ns_held, &r->node);
-        free(r);
-    }
+    ns_put_locked(e, r, 1);
 }
 
+/* Room for more timers in memory (the claim may overshoot by one batch). */
+static long room(const engine *e)
+{
+    return (long)e->cfg->max_resident - atomic_load(&e->resident);
+}
+
+long engine_reserve(engine *e, const char *id, long want)
+{
+    if (want <= 0 || !atomic_load(&e->accepting))
+        return 0;
+    if (e->ns_cap)
+        pthread_mutex_lock(&e->mu);
+    long got = want;
+    struct ns_resident *r = NULL;
+    if (e->ns_cap) {
+        r = ns_find_locked(e, id, 0);
+        uint64_t held = r ? r->n : 0;
+        uint64_t ns_room = held < e->ns_cap ? e->ns_cap - held : 0;
+        if ((uint64_t)got > ns_room)
+            got = (long)ns_room;
+    }
+    /* the room in memory, taken at once so that requests racing cannot
+     * each take the same (a claim's sweep still may overshoot: room()) */
+    long cur = atomic_load(&e->resident);
+    long take;
+    do {
+        long free_slots = (long)e->cfg->max_resident - cur;
+        take = got < free_slots ? got : free_slots;
+        if (take <= 0) {
+            take = 0;
+            break;
+        }
+    } while (!atomic_compare_exchange_weak(&e->resident, &cur, cur + take));
+    if (e->ns_cap) {
+        if (take > 0)
+            (r ? r : ns_find_locked(e, id, 1))->n += (uint64_t)take;
+        pthread_mutex_unlock(&e->mu);
+    }
+    return take;
+}
+
+void engine_unreserve(engine *e, const char *id, long n)
+{
+    if (n <= 0)
+        return;
+    if (e->ns_cap) {
+        pthread_mutex_lock(&e->mu);
+        struct ns_resident *r = ns_find_locked(e, id, 0);
+        if (r)
+            ns_put_locked(e, r, (uint64_t)n <= r->n ? (uint64_t)n : r->n);
+        pthread_mutex_unlock(&e->mu);
+    }
+    atomic_fetch_sub(&e->resident, n);
+}
+
+/* A job for timer id; reserved: in the room engine_reserve took for it,
+ * else it takes room now (a sweep's claim). */
 static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
-                    uint64_t version, const char *rid, size_t rid_len, const timer_trace *trace)
+                    uint64_t version, const char *rid, size_t rid_len, const timer_trace *trace, int reserved)
 {
     job *j = xcalloc(1, sizeof *j);
     if (rid && rid_len)
@@ -300,9 +367,10 @@ static job *job_new(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uin
     pthread_mutex_lock(&e->mu);
     list_insert_tail(&e->all, &j->all_node);
     if (e->ns_cap)
-        ns_count_locked(e, j);
+        ns_count_locked(e, j, reserved);
     pthread_mutex_unlock(&e->mu);
-    atomic_fetch_add(&e->resident, 1);
+    if (!reserved)
+        atomic_fetch_add(&e->resident, 1);
     return j;
 }
 
@@ -349,30 +417,8 @@ __attribute__((format(printf, 4, 5))) static void job_log(int level, const char 
 void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
                      uint64_t version, const char *rid, const timer_trace *trace)
 {
-    post(e, job_new(e, id, spec, fire_ms, attempts, version, rid, rid ? strlen(rid) : 0, trace), MSG_CLAIMED);
+    post(e, job_new(e, id, spec, fire_ms, attempts, version, rid, rid ? strlen(rid) : 0, trace, 1), MSG_CLAIMED);
 }
-
-/* Room for more timers in memory (the claim may overshoot by one batch). */
-static long room(const engine *e)
-{
-    return (long)e->cfg->max_resident - atomic_load(&e->resident);
-}
-
-long engine_room_for(engine *e, const char *id)
-{
-    long r = atomic_load(&e->accepting) ? room(e) : 0;
-    if (r <= 0)
-        return 0;
-    if (!e->ns_cap)
-        return r;
-    pthread_mutex_lock(&e->mu);
-    uint64_t held = ns_held_locked(e, id);
-    pthread_mutex_unlock(&e->mu);
-    uint64_t ns_room = held < e->ns_cap ? e->ns_cap - held : 0;
-    return ns_room < (uint64_t)r ? (long)ns_room : r;
-}
-
-int engine_accepting_for(engine *e, const char *id) { return engine_room_for(e, id) > 0; }
 
 int engine_running(const engine *e) { return atomic_load(&e->accepting); }
 
@@ -1335,7 +1381,7 @@ static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items
     for (size_t i = 0; i < n; i++) {
         const timer_claimed *t = &items[i];
         job *j = job_new(e, xstrdup(t->id), NULL, (uint64_t)t->fire_ms, t->attempts, t->version, t->request_id,
-                         t->request_id_len, &t->trace);
+                         t->request_id_len, &t->trace, 0);
         j->raw_spec = xstrndup(t->spec, t->spec_len);
         j->raw_len = t->spec_len;
         j->msg = MSG_CLAIMED;

@@ -35,12 +35,13 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
  * window/2. Returns 0 or -errno. */
 int engine_start(engine *e) __attribute__((warn_unused_result));
 
-/* Any thread: hands the engine a timer this instance has claimed in Redis,
- * due at fire_ms, with `attempts` attempts made so far in its run, claimed
- * under the run line's `version`, created by the request with id `rid` (NULL
- * or "": none; copied, for the timer's log lines) and carrying the trace
- * context `trace` (NULL: none; copied, sent with every attempt). Takes
- * ownership of id and spec. */
+/* Any thread: hands the engine a timer this instance has claimed in Redis
+ * in a unit of room engine_reserve took for it, due at fire_ms, with
+ * `attempts` attempts made so far in its run, claimed under the run line's
+ * `version`, created by the request with id `rid` (NULL or "": none;
+ * copied, for the timer's log lines) and carrying the trace context `trace`
+ * (NULL: none; copied, sent with every attempt). Takes ownership of id and
+ * spec. */
 void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, uint32_t attempts,
                      uint64_t version, const char *rid, const timer_trace *trace);
 
@@ -51,16 +52,19 @@ void engine_add_take(engine *e, char *id, timer_spec *spec, uint64_t fire_ms, ui
  * window/2 away. NULL is a no-op. */
 void engine_sweep_soon(engine *e);
 
-/* Any thread: 1 while the engine takes new claims of timer id's
- * namespace: it is not stopping, holds fewer than max_resident timers, and
- * fewer than HOOKWHEEL_MAX_RESIDENT_PER_NAMESPACE of that namespace; a
- * create or an instruction may hand the timer to this instance at once. */
-int engine_accepting_for(engine *e, const char *id);
+/* Any thread: takes room for up to want timers of id's namespace that a
+ * create, a batch or an instruction is about to claim for this instance
+ * in Redis, and returns how many it took (0 … want): as many as there is
+ * room for in memory (max_resident) and under the namespace's cap
+ * (HOOKWHEEL_MAX_RESIDENT_PER_NAMESPACE); 0 when stopping. The room counts
+ * as held from now, so requests that race cannot each take the same; each
+ * unit goes with engine_add_take, or back with engine_unreserve when the
+ * timer was not claimed. */
+long engine_reserve(engine *e, const char *id, long want);
 
-/* Any thread: how many timers of id's namespace this instance may take at
- * once (the room in memory, and under the namespace's cap); 0 when it
- * takes none (engine_accepting_for is 0). */
-long engine_room_for(engine *e, const char *id);
+/* Any thread: gives back n units of id's namespace's room that
+ * engine_reserve took and no timer was handed over in. */
+void engine_unreserve(engine *e, const char *id, long n);
 
 /* Any thread: 0 once the engine is stopping. */
 int engine_running(const engine *e);

@@ -53,6 +53,8 @@ static void created_cb(void *arg, int status, const timer_view *v, const char *s
      * written, its begin step finds nothing and drops it. */
     if (c->claim && (status == TIMERS_OK || status == TIMERS_UNREACHABLE))
         hold(c);
+    else if (c->claim)
+        engine_unreserve(c->eng, c->id, 1);
     ctx_free(c);
 }
 
@@ -61,7 +63,7 @@ int oneshot_create(const config *cfg, engine *eng, char *id, timer_spec *spec, c
 {
     ctx *c = xcalloc(1, sizeof *c);
     *c = (ctx){.eng = eng, .id = id, .spec = spec, .cb = cb, .arg = arg, .rid = rid && *rid ? xstrdup(rid) : NULL};
-    c->claim = (uint64_t)spec->fire_at_ms <= now_ms + cfg->window_ms && engine_accepting_for(eng, id);
+    c->claim = (uint64_t)spec->fire_at_ms <= now_ms + cfg->window_ms && engine_reserve(eng, id, 1) == 1;
     int traced = trace && trace->parent_len;
     timer_new n = {id,           spec->stored, spec->stored_len, when, spec->fire_at_ms,
                    spec->cron_x ? TIMERS_CALENDAR : spec->every_ms, spec->queue, rid, now_ms, c->claim,
@@ -71,8 +73,11 @@ int oneshot_create(const config *cfg, engine *eng, char *id, timer_spec *spec, c
         c->tracestate = trace->state_len ? xstrndup(trace->state, trace->state_len) : NULL;
     }
     int rc = timers_create(engine_timers(eng), &n, created_cb, c);
-    if (rc < 0)
+    if (rc < 0) {
+        if (c->claim)
+            engine_unreserve(eng, id, 1);
         ctx_free(c);
+    }
     return rc;
 }
 
