@@ -27,10 +27,21 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define KEYS_MAX 320 /* room for any key: ids are <= 128 bytes, instance ids <= 128 */
 
 uint32_t keys_partition(const char *id, uint32_t partitions);
+
+/* The length of the namespace of a key id "<namespace>/<id>" (and of a
+ * queue's "<namespace>/<queue>"): the part before the first '/', 0 when
+ * there is none (the namespace "" of a deployment without tokens), as
+ * _record.lua's id_ns. */
+static inline size_t keys_ns_len(const char *key_id)
+{
+    const char *slash = strchr(key_id, '/');
+    return slash ? (size_t)(slash - key_id) : 0;
+}
 
 /* Each writes a NUL-terminated key into buf (KEYS_MAX bytes) and returns its length. */
 size_t keys_timer(char *buf, uint32_t p, const char *id);

@@ -848,21 +848,13 @@ static int id_twice(size_t n, const prepared *items)
     return twice;
 }
 
-/* The namespace of a key id: what comes before its '/' ("" when none), as
- * _record.lua's id_ns. */
-static size_t id_ns_len(const char *id)
-{
-    const char *slash = strchr(id, '/');
-    return slash ? (size_t)(slash - id) : 0;
-}
-
 /* Whether the items can go as a plain call (create_batch.lua): no labels,
  * one namespace and one queue, and no id twice. */
 static int batch_plain(size_t n, const prepared *items)
 {
-    size_t nslen = id_ns_len(items[0].id);
+    size_t nslen = keys_ns_len(items[0].id);
     for (size_t i = 0; i < n; i++) {
-        if (items[i].nlabels || id_ns_len(items[i].id) != nslen || memcmp(items[i].id, items[0].id, nslen) ||
+        if (items[i].nlabels || keys_ns_len(items[i].id) != nslen || memcmp(items[i].id, items[0].id, nslen) ||
             strcmp(items[i].queue, items[0].queue))
             return 0;
     }
@@ -896,9 +888,9 @@ static int send_create_batch(timers *t, uint32_t p, size_t n, const prepared *it
     if (plain) {
         const char *id = items[0].id, *q = items[0].queue;
         arg_str(&a, atomic ? "P1" : "P0");
-        add_arg(&a, id, id_ns_len(id));
+        add_arg(&a, id, keys_ns_len(id));
         /* create's count field: "<namespace>/s<queue>" (_record.lua: count_add) */
-        arg_fmt(&a, "%.*s/s%.255s", (int)id_ns_len(id), id, *q ? q : "default");
+        arg_fmt(&a, "%.*s/s%.255s", (int)keys_ns_len(id), id, *q ? q : "default");
         arg_u64(&a, nfree);
         add_arg(&a, t->tag, 16);
     } else {

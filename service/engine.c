@@ -227,8 +227,7 @@ struct ns_resident {
 /* The namespace of timer id into out (at most size - 1 bytes). */
 static const char *ns_of(const char *id, char *out, size_t size)
 {
-    const char *slash = strchr(id, '/');
-    size_t n = slash ? (size_t)(slash - id) : 0;
+    size_t n = keys_ns_len(id);
     if (n >= size)
         n = size - 1;
     memcpy(out, id, n);

@@ -67,6 +67,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keys.h"
 #include "strtab.h"
 #include "xalloc.h"
 
@@ -183,8 +184,7 @@ static lgroup *group_of(limiter *l, const char *name)
 {
     if (l->group_cap == UINT32_MAX)
         return NULL;
-    const char *slash = strchr(name, '/');
-    size_t len = slash ? (size_t)(slash - name) : 0;
+    size_t len = keys_ns_len(name);
     char small[72], *key = len < sizeof small ? small : xmalloc(len + 1); /* (a namespace: at most 64) */
     memcpy(key, name, len);
     key[len] = '\0';

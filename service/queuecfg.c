@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "keys.h"
+
 void queuecfg_field(char *buf, size_t size, const char *ns, const char *queue)
 {
     snprintf(buf, size, "%s%s%s", ns, ns[0] ? "/" : "", queue);
@@ -11,9 +13,9 @@ void queuecfg_field(char *buf, size_t size, const char *ns, const char *queue)
 
 void queuecfg_field_of(char *buf, size_t size, const char *key_id, const char *queue)
 {
-    const char *slash = strchr(key_id, '/');
-    if (slash)
-        snprintf(buf, size, "%.*s/%s", (int)(slash - key_id), key_id, queue);
+    size_t n = keys_ns_len(key_id);
+    if (n)
+        snprintf(buf, size, "%.*s/%s", (int)n, key_id, queue);
     else
         snprintf(buf, size, "%s", queue);
 }

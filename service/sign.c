@@ -10,6 +10,7 @@
 #include <openssl/evp.h>
 
 #include "auth.h"
+#include "keys.h"
 #include "xalloc.h"
 
 #define KEY_MAX 128
@@ -165,10 +166,9 @@ const char *signer_namespace(const signer *s, size_t i)
 
 const signer *signer_for(const signer *s, const char *key_id)
 {
-    const char *slash = strchr(key_id, '/');
-    if (!slash || !s->nns)
+    size_t len = keys_ns_len(key_id);
+    if (!len || !s->nns)
         return s;
-    size_t len = (size_t)(slash - key_id);
     for (size_t i = 0; i < s->nns; i++)
         if (strlen(s->nss[i].ns) == len && memcmp(s->nss[i].ns, key_id, len) == 0)
             return s->nss[i].s;

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "keys.h"
 #include "log.h"
 #include "xalloc.h"
 
@@ -101,8 +102,7 @@ int tally_slot(tally *t, const char *id, const char *queue)
 {
     if (!t)
         return -1;
-    const char *slash = strchr(id, '/');
-    size_t n = slash ? (size_t)(slash - id) : 0, qn = strlen(queue);
+    size_t n = keys_ns_len(id), qn = strlen(queue);
     if (n > NS_NAME_MAX || qn > QUEUE_NAME_MAX)
         return -1;
     int count = atomic_load_explicit(&t->count, memory_order_relaxed);
