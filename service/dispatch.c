@@ -449,8 +449,11 @@ int dispatch_start(dispatch *d, job *j)
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)s->timeout_ms);
     /* The connect is part of the attempt and may take all of its time: a
-     * connect of its own limit would end a slow one before timeout_ms. */
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)s->timeout_ms);
+     * connect of its own limit would end a slow one before timeout_ms. At
+     * least 2 ms: libcurl 7.88 gives each address half the connect timeout,
+     * and half of 1 ms is none, so a 1 ms attempt went on until its
+     * happy-eyeballs timer, 200 ms (CURLOPT_TIMEOUT_MS still ends it). */
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(s->timeout_ms < 2 ? 2 : s->timeout_ms));
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);

@@ -354,6 +354,27 @@ def test_a_connect_that_hangs_may_take_all_of_timeout_ms(hookwheel):
         srv.close()
 
 
+def test_a_timeout_of_one_ms_ends_the_attempt_within_a_few_ms(hookwheel):
+    # A listener that never accepts: the kernel completes the connects of its
+    # backlog, the request is sent and no answer comes. timeout_ms 1 took
+    # 200 ms (libcurl's happy-eyeballs timer) while 2 took 2.
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    port = srv.getsockname()[1]
+    try:
+        for tmo in (1, 2, 1):
+            timer = assert_created(*hookwheel.create({
+                "url": f"http://127.0.0.1:{port}/hang", "delay_ms": 0, "timeout_ms": tmo,
+                "retry": {"max_attempts": 1}}))
+            done = hookwheel.wait_state(timer["id"], ("delivered", "failed"), timeout=scaled(10))
+            la = done["last_attempt"]
+            assert done.get("state") == "failed" and f"timeout after {tmo} ms" in la["error"], done
+            assert la["duration_ms"] < 150, la  # generous: the failure was 200
+    finally:
+        srv.close()
+
+
 def test_an_unreachable_target_fails_after_max_attempts_with_the_error_kept(hookwheel):
     port = free_port()  # nothing listens there
     timer = assert_created(*hookwheel.create({
