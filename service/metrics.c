@@ -122,7 +122,8 @@ static const struct {
     const char *name, *type, *help;
     size_t offset;
 } gauge_families[] = {
-    {"hookwheel_timers_claimed", "gauge", "Timers this instance holds in memory, claimed in Redis, in any phase.",
+    {"hookwheel_timers_claimed", "gauge",
+     "Timers this instance holds in memory, claimed in Redis, in any phase, and the room creates in flight took.",
      offsetof(metrics_gauges, claimed)},
     {"hookwheel_timers_in_wheel", "gauge", "Claimed timers waiting in the timing wheel for their due time.",
      offsetof(metrics_gauges, in_wheel)},
