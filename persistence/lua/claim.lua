@@ -1,7 +1,8 @@
 -- claim: move timers due within the window from the partition's waiting
 -- indexes (every namespace's scheduled and retrying, see the prelude) to
--- this instance's claims, soonest due first, at most `limit` of them (the
--- caller keeps the limit small, so one call never holds Redis long).
+-- this instance's claims, soonest due first (with a share of the call for
+-- each namespace, below), at most `limit` of them (the caller keeps the
+-- limit small, so one call never holds Redis long).
 -- KEYS: 1 the partition's namespace registry (hw:{P}:nss), 2 this instance's
 --       claimed zset, 3 this instance's last claimed batch in this partition
 --       (a list of ids)
@@ -43,9 +44,9 @@ local ns_cap, room = tonumber(ARGV[6]) or 0, {}
 for ns, n in string.gmatch(ARGV[7] or '', '([^,=]*)=(%d+),') do room[ns] = tonumber(n) end
 -- The due entries of every waiting index, soonest first (ties by id, as a
 -- zset orders them), at most limit in all and a namespace's room of it.
-local due, sources = {}, 0
+local due, sources, nss = {}, 0, 0
 for _, ns in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local found, r = 0, limit
+  local found, r, before = 0, limit, #due
   if ns_cap > 0 then r = math.min(limit, room[ns] or ns_cap) end
   for _, st in ipairs({'scheduled', 'retrying'}) do
     local ik = base .. 'ix:' .. ns .. ':' .. st
@@ -56,10 +57,30 @@ for _, ns in ipairs(redis.call('SMEMBERS', KEYS[1])) do
     if #got > 0 or redis.call('EXISTS', ik) == 1 then found = 1 end
   end
   if found == 0 then redis.call('SREM', KEYS[1], ns) end -- nothing waits there any more
+  if #due > before then nss = nss + 1 end
   room[ns] = r
 end
 if sources > 1 then -- (the entries of one index come in this order already)
   table.sort(due, function(a, b) return a[1] < b[1] or (a[1] == b[1] and bytes_lt(a[2], b[2])) end)
+end
+-- More due than the call takes, of several namespaces: each namespace's
+-- soonest, up to an equal share of the limit, go first, then the rest in
+-- due order. A namespace's flood due at one instant would otherwise fill
+-- every call until it was all claimed (or its cap reached), and another
+-- namespace's timers due just after it would be claimed late.
+if #due > limit and nss > 1 and limit >= nss then
+  local share, n, first, rest = math.floor(limit / nss), {}, {}, {}
+  for i = 1, #due do
+    local ns = due[i][5]
+    if (n[ns] or 0) < math.min(share, room[ns]) then
+      n[ns] = (n[ns] or 0) + 1
+      first[#first + 1] = due[i]
+    else
+      rest[#rest + 1] = due[i]
+    end
+  end
+  for i = 1, #rest do first[#first + 1] = rest[i] end
+  due = first
 end
 batched(function()
   local taken = 0

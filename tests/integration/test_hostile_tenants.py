@@ -5,6 +5,9 @@ namespace's timers late (DESIGN.md §1 "on time"):
   within the claim window ahead of its due time, sweeping again at once
   while partitions return full batches, so the timers due just after the
   flood are in memory and start on time (README "How it works");
+- a flood larger than its namespace's cap in memory: every claim call gives
+  each namespace with due timers its share, so the other namespace's timers
+  due just after the flood are claimed and start on time;
 - GET /stats of a namespace with thousands of queues: its answer is built
   in time linear in the minutes' fields, on the store's writer thread that
   every namespace's creates and attempts share (README "Delivery figures
@@ -90,6 +93,52 @@ def test_timers_due_just_after_another_namespace_s_flood_of_50000_start_on_time(
         f"namespace b's attempts started late (ms after fire_at): {late}; at the flood's due time "
         f"this instance held {held_at_due} of its {FLOOD} timers")
     assert held_at_due >= FLOOD, held_at_due
+
+
+@pytest.mark.skipif(CLUSTER_MODE or SLOW, reason="one instance's sweep on one Redis, run once: 200,000 creates")
+def test_timers_due_just_after_a_flood_larger_than_its_namespace_s_cap_start_on_time(
+        tmp_path, redis, receiver, hookwheel_factory):
+    # a's flood due at one instant is more than a's cap in memory (half of
+    # HOOKWHEEL_MAX_RESIDENT), and claiming the cap's worth takes longer than
+    # the claim window's lead: b's timers due just after it were claimed
+    # only once a's cap was full (up to 2 s late), unless every claim call
+    # gives each namespace its share.
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"a {TOKEN_A}\nb {TOKEN_B}\n")
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens), "HOOKWHEEL_MAX_RESIDENT": "300000",
+                                       "HOOKWHEEL_WINDOW_MS": "1000"})
+    status, _, q = hw.api.request("PUT", "/queues/bulk", json_body={"max_dispatches_per_second": 5, "scope": "instance"},
+                                  headers=bearer(TOKEN_A))
+    assert status in (200, 201), q
+    flood = 200_000
+    due = int(now_ms()) + 20_000
+    for k in range(flood // 1000):
+        items = [{"id": f"a{k}-{i}", "url": receiver.url("/a"), "queue": "bulk", "fire_at_ms": due}
+                 for i in range(1000)]
+        status, _, body = hw.api.request("POST", "/timers/batch", json_body={"timers": items},
+                                         headers=bearer(TOKEN_A), timeout=scaled(60))
+        assert status in (200, 201) and body["created"] == 1000, (status, body)
+    assert now_ms() < due - 3000, "creating the flood took too long for this test"
+    b_due = {f"b{i}": due + 100 * (i + 1) for i in range(10)}
+    for tid, at in b_due.items():
+        status, _, t = hw.api.create({"id": tid, "url": receiver.url("/b"), "fire_at_ms": at},
+                                     headers=bearer(TOKEN_B))
+        assert status == 201, t
+    got = receiver.wait_for(len(b_due), scaled(30), path="/b")
+    assert len(got) == len(b_due), got
+    late = {}
+    for tid, at in b_due.items():
+        seen = {}
+
+        def delivered():
+            seen["t"] = hw.api.request("GET", f"/timers/{tid}", headers=bearer(TOKEN_B))[2]
+            return seen["t"].get("state") == "delivered"
+        assert wait_until(delivered, scaled(10)), seen
+        late[tid] = round(started_ms(seen["t"]) - at)
+    assert max(late.values()) <= LATE_MS, f"namespace b's attempts started late (ms after fire_at): {late}"
+    # a's claims went on beside b's: a holds its cap (less the few its queue started), no more
+    assert wait_until(lambda: claimed(hw) >= 140_000, scaled(20)), claimed(hw)
+    assert claimed(hw) <= 150_000
 
 
 @pytest.mark.skipif(CLUSTER_MODE, reason="writes its figures into one Redis with redis-cli --pipe")

@@ -611,6 +611,55 @@ static void test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_b
     assert_int_equal(res.claimed[0].fire_ms, now + 1000);
 }
 
+/* Writes into id an id of namespace ns ("ns/<prefix><k>") in partition p,
+ * counting k up from *k. */
+static void id_in(timers *t, char *id, size_t size, const char *ns, const char *prefix, uint32_t p, int *k)
+{
+    do
+        snprintf(id, size, "%s/%s%d", ns, prefix, (*k)++);
+    while (timers_partition(t, id) != p);
+}
+
+static void test_a_claim_gives_each_namespace_a_share_before_the_soonest_of_another(void **state)
+{
+    fixture *f = *state;
+    int64_t now = (int64_t)clock_now_ms();
+    char id[64];
+    int k = 0;
+    id_in(f->a, id, sizeof id, "b", "x", 0, &k);
+    uint32_t p = timers_partition(f->a, id);
+    /* a: 12 due at now + 1000; b: 3 due just after them */
+    for (int i = 0; i < 12; i++) {
+        id_in(f->a, id, sizeof id, "a", "flood", p, &k);
+        create(f->a, id, now + 1000, 0, NULL, TIMERS_OK);
+    }
+    for (int i = 0; i < 3; i++) {
+        id_in(f->a, id, sizeof id, "b", "after", p, &k);
+        create(f->a, id, now + 1100 + i, 0, NULL, TIMERS_OK);
+    }
+    /* a call of 4: two of each namespace (the share), not a's four */
+    assert_int_equal(timers_claim(f->a, p, (uint64_t)now + 5000, 4, 0, 0, "", claim_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.n, 4);
+    int of_b = 0;
+    for (size_t i = 0; i < res.n; i++)
+        of_b += !strncmp(res.ids[i], "b/after", 7);
+    assert_int_equal(of_b, 2);
+    /* a call of 9: four and a half each; b has one left, a gets the rest */
+    assert_int_equal(timers_claim(f->a, p, (uint64_t)now + 5000, 9, 0, 0, "", claim_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.n, 9);
+    of_b = 0;
+    for (size_t i = 0; i < res.n; i++)
+        of_b += !strncmp(res.ids[i], "b/after", 7);
+    assert_int_equal(of_b, 1);
+    /* one namespace left: a's last two */
+    assert_int_equal(timers_claim(f->a, p, (uint64_t)now + 5000, 9, 0, 0, "", claim_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.n, 2);
+    assert_int_equal(strncmp(res.ids[0], "a/flood", 7) | strncmp(res.ids[1], "a/flood", 7), 0);
+}
+
 static void claim(timers *t, const char *id, uint32_t limit)
 {
     assert_int_equal(timers_claim(t, timers_partition(t, id), clock_now_ms() + 5000, limit, 0, 0, "", claim_cb, NULL), 0);
@@ -1292,6 +1341,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_back,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_claim_gives_each_namespace_a_share_before_the_soonest_of_another, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_the_holder_learns_at_its_next_claim_which_held_timers_were_taken_away,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
