@@ -1309,43 +1309,88 @@ int timers_hand_back(timers *t, uint32_t partition, uint64_t now_ms, const char 
     return submit_batch(t, SCRIPT_HANDBACK, (int)n, &a, hand_back_done, batch_new((void *)cb, arg, n));
 }
 
+/* Claims handed back a call of release.lua: a call holds Redis for about
+ * as long as a claim of as many (HOOKWHEEL_CLAIM_BATCH's default). */
+#define RELEASE_SLICE 128
+
+/* One partition's release: sent again while claims are left. */
+typedef struct release_ctx {
+    timers *t;
+    timers_release_cb cb;
+    void *arg;
+    uint32_t p;
+    uint64_t now_ms;
+    long long handed; /* so far */
+    char tag[17];
+    char *instance, *attempt;
+} release_ctx;
+
+static void release_done(void *arg, const redisReply *r);
+
+static int release_send(release_ctx *c)
+{
+    timers *t = c->t;
+    args a;
+    args_init(&a, 12, 5 * KEYS_MAX + 256 + strlen(c->attempt) + 2 * strlen(c->instance));
+    arg_built(&a, keys_claimed(arena_end(&a), c->p, c->tag));
+    arg_built(&a, keys_lastclaim(arena_end(&a), c->p, c->tag));
+    arg_fmt(&a, "hw:{%" PRIu32 "}:claimed:%s", c->p, c->instance); /* the layout before this one */
+    arg_fmt(&a, "hw:{%" PRIu32 "}:lastclaim:%s", c->p, c->instance);
+    arg_built(&a, keys_timer_prefix(arena_end(&a), c->p));
+    arg_u64(&a, c->now_ms);
+    arg_str(&a, c->attempt);
+    arg_str(&a, t->retention);
+    arg_str(&a, t->history);
+    arg_str(&a, c->tag);
+    arg_str(&a, c->instance);
+    arg_u64(&a, RELEASE_SLICE);
+    return submit(t, SCRIPT_RELEASE, 4, &a, release_done, c);
+}
+
+static void release_free(release_ctx *c)
+{
+    free(c->instance);
+    free(c->attempt);
+    free(c);
+}
+
 static void release_done(void *arg, const redisReply *r)
 {
-    batch_ctx *c = arg;
-    timers_release_cb cb = (timers_release_cb)c->cb;
-    if (r && r->type == REDIS_REPLY_INTEGER)
-        cb(c->arg, TIMERS_OK, r->integer);
-    else
-        cb(c->arg, r ? TIMERS_FAILED : TIMERS_UNREACHABLE, 0);
-    free(c);
+    release_ctx *c = arg;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+        r->element[1]->type == REDIS_REPLY_INTEGER) {
+        c->handed += r->element[0]->integer;
+        if (r->element[1]->integer == 1 && release_send(c) == 0)
+            return; /* the next slice */
+        c->cb(c->arg, r->element[1]->integer == 1 ? TIMERS_UNREACHABLE : TIMERS_OK, c->handed);
+    } else {
+        if (r)
+            reply_status(r, "release"); /* (logs an error reply) */
+        c->cb(c->arg, r ? TIMERS_FAILED : TIMERS_UNREACHABLE, c->handed);
+    }
+    release_free(c);
 }
 
 uint32_t timers_release(timers *t, const char *instance, const char *why, uint64_t now_ms,
                         timers_release_cb cb, void *arg)
 {
-    char tag[17], at[32];
-    keys_owner_tag(tag, instance);
+    char at[32];
     clock_format_rfc3339(now_ms, at, sizeof at);
     uint32_t sent = 0;
     for (uint32_t p = 0; p < t->partitions; p++) {
-        args a;
-        args_init(&a, 11, 5 * KEYS_MAX + 1024 + 2 * strlen(why) + 2 * strlen(instance));
-        arg_built(&a, keys_claimed(arena_end(&a), p, tag));
-        arg_built(&a, keys_lastclaim(arena_end(&a), p, tag));
-        arg_fmt(&a, "hw:{%" PRIu32 "}:claimed:%s", p, instance);   /* the layout before this one */
-        arg_fmt(&a, "hw:{%" PRIu32 "}:lastclaim:%s", p, instance);
-        arg_built(&a, keys_timer_prefix(arena_end(&a), p));
-        arg_u64(&a, now_ms);
-        arg_fmt(&a,
-                "{\"at\":\"%s\",\"duration_ms\":0,\"status\":null,\"error\":\"attempt interrupted: %s\","
-                "\"response_snippet\":\"\",\"instance\":\"%s\"}",
-                at, why, instance);
-        arg_str(&a, t->retention);
-        arg_str(&a, t->history);
-        arg_str(&a, tag);
-        arg_str(&a, instance);
-        if (submit_batch(t, SCRIPT_RELEASE, 4, &a, release_done, batch_new((void *)cb, arg, 0)) == 0)
+        release_ctx *c = xcalloc(1, sizeof *c);
+        *c = (release_ctx){.t = t, .cb = cb, .arg = arg, .p = p, .now_ms = now_ms, .instance = xstrdup(instance)};
+        keys_owner_tag(c->tag, instance);
+#define RELEASE_ATTEMPT                                                                                        \
+    "{\"at\":\"%s\",\"duration_ms\":0,\"status\":null,\"error\":\"attempt interrupted: %s\","                  \
+    "\"response_snippet\":\"\",\"instance\":\"%s\"}"
+        size_t len = (size_t)snprintf(NULL, 0, RELEASE_ATTEMPT, at, why, instance) + 1;
+        c->attempt = xmalloc(len);
+        snprintf(c->attempt, len, RELEASE_ATTEMPT, at, why, instance);
+        if (release_send(c) == 0)
             sent++;
+        else
+            release_free(c);
     }
     return sent;
 }

@@ -369,10 +369,12 @@ int timers_hand_back(timers *t, uint32_t partition, uint64_t now_ms, const char 
                      const timer_held *items, timers_hand_back_cb cb, void *arg) __attribute__((warn_unused_result));
 
 /* Hands every claim of instance (this one or a lapsed one) back, in every
- * partition, recording a firing timer's attempt as interrupted (why).
- * cb gets each partition's count of timers handed back (status < 0: that
- * partition failed). Returns the number of partitions whose call was
- * queued: cb is called that many times. */
+ * partition, recording a firing timer's attempt as interrupted (why), in
+ * calls of at most RELEASE_SLICE claims (the next sent when one answers).
+ * cb gets each partition's count of timers handed back (status other than
+ * TIMERS_OK: that partition's last call failed, the count is of the calls
+ * before it). Returns the number of partitions whose call was queued: cb
+ * is called that many times. */
 typedef void (*timers_release_cb)(void *arg, int status, long long handed);
 uint32_t timers_release(timers *t, const char *instance, const char *why, uint64_t now_ms,
                         timers_release_cb cb, void *arg);

@@ -28,6 +28,7 @@ typedef struct dead {
     char id[136];
     atomic_int left;       /* partitions still to release */
     atomic_llong handed;   /* timers handed back */
+    atomic_int failed;     /* a partition's release was not sent or did not end */
 } dead;
 
 
@@ -95,11 +96,22 @@ static void released_cb(void *arg, int status, long long n)
 {
     dead *d = arg;
     reaper *r = d->r;
-    (void)status;
     if (n > 0)
         atomic_fetch_add(&d->handed, n);
+    if (status != TIMERS_OK)
+        atomic_store(&d->failed, 1);
     if (atomic_fetch_sub(&d->left, 1) == 1) {
         long long total = atomic_load(&d->handed);
+        if (atomic_load(&d->failed)) {
+            /* Forgotten, its claims left in a partition would be no one's
+             * to hand back: it stays in the registry, and the next round
+             * releases again (what was handed back is not again). */
+            LOG(LOG_WARN, "could not take over all the claims of a lapsed instance; the next round tries again",
+                "\"instance\":\"%s\",\"timers\":%lld", d->id, total);
+            free(d);
+            step_done(r);
+            return;
+        }
         if (total > 0)
             LOG(LOG_INFO, "took over the claims of a lapsed instance", "\"instance\":\"%s\",\"timers\":%lld",
                 d->id, total);
@@ -123,10 +135,12 @@ static void release_dead(reaper *r, dead *d)
     atomic_fetch_add(&r->steps, (int)parts);
     uint32_t sent = timers_release(r->tm, d->id, why, clock_now_ms(), released_cb, d);
     atomic_fetch_sub(&r->steps, (int)(parts - sent));
-    if (sent == 0)
+    if (sent == 0) {
         free(d); /* this round gives up; the next one retries */
-    else
+    } else if (sent < parts) {
+        atomic_store(&d->failed, 1);
         atomic_fetch_sub(&d->left, (int)(parts - sent));
+    }
 }
 
 static void alive_cb(void *arg, int alive)
@@ -151,6 +165,7 @@ static void members_cb(void *arg, size_t n, const char *const *ids)
         snprintf(d->id, sizeof d->id, "%s", ids[i]);
         atomic_init(&d->left, 0);
         atomic_init(&d->handed, 0);
+        atomic_init(&d->failed, 0);
         atomic_fetch_add(&r->steps, 1);
         if (step(r, instances_alive(r->st, d->id, alive_cb, d)) < 0)
             free(d);

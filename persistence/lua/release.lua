@@ -10,13 +10,17 @@
 --       lastclaim:<instance>)
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 now_ms, 3 the attempt (JSON) an
 --       interrupted attempt is recorded as, 4 retention_ms, 5 attempts kept
---       in the history, 6 the instance's owner tag, 7 the instance id
--- Returns the number of timers handed back.
-local n, now = 0, tonumber(ARGV[2])
-for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+--       in the history, 6 the instance's owner tag, 7 the instance id, 8 at
+--       most this many claims a call (so that a call never holds Redis long
+--       while other instances' begins wait)
+-- Returns {handed, more}: the number of timers handed back, and 1 when
+-- claims are left for the next call.
+local n, now, limit = 0, tonumber(ARGV[2]), tonumber(ARGV[8])
+local ids = redis.call('ZRANGE', KEYS[1], 0, limit - 1)
+for _, id in ipairs(ids) do
   local tk = ARGV[1] .. id
   local r, v = rec_peek(tk) -- (the head, and the queue for the counts)
-  -- (the claimed zset itself is deleted below, so nothing is unplaced)
+  -- (the claimed zset itself loses them below, so nothing is unplaced)
   if r and r.owner == ARGV[6] and is_waiting(r.st) then
     r.owner = NO_OWNER
     place(tk, id, r, r.fire)
@@ -27,6 +31,10 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     n = n + 1
   end
 end
+if #ids == limit then -- these are done; the next call takes those after them
+  for i = 1, #ids, 512 do redis.call('ZREM', KEYS[1], unpack(ids, i, math.min(i + 511, #ids))) end
+  if redis.call('EXISTS', KEYS[1]) == 1 then return {n, 1} end
+end
 -- Claims an instance of the older build left: reading the record upgrades
 -- it, and the upgrade hands such a claim back.
 for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
@@ -34,4 +42,4 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], revoked_key(ARGV[1], ARGV[6]))
 redis.call('SREM', key_base(ARGV[1]) .. 'holders', ARGV[6], ARGV[7])
-return n
+return {n, 0}

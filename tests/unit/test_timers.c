@@ -740,6 +740,50 @@ static long long raw_int(redisContext *c, const char *fmt, ...)
     return v;
 }
 
+static void test_a_release_of_more_claims_than_a_call_takes_hands_them_all_back(void **state)
+{
+    fixture *f = *state;
+    int64_t now = (int64_t)clock_now_ms();
+    char id[64];
+    int k = 0;
+    id_in(f->b, id, sizeof id, "r", "x", 0, &k);
+    uint32_t p = timers_partition(f->b, id);
+    for (int i = 0; i < 300; i++) { /* held by b: more than two calls of release.lua */
+        id_in(f->b, id, sizeof id, "r", "held", p, &k);
+        create(f->b, id, now + 1000, 1, NULL, TIMERS_OK);
+    }
+    redisContext *c = raw(f);
+    freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
+    memset(&res, 0, sizeof res);
+    assert_int_equal(timers_release(f->b, "box-b", "test", clock_now_ms(), release_cb, NULL), 16);
+    for (int i = 0; i < 2500; i++) {
+        pthread_mutex_lock(&mu);
+        size_t n = res.n;
+        pthread_mutex_unlock(&mu);
+        if (n == 16)
+            break;
+        usleep(2000);
+    }
+    assert_int_equal(res.n, 16);
+    assert_int_equal(res.count, 300);
+    char tag[17], key[KEYS_MAX];
+    keys_owner_tag(tag, "box-b");
+    keys_claimed(key, p, tag);
+    assert_int_equal(raw_int(c, "EXISTS %s", key), 0);
+    /* in calls of 128 at most: three in p, one in each other partition */
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    assert_non_null(r);
+    const char *at = r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_fcall:calls=") : NULL;
+    assert_non_null(at);
+    assert_int_equal(strtol(at + strlen("cmdstat_fcall:calls="), NULL, 10), 15 + 3);
+    freeReplyObject(r);
+    redisFree(c);
+    /* all back in their index: a's claim gets them */
+    assert_int_equal(timers_claim(f->a, p, (uint64_t)now + 5000, 400, 0, 0, "", claim_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.n, 300);
+}
+
 /* A batch item due at fire (as given: "fire_at_ms=<fire>", written into when). */
 static timer_new batch_item(const char *id, int64_t fire, int hold, char when[32])
 {
@@ -1342,6 +1386,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_back,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_claim_gives_each_namespace_a_share_before_the_soonest_of_another, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_release_of_more_claims_than_a_call_takes_hands_them_all_back, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_the_holder_learns_at_its_next_claim_which_held_timers_were_taken_away,
                                         setup, teardown),
