@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ struct pending;
 struct timers {
     store *st;
     uint32_t partitions;
+    atomic_ullong release_calls; /* release.lua calls answered (timers_release_calls) */
     char *instance;
     char tag[17];        /* this instance's owner tag */
     char retention[24];  /* ms, as text */
@@ -1357,6 +1359,7 @@ static void release_free(release_ctx *c)
 static void release_done(void *arg, const redisReply *r)
 {
     release_ctx *c = arg;
+    atomic_fetch_add(&c->t->release_calls, 1);
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
         r->element[1]->type == REDIS_REPLY_INTEGER) {
         c->handed += r->element[0]->integer;
@@ -1370,6 +1373,8 @@ static void release_done(void *arg, const redisReply *r)
     }
     release_free(c);
 }
+
+uint64_t timers_release_calls(timers *t) { return atomic_load(&t->release_calls); }
 
 uint32_t timers_release(timers *t, const char *instance, const char *why, uint64_t now_ms,
                         timers_release_cb cb, void *arg)

@@ -379,4 +379,8 @@ typedef void (*timers_release_cb)(void *arg, int status, long long handed);
 uint32_t timers_release(timers *t, const char *instance, const char *why, uint64_t now_ms,
                         timers_release_cb cb, void *arg);
 
+/* How many calls of timers_release's have been answered so far (any
+ * thread): a release of many claims is making progress while it grows. */
+uint64_t timers_release_calls(timers *t);
+
 #endif

@@ -116,6 +116,7 @@ struct engine {
     atomic_int stop;
     atomic_int accepting;
     atomic_int pending_ops; /* sweeps and releases in flight */
+    atomic_int release_failed; /* a partition's release at stop did not end (logged) */
     atomic_int sweep_asked; /* engine_sweep_soon: timers were made due soon in Redis */
     atomic_int rebuilding;  /* partitions whose counts rebuild is in flight (sweeps do not wait) */
     atomic_long resident;   /* jobs held: bounded by max_resident */
@@ -1441,6 +1442,8 @@ static void sweep(engine *e, uint64_t now)
 static void release_cb(void *arg, int status, long long n)
 {
     engine *e = arg;
+    if (status != TIMERS_OK)
+        atomic_store(&e->release_failed, 1);
     if (status != TIMERS_OK) /* (the rest wait for a reaper, or this instance's next start) */
         LOG(LOG_WARN, "could not hand claims back", "\"instance\":\"%s\",\"timers\":%lld", e->cfg->instance_id, n);
     else if (n > 0)
@@ -2084,11 +2087,21 @@ static void shutdown_engine(engine *e)
     dispatch_abort_all(e->d, abandon_cb, e);
     ask_permits(e, clock_now_ms(), 1);
     release_all(e);
+    /* Claims go back a slice a call: the wait goes on while calls answer. */
+    uint64_t calls = timers_release_calls(e->tm);
     deadline = clock_now_ms() + 2 * e->cfg->redis_timeout_ms + 1000;
     while ((atomic_load(&e->pending_ops) || atomic_load(&e->rebuilding)) && clock_now_ms() < deadline) {
         watchdog_run(e->wd, clock_now_ms());
         poll_once(e, clock_now_us() + 10000);
+        if (timers_release_calls(e->tm) != calls) {
+            calls = timers_release_calls(e->tm);
+            deadline = clock_now_ms() + 2 * e->cfg->redis_timeout_ms + 1000;
+        }
     }
+    if (atomic_load(&e->pending_ops) || atomic_load(&e->release_failed))
+        LOG(LOG_WARN, "claims were left in Redis: a live instance's reaper hands them back once this instance's "
+            "lease is gone (at once: it is deleted now), or this instance's next start does",
+            "\"instance\":\"%s\"", e->cfg->instance_id);
     unregister_instance(e);
     while ((atomic_load(&e->pending_ops) || atomic_load(&e->rebuilding)) && clock_now_ms() < deadline)
         poll_once(e, clock_now_us() + 10000);
@@ -2126,6 +2139,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     atomic_init(&e->stop, 0);
     atomic_init(&e->accepting, 1);
     atomic_init(&e->pending_ops, 0);
+    atomic_init(&e->release_failed, 0);
     atomic_init(&e->rebuilding, 0);
     atomic_init(&e->queues_polling, 0);
     atomic_init(&e->permits_asking, 0);

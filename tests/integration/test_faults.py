@@ -11,7 +11,9 @@ import threading
 import time
 from collections import Counter
 
-from conftest import Reply, create_many, now_ms, rss_kib, scaled, wait_until
+import pytest
+
+from conftest import CLUSTER_MODE, SLOW, Reply, create_many, now_ms, rss_kib, scaled, wait_until
 
 LEASE = ["--lease-ttl-ms", "1500"]
 
@@ -96,6 +98,57 @@ def test_an_instance_that_stopped_cleanly_is_forgotten_without_a_takeover_line(r
                       scaled(15))
     assert "took over the claims of a lapsed instance" not in b.log.read_text(errors="replace")
     receiver.wait_for(20, timeout=scaled(15), path="/clean")
+
+
+def test_claims_redis_refused_to_take_back_at_a_stop_are_taken_over_by_a_survivor(
+        redis, receiver, hookwheel_factory):
+    # At maxmemory Redis refuses the stop's release (a function that may
+    # write): the claims stay in Redis, and a live instance's reaper hands
+    # them back once the stopped instance's lease is gone.
+    a = hookwheel_factory(redis, args=LEASE)
+    for i in range(20):
+        status, _, _ = a.api.create({"id": f"kept-{i}", "url": receiver.url("/kept"), "delay_ms": 2500 + 20 * i})
+        assert status == 201
+    redis.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    redis.cmd("CONFIG", "SET", "maxmemory", "1")
+    try:
+        assert a.stop() == 0
+        log = a.log.read_text(errors="replace")
+        assert "could not hand claims back" in log and "claims were left in Redis" in log, a.log_tail(10)
+        assert a.instance_id in redis.cmd("SMEMBERS", "hw:instances")  # what a reaper goes through
+    finally:
+        redis.cmd("CONFIG", "SET", "maxmemory", "0")
+    b = hookwheel_factory(redis, args=LEASE)
+    got = receiver.wait_for(20, timeout=scaled(20), path="/kept")
+    assert sorted(r.timer_id for r in got) == sorted(f"kept-{i}" for i in range(20))
+    assert "took over the claims of a lapsed instance" in b.log.read_text(errors="replace")
+
+
+@pytest.mark.skipif(CLUSTER_MODE or SLOW, reason="300,000 creates on one Redis, run once")
+def test_a_stop_hands_back_more_claims_than_its_redis_timeout_allows_for(
+        redis, receiver, hookwheel_factory):
+    # Claims go back 128 a call: 300,000 take longer than the stop's wait
+    # of 2 x the Redis timeout + 1 s (1.4 s here). The wait goes on while
+    # the calls answer; had it ended, the claims left would wait for another
+    # instance's reaper or this one's next start.
+    hw = hookwheel_factory(redis, args=["--redis-timeout-ms", "200"],
+                           env={"HOOKWHEEL_MAX_RESIDENT": "400000", "HOOKWHEEL_WINDOW_MS": "60000"})
+    status, _, q = hw.api.request("PUT", "/queues/parked", json_body={"paused": True})
+    assert status in (200, 201), q
+    due = int(now_ms()) + 50_000  # within the window: each is claimed at its create
+    for k in range(300):
+        items = [{"id": f"p{k}-{i}", "url": receiver.url("/p"), "queue": "parked", "fire_at_ms": due}
+                 for i in range(1000)]
+        status, _, body = hw.api.request("POST", "/timers/batch", json_body={"timers": items},
+                                         timeout=scaled(60))
+        assert status == 200 and body["created"] == 1000, (status, body)
+    claimed_keys = [k for k in redis.cmd("KEYS", "hw:{*}:cl:*")]
+    assert claimed_keys and sum(int(redis.cmd("ZCARD", k)) for k in claimed_keys) == 300_000
+    assert hw.stop() == 0
+    log = hw.log.read_text(errors="replace")
+    assert "could not hand claims back" not in log and "claims were left in Redis" not in log, hw.log_tail(5)
+    assert redis.cmd("KEYS", "hw:{*}:cl:*") == []
+    assert redis.cmd("EXISTS", f"hw:instance:{hw.instance_id}") == 0  # its lease, deleted at the end
 
 
 def test_after_kill_9_of_the_only_instance_a_new_one_fires_every_pending_and_claimed_timer(
