@@ -48,36 +48,29 @@ def claimed(hw):
     return int(m.group(1)) if m else 0
 
 
-@pytest.mark.skipif(CLUSTER_MODE or SLOW, reason="one instance's sweep on one Redis (claims on a cluster are "
-                    "test_cluster.py's), run once: 50,000 creates in 6 s are not a sanitizer build's")
-def test_timers_due_just_after_another_namespace_s_flood_of_50000_start_on_time(
-        tmp_path, redis, receiver, hookwheel_factory):
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"a {TOKEN_A}\nb {TOKEN_B}\n")
-    hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens)})
-    # The flood's queue starts a few a second on this instance: what is
-    # measured is its claim, not this machine's speed at delivering 50,000
-    # requests.
+def flood_then_b(hw, receiver, flood, due):
+    """Starts a's queue bulk at 5 a second, creates `flood` of a's timers
+    due at `due` in it, then b's ten due 100 ms apart just after; returns
+    b's due times by id."""
     status, _, q = hw.api.request("PUT", "/queues/bulk", json_body={"max_dispatches_per_second": 5, "scope": "instance"},
                                   headers=bearer(TOKEN_A))
     assert status in (200, 201), q
-    due = int(now_ms()) + LEAD_MS
-    for k in range(FLOOD // 1000):
+    for k in range(flood // 1000):
         items = [{"id": f"a{k}-{i}", "url": receiver.url("/a"), "queue": "bulk", "fire_at_ms": due}
                  for i in range(1000)]
         status, _, body = hw.api.request("POST", "/timers/batch", json_body={"timers": items},
                                          headers=bearer(TOKEN_A), timeout=scaled(60))
         assert status in (200, 201) and body["created"] == 1000, (status, body)
-    assert now_ms() < due - 6000, "creating the flood took too long for this test"
     b_due = {f"b{i}": due + 100 * (i + 1) for i in range(10)}
     for tid, at in b_due.items():
         status, _, t = hw.api.create({"id": tid, "url": receiver.url("/b"), "fire_at_ms": at},
                                      headers=bearer(TOKEN_B))
         assert status == 201, t
-    held_at_due = None
-    while now_ms() < due:
-        held_at_due = claimed(hw)
-        time.sleep(0.05)
+    return b_due
+
+
+def b_lateness(hw, receiver, b_due):
+    """Waits for b's timers; ms from each one's due time to its attempt's start."""
     got = receiver.wait_for(len(b_due), scaled(30), path="/b")
     assert len(got) == len(b_due), got
     late = {}
@@ -89,6 +82,27 @@ def test_timers_due_just_after_another_namespace_s_flood_of_50000_start_on_time(
             return seen["t"].get("state") == "delivered"
         assert wait_until(delivered, scaled(10)), seen
         late[tid] = round(started_ms(seen["t"]) - at)
+    return late
+
+
+@pytest.mark.skipif(CLUSTER_MODE or SLOW, reason="one instance's sweep on one Redis (claims on a cluster are "
+                    "test_cluster.py's), run once: 50,000 creates in 6 s are not a sanitizer build's")
+def test_timers_due_just_after_another_namespace_s_flood_of_50000_start_on_time(
+        tmp_path, redis, receiver, hookwheel_factory):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"a {TOKEN_A}\nb {TOKEN_B}\n")
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens)})
+    # The flood's queue starts a few a second on this instance: what is
+    # measured is its claim, not this machine's speed at delivering 50,000
+    # requests.
+    due = int(now_ms()) + LEAD_MS
+    b_due = flood_then_b(hw, receiver, FLOOD, due)
+    assert now_ms() < due - 6000, "creating the flood took too long for this test"
+    held_at_due = None
+    while now_ms() < due:
+        held_at_due = claimed(hw)
+        time.sleep(0.05)
+    late = b_lateness(hw, receiver, b_due)
     assert max(late.values()) <= LATE_MS, (
         f"namespace b's attempts started late (ms after fire_at): {late}; at the flood's due time "
         f"this instance held {held_at_due} of its {FLOOD} timers")
@@ -107,34 +121,10 @@ def test_timers_due_just_after_a_flood_larger_than_its_namespace_s_cap_start_on_
     tokens.write_text(f"a {TOKEN_A}\nb {TOKEN_B}\n")
     hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens), "HOOKWHEEL_MAX_RESIDENT": "300000",
                                        "HOOKWHEEL_WINDOW_MS": "1000"})
-    status, _, q = hw.api.request("PUT", "/queues/bulk", json_body={"max_dispatches_per_second": 5, "scope": "instance"},
-                                  headers=bearer(TOKEN_A))
-    assert status in (200, 201), q
-    flood = 200_000
     due = int(now_ms()) + 20_000
-    for k in range(flood // 1000):
-        items = [{"id": f"a{k}-{i}", "url": receiver.url("/a"), "queue": "bulk", "fire_at_ms": due}
-                 for i in range(1000)]
-        status, _, body = hw.api.request("POST", "/timers/batch", json_body={"timers": items},
-                                         headers=bearer(TOKEN_A), timeout=scaled(60))
-        assert status in (200, 201) and body["created"] == 1000, (status, body)
+    b_due = flood_then_b(hw, receiver, 200_000, due)
     assert now_ms() < due - 3000, "creating the flood took too long for this test"
-    b_due = {f"b{i}": due + 100 * (i + 1) for i in range(10)}
-    for tid, at in b_due.items():
-        status, _, t = hw.api.create({"id": tid, "url": receiver.url("/b"), "fire_at_ms": at},
-                                     headers=bearer(TOKEN_B))
-        assert status == 201, t
-    got = receiver.wait_for(len(b_due), scaled(30), path="/b")
-    assert len(got) == len(b_due), got
-    late = {}
-    for tid, at in b_due.items():
-        seen = {}
-
-        def delivered():
-            seen["t"] = hw.api.request("GET", f"/timers/{tid}", headers=bearer(TOKEN_B))[2]
-            return seen["t"].get("state") == "delivered"
-        assert wait_until(delivered, scaled(10)), seen
-        late[tid] = round(started_ms(seen["t"]) - at)
+    late = b_lateness(hw, receiver, b_due)
     assert max(late.values()) <= LATE_MS, f"namespace b's attempts started late (ms after fire_at): {late}"
     # a's claims went on beside b's: a holds its cap (less the few its queue started), no more
     assert wait_until(lambda: claimed(hw) >= 140_000, scaled(20)), claimed(hw)

@@ -215,6 +215,20 @@ static void release_cb(void *arg, int status, long long n)
     pthread_mutex_unlock(&mu);
 }
 
+/* Waits (up to 5 s) until n of release_cb's calls came. */
+static void wait_releases(size_t n)
+{
+    for (int i = 0; i < 2500; i++) {
+        pthread_mutex_lock(&mu);
+        size_t got = res.n;
+        pthread_mutex_unlock(&mu);
+        if (got == n)
+            break;
+        usleep(2000);
+    }
+    assert_int_equal(res.n, n);
+}
+
 static void held_cb(void *arg, int status, uint64_t next, size_t n, const timer_held *items)
 {
     (void)arg;
@@ -593,15 +607,7 @@ static void test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_b
     assert_int_equal(res.begun[0], TIMERS_NOT_OURS);
     memset(&res, 0, sizeof res);
     assert_int_equal(timers_release(f->b, "box-b", "test", clock_now_ms(), release_cb, NULL), 16);
-    for (int i = 0; i < 1000; i++) {
-        pthread_mutex_lock(&mu);
-        size_t n = res.n;
-        pthread_mutex_unlock(&mu);
-        if (n == 16)
-            break;
-        usleep(2000);
-    }
-    assert_int_equal(res.n, 16);
+    wait_releases(16);
     assert_int_equal(res.count, 2);
     uint32_t p = timers_partition(f->a, "c-early");
     assert_int_equal(timers_claim(f->a, p, (uint64_t)now + 5000, 10, 0, 0, "", claim_cb, NULL), 0);
@@ -626,8 +632,7 @@ static void test_a_claim_gives_each_namespace_a_share_before_the_soonest_of_anot
     int64_t now = (int64_t)clock_now_ms();
     char id[64];
     int k = 0;
-    id_in(f->a, id, sizeof id, "b", "x", 0, &k);
-    uint32_t p = timers_partition(f->a, id);
+    uint32_t p = 0; /* every timer of the test in one partition */
     /* a: 12 due at now + 1000; b: 3 due just after them */
     for (int i = 0; i < 12; i++) {
         id_in(f->a, id, sizeof id, "a", "flood", p, &k);
@@ -746,8 +751,7 @@ static void test_a_release_of_more_claims_than_a_call_takes_hands_them_all_back(
     int64_t now = (int64_t)clock_now_ms();
     char id[64];
     int k = 0;
-    id_in(f->b, id, sizeof id, "r", "x", 0, &k);
-    uint32_t p = timers_partition(f->b, id);
+    uint32_t p = 0; /* every timer of the test in one partition */
     for (int i = 0; i < 300; i++) { /* held by b: more than two calls of release.lua */
         id_in(f->b, id, sizeof id, "r", "held", p, &k);
         create(f->b, id, now + 1000, 1, NULL, TIMERS_OK);
@@ -756,15 +760,7 @@ static void test_a_release_of_more_claims_than_a_call_takes_hands_them_all_back(
     freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
     memset(&res, 0, sizeof res);
     assert_int_equal(timers_release(f->b, "box-b", "test", clock_now_ms(), release_cb, NULL), 16);
-    for (int i = 0; i < 2500; i++) {
-        pthread_mutex_lock(&mu);
-        size_t n = res.n;
-        pthread_mutex_unlock(&mu);
-        if (n == 16)
-            break;
-        usleep(2000);
-    }
-    assert_int_equal(res.n, 16);
+    wait_releases(16);
     assert_int_equal(res.count, 300);
     char tag[17], key[KEYS_MAX];
     keys_owner_tag(tag, "box-b");
