@@ -177,6 +177,8 @@ static int item(parser *p, cron_expr *c, enum field_id f, const char *s, const c
                 return bad(p, f, s, "%s: the range %d-%d is reversed", fields[f].name, lo, hi);
         } else if (!slash) {
             hi = lo;
+        } else if (f == F_DOW && lo == 7) {
+            lo = 0; /* `7/n`: from Sunday, through 0-6 like `0/n` */
         }
     }
     for (int v = lo; v <= hi; v += step)

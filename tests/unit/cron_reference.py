@@ -62,6 +62,8 @@ def parse_field(f, text):
             lo = value(f, it)
             if not slash:
                 hi = lo
+            elif f == "dow" and lo == 7:
+                lo = 0  # 7/n: from Sunday, through 0-6 like 0/n
         for v in range(lo, hi + 1, step):
             s["set"].add(v % 7 if f == "dow" else v)
     return s

@@ -78,6 +78,11 @@ static void test_field_forms_names_lists_steps_and_day_rules(void **state)
     assert_int_equal(NEXT("0 0 * * WedL", "UTC", t), 1801008000);   /* last Wednesday: 2027-01-27 */
     assert_int_equal(NEXT("0 0 * * 0", "UTC", t), t + 2 * 86400);
     assert_int_equal(NEXT("0 0 * * 1/3", "UTC", t), t + 3 * 86400);              /* Monday */
+    /* 7/n is 0/n (Sunday, Tuesday, Thursday, Saturday), not no day at all */
+    assert_int_equal(NEXT("0 9 * * 7/2", "UTC", t), t + 86400 + 9 * 3600);                /* Saturday 2 Jan */
+    assert_int_equal(NEXT("0 9 * * 7/2", "UTC", t + 86400 + 10 * 3600), t + 2 * 86400 + 9 * 3600); /* Sunday */
+    assert_int_equal(NEXT("0 9 * * 7/2", "UTC", t + 2 * 86400 + 10 * 3600), t + 4 * 86400 + 9 * 3600); /* Tuesday */
+    assert_int_equal(NEXT("0 9 15 * 7/2", "UTC", t + 3 * 86400), t + 4 * 86400 + 9 * 3600); /* either day field */
     assert_int_equal(NEXT("0 0 * * 1/3", "UTC", t + 3 * 86400), t + 6 * 86400);  /* Thursday */
     assert_int_equal(NEXT("0 0 * * 1/3", "UTC", t + 6 * 86400), t + 10 * 86400); /* Monday: a/n ends at 6 */
     assert_int_equal(NEXT("0 0 L * *", "UTC", 1833753600), 1835395200);    /* 2028-02-29 */
