@@ -930,7 +930,9 @@ local function control_one(tkey, id, r, v, op, now, fire, horizon, owner)
     if op == 'fire' then
       r.rsv, r.flag, r.next = 1, 0, 0
     elseif op == 'reschedule' then
-      r.rsv, r.flag, r.next = 0, 0, fire
+      -- (r.next 0 is "no reschedule": a reschedule to the epoch's first
+      -- millisecond is, like any past instant, as soon as the run ends)
+      r.rsv, r.flag, r.next = 0, 0, math.max(fire, 1)
     elseif op == 'pause' then
       r.flag = 1
     elseif r.flag == 1 then -- resume, after a pause during this run

@@ -171,6 +171,26 @@ def test_a_fire_during_a_run_is_reserved_and_runs_once_right_after(hookwheel, re
     stop_timer(hookwheel, timer["id"])
 
 
+def test_a_reschedule_to_the_epoch_during_a_run_runs_the_next_right_after(hookwheel, receiver):
+    """fire_at_ms 0 is a past instant like any other: the successor runs as
+    soon as the run ends (it was taken for "no reschedule" and the period
+    decided instead)."""
+    for form in ({"fire_at_ms": 0}, {"fire_at": "1970-01-01T00:00:00Z"}):
+        path = "/epoch-" + next(iter(form))
+        receiver.default(path, Reply(204, delay_s=0.5))
+        timer = assert_created(*hookwheel.create(recurring(receiver, path, 60000)))
+        assert receiver.wait_for(1, path=path, timeout=scaled(3))
+        status, _, body = post(hookwheel, timer["id"], "reschedule", form)
+        assert status == 200 and body["state"] == "firing", body
+        got = receiver.wait_for(2, path=path, timeout=scaled(4))
+        assert len(got) == 2, f"{form}: no run after the reschedule (the 60 s period decided)"
+        assert 0.45 <= got[1].mono - got[0].mono <= 1.2, got[1].mono - got[0].mono
+        assert receiver.max_concurrent(path) == 1
+        status, _, body = hookwheel.get(timer["id"])
+        assert body["runs"] == 2, body
+        stop_timer(hookwheel, timer["id"])
+
+
 def test_pause_during_a_run_stops_its_successor_and_resume_brings_it_back(hookwheel, receiver):
     receiver.default("/pause", Reply(204, delay_s=0.5))
     timer = assert_created(*hookwheel.create(recurring(receiver, "/pause", 200)))
