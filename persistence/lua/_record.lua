@@ -547,6 +547,14 @@ end
 -- it (the version stays: it moves only on instructions).
 local function run_clear(r) r.rsv, r.flag, r.next = 0, 0, 0 end
 
+-- A calendar schedule (every < 0) paused in the middle of a run (between
+-- its attempts, or during one) takes up that run's slot when resumed, not
+-- the instant its retry was due: the slot is what its misfire policy
+-- judges (control_one's resume). Called before the pause sets att to 0.
+local function pause_at_slot(r, every)
+  if every < 0 and r.att > 0 and r.plan > 0 then r.fire = r.plan end
+end
+
 -- A retry or replay of a dead letter is the run it failed in, again: begin
 -- counts a run at its first attempt, so the count steps back one here and
 -- the replayed attempts carry that run's number (and message identity).
@@ -951,6 +959,7 @@ local function control_one(tkey, id, r, v, op, now, fire, horizon, owner)
     r.ver = r.ver + 1
     r.rsv, r.next = 0, 0
     count_to('paused')
+    pause_at_slot(r, every)
     r.st, r.owner, r.att = 'paused', NO_OWNER, 0
     place(tkey, id, r, now)
     return done(0)
@@ -1018,6 +1027,7 @@ local function hand_back_firing(tkey, id, r, v, now, attempt, retention, keep)
   if r.flag == 0 then
     r.fire, r.st = math.max(now, r.fire), 'retrying'
   else
+    if r.flag == 1 then pause_at_slot(r, tail_decode(v).every) end
     r.st, r.att = r.flag == 1 and 'paused' or 'cancelled', 0
     run_clear(r)
     if r.st == 'cancelled' then skipped_drop(tkey, id, r) end

@@ -109,7 +109,12 @@ local function one(tk, a)
   if r.flag == 1 then -- a pause arrived during the run
     -- a calendar schedule resumes at the slot it was paused at: after a run
     -- that succeeded that is its next slot, not the one that just ran
-    if outcome == 'next' and tail_decode(v).every < 0 then r.fire = tonumber(ARGV[a + 3]) end
+    -- (and one paused between attempts, at the slot of the run that ended)
+    if outcome == 'next' and tail_decode(v).every < 0 then
+      r.fire = tonumber(ARGV[a + 3])
+    else
+      pause_at_slot(r, tail_decode(v).every)
+    end
     r.st, r.owner, r.att = 'paused', NO_OWNER, 0
     run_clear(r)
     place(tk, id, r, now_s)

@@ -7,6 +7,8 @@ import signal
 import time
 import urllib.parse
 
+import pytest
+
 from conftest import Reply, assert_created, scaled
 
 
@@ -213,6 +215,51 @@ def test_a_schedule_paused_during_a_run_and_resumed_before_its_next_slot_waits_f
     assert len(got) == 2, got
     assert_on_slots(got[1:], expected)
     hookwheel.cancel("pr")
+
+
+@pytest.mark.parametrize("when", ["between_attempts", "during_a_retry"])
+def test_a_schedule_paused_while_retrying_takes_up_its_slot_and_its_misfire_policy_on_resume(hookwheel, receiver,
+                                                                                             when):
+    """Paused between the attempts of a run, or during its retry, a schedule
+    resumes at that run's slot, not at its retry's instant: resumed after
+    later slots passed, the slot is missed and misfire skip runs nothing
+    until the next slot."""
+    cron, tid, path = "*/2 * * * * *", f"prt-{when}", f"/prt-{when}"
+    if when == "between_attempts":
+        receiver.plan(path, [Reply(500)])
+        retry = {"min_backoff_ms": 3000, "max_backoff_ms": 3000}
+    else:
+        receiver.plan(path, [Reply(500), Reply(500, delay_s=1.5)])
+        retry = {"min_backoff_ms": 500, "max_backoff_ms": 500}
+    receiver.default(path, Reply(204))
+    assert_created(*hookwheel.create({"id": tid, "url": receiver.url(path), "repeat": {"cron": cron},
+                                      "retry": retry}))
+    first = receiver.wait_for(1, path=path, timeout=scaled(4))
+    assert len(first) == 1
+    slot = int(first[0].wall_ms) // 2000 * 2000
+    if when == "between_attempts":
+        hookwheel.wait_state(tid, "retrying", timeout=scaled(2))
+        status, _, body = hookwheel.request("POST", f"/timers/{tid}/pause")
+        assert status == 200 and body["state"] == "paused", body
+    else:
+        assert len(receiver.wait_for(2, path=path, timeout=scaled(3))) == 2
+        status, _, body = hookwheel.request("POST", f"/timers/{tid}/pause")
+        assert status == 200 and body["state"] == "firing", body
+        hookwheel.wait_state(tid, "paused", timeout=scaled(3))
+    status, _, body = hookwheel.get(tid)
+    assert body["fire_at_ms"] == slot, (body["fire_at_ms"], slot)  # the run's slot, not its retry's instant
+    time.sleep(max(0.0, (slot + 4500) / 1000 - time.time()))  # the slots after it pass
+    resumed_ms = time.time() * 1000
+    status, _, body = hookwheel.request("POST", f"/timers/{tid}/resume")
+    assert status == 200, body
+    runs = 3 if when == "during_a_retry" else 2
+    got = receiver.wait_for(runs, path=path, timeout=scaled(6))
+    assert len(got) == runs, got
+    expected = slots(hookwheel, cron, resumed_ms, 1)
+    assert got[-1].wall_ms + 5 >= expected[0], ("a run at once, off its slots", got[-1].wall_ms, resumed_ms, expected)
+    status, _, body = hookwheel.get(tid)
+    assert status == 200 and body["skipped_slots"] >= 1, body
+    hookwheel.cancel(tid)
 
 
 def test_misfire_skip_applies_to_slots_missed_while_the_queue_was_paused(hookwheel, receiver):
