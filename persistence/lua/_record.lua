@@ -989,9 +989,29 @@ local function callback_create(tkey, id, r, final, now, attempt)
   local event = final == 'delivered' and 'on_success' or 'on_failure'
   local url = spec[event]
   if type(url) ~= 'string' then return end
-  local cid = id .. '#' .. event .. '.' .. r.ver
-  local ckey = key_base(tkey) .. 't:' .. cid
-  if redis.call('EXISTS', ckey) == 1 then return end
+  -- A callback of this id and version may exist already: this timer's own
+  -- (nothing to do), or an earlier timer's of the same id, whose record was
+  -- purged or expired before its callback's: its report names another
+  -- created_at_ms. A finished one is dropped (as its expiry would); one
+  -- still to be sent stays, and this timer's version steps past it, so that
+  -- neither report is lost.
+  local own = ',"created_at_ms":' .. t.created .. ','
+  local cid, ckey, free
+  for _ = 1, 16 do
+    cid = id .. '#' .. event .. '.' .. r.ver
+    ckey = key_base(tkey) .. 't:' .. cid
+    local cr, cv = rec_get(ckey)
+    free = not cr
+    if cr and string.find(cv, own, 1, true) then return end
+    if cr and is_final(cr.st) then
+      redis.call('DEL', ckey, hist_key(ckey))
+      free = true
+    end
+    if free then break end
+    r.ver = r.ver + 1
+    head_put(tkey, r)
+  end
+  if not free then return end
   local slash = string.find(id, '/', 1, true)
   local report = '{"event":"timer.' .. final .. '","id":' .. cjson.encode(slash and string.sub(id, slash + 1) or id) ..
                  ',"state":"' .. final .. '","runs":' .. r.runs .. ',"attempts":' .. r.att ..

@@ -3,6 +3,7 @@ makes a callback timer, in the same Redis call, that POSTs a signed report.
 Real redis-server, the real binary, a real receiver."""
 import json
 import time
+from datetime import datetime
 from urllib.parse import quote
 
 from conftest import Reply, scaled, wait_until
@@ -100,3 +101,57 @@ def test_a_callback_starts_soon_after_its_timer_ends_whatever_the_claim_window(r
                           "on_success": receiver.url("/done")})[0] == 201
     got = receiver.wait_for(1, timeout=scaled(5), path="/done")
     assert got and json.loads(got[0].body)["id"] == "cb-soon", got
+
+
+def test_an_id_used_again_after_a_purge_gets_its_own_failure_callback(hookwheel, receiver):
+    """The callback id is <id>#on_failure.<version>, and a new timer of an id
+    starts at version 0 again. An earlier timer's callback kept under that id
+    (delivered and kept for the retention, or still being sent) made the new
+    timer's callback silently not happen."""
+    receiver.default("/again-target", Reply(500))
+    receiver.default("/cb-done", Reply(204))
+    receiver.default("/cb-slow", Reply(204, delay_s=5.0))
+    receiver.default("/cb-new", Reply(204))
+
+    def fail_once(tid, callback):
+        status, _, body = hookwheel.create({"id": tid, "url": receiver.url("/again-target"), "delay_ms": 10,
+                                            "timeout_ms": 8000, "retry": {"max_attempts": 1},
+                                            "on_failure": receiver.url(callback)})
+        assert status == 201, body
+        return body
+
+    def created_ms(timer):
+        return round(datetime.fromisoformat(timer["created_at"].replace("Z", "+00:00")).timestamp() * 1000)
+
+    def purge():
+        status, _, body = hookwheel.request("POST", "/dead-letters/purge")
+        assert status == 200, body
+
+    # the earlier callback was delivered: it is dropped and the new one takes its id
+    fail_once("again-1", "/cb-done")
+    assert receiver.wait_for(1, path="/cb-done", timeout=scaled(5))
+    hookwheel.wait_state(quote("again-1#on_failure.0"), "delivered", timeout=scaled(3))
+    purge()
+    second = fail_once("again-1", "/cb-new")
+    got = receiver.wait_for(1, path="/cb-new", timeout=scaled(5))
+    assert len(got) == 1, "the second timer's failure was never reported"
+    assert json.loads(got[0].body)["created_at_ms"] == created_ms(second)
+    status, _, cb = hookwheel.get(quote("again-1#on_failure.0"))
+    assert status == 200 and cb["url"] == receiver.url("/cb-new"), cb
+
+    # the earlier callback is still being sent: both reports go, the new one under the next version
+    fail_once("again-2", "/cb-slow")
+    assert receiver.wait_for(1, path="/cb-slow", timeout=scaled(5))
+    purge()
+    second = fail_once("again-2", "/cb-new")
+    got = receiver.wait_for(2, path="/cb-new", timeout=scaled(4))
+    assert len(got) == 2, "the second timer's failure was never reported"
+    assert json.loads(got[1].body)["id"] == "again-2"
+    assert json.loads(got[1].body)["created_at_ms"] == created_ms(second)
+    status, _, parent = hookwheel.get("again-2")
+    assert status == 200 and parent["state"] == "failed" and parent["version"] == 1, parent
+    status, _, cb = hookwheel.get(quote("again-2#on_failure.1"))
+    assert status == 200 and cb["url"] == receiver.url("/cb-new"), cb
+    status, _, old = hookwheel.get(quote("again-2#on_failure.0"))
+    assert status == 200 and old["url"] == receiver.url("/cb-slow"), old
+    hookwheel.wait_state(quote("again-2#on_failure.0"), "delivered", timeout=scaled(8))
