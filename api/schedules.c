@@ -96,7 +96,7 @@ static char *query_spec(http_req *r)
         json_object_set_new(rep, "mode", json_string("fixed_rate"));
     }
     json_t *root = json_pack("{s:s, s:o}", "url", "http://preview.invalid/", "repeat", rep);
-    if (every)
+    if (every && !http_req_query(r, "cron")) /* (with cron too, the parser names the pair) */
         json_object_set_new(root, "delay_ms", json_integer(0));
     char *text = json_dumps(root, JSON_COMPACT);
     json_decref(root);

@@ -153,6 +153,9 @@ def test_the_preview_refuses_what_a_timer_refuses_and_never_lists_an_instant_pas
     for every in (huge, 9223372036854775807, 365 * 86400000 + 1):
         status, body = preview(hookwheel, every_ms=str(every), count="3")
         assert status == 400 and body["field"] == "repeat.every_ms", (every, status, body)
+    # cron and every_ms together: the preview names what a create names (not a delay_ms it was not given)
+    status, body = preview(hookwheel, cron="* * * * *", every_ms="100")
+    assert status == 400 and body["field"] == "repeat.every_ms" and "delay_ms" not in body["detail"], body
     # a `from` beyond what RFC 3339 can write (9999-12-31T23:59:59.999Z) is refused
     for frm in ("9223372036854775807", "253402300800000"):
         for q in ({"every_ms": "1000"}, {"cron": "0 * * * *", "tz": "UTC"}):
