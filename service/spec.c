@@ -738,6 +738,9 @@ static int time_delay(parse_ctx *c, const char *name, json_t *v)
     int64_t d = 0;
     uint64_t room = c->now_ms > INT64_MAX ? 0 : INT64_MAX - c->now_ms;
 
+    if (json_is_integer(v) && json_integer_value(v) < 0) /* (get_int would name room, not the limit) */
+        return fail(c->err, name, "%s must be an integer from 0 to %" PRIu64 " (the maximum delay)", name,
+                    c->lim->max_delay_ms < room ? c->lim->max_delay_ms : room);
     if (get_int(c->err, name, v, 0, room, &d) < 0)
         return -EINVAL;
     c->s->fire_at_ms = (int64_t)c->now_ms + d;

@@ -832,6 +832,9 @@ static void test_a_due_time_beyond_the_maximum_delay_is_rejected(void **state)
 
     assert_string_equal(err.field, "delay_ms");
     assert_non_null(strstr(err.detail, "beyond the maximum delay of 31536000000 ms"));
+    err = parse_bad("{'url':'http://h/','delay_ms':-1}"); /* its range is named, not INT64_MAX - now */
+    assert_string_equal(err.field, "delay_ms");
+    assert_string_equal(err.detail, "delay_ms must be an integer from 0 to 31536000000 (the maximum delay)");
     assert_rejected("{'url':'http://h/','fire_at':'2030-01-01T00:00:00Z'}", "fire_at");
     assert_rejected("{'url':'http://h/','fire_at_ms':9223372036854775807}", "fire_at_ms");
 }
