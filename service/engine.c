@@ -1864,7 +1864,10 @@ static void ask_permits(engine *e, uint64_t now, int give_back)
     c->give_back = give_back;
     c->sent_ms = now;
     c->skip = give_back ? 0 : e->permits_skip;
+    uint32_t skipped = c->skip;
     limiter_each_shared(e->lim, collect_demand, c);
+    if (c->n == 0 && !c->more && !skipped)
+        e->permits_until_ms = 0; /* no shared queue holds or wants a permit: no renewal is due to fail */
     e->permits_skip = c->more ? e->permits_skip + c->n : 0;
     e->permits_active = c->n > 0 || c->more;
     e->permits_soon = c->more;

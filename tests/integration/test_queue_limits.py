@@ -194,3 +194,20 @@ def test_a_stopping_instance_keeps_its_permits_while_its_attempts_run(redis, hoo
     assert len(got) == 4
     assert receiver.max_concurrent("/stopping") <= 2, "b started while a's attempts still ran"
     assert a.stop() == 0
+
+
+def test_a_shared_queue_going_idle_is_not_logged_as_a_failed_renewal(redis, hookwheel_factory, receiver):
+    """Once a deployment-wide queue's work is done the instance holds and asks
+    nothing; the grant's expiry then came and was logged at warn as permits
+    that 'could not be renewed', with Redis healthy, after every burst."""
+    hw = hookwheel_factory(redis)
+    put(hw, "idleq", {"parallelism": 2})
+    time.sleep(APPLY_S)
+    receiver.default("/idleq", Reply(204))
+    for i in range(3):
+        status, _, body = hw.create({"url": receiver.url("/idleq"), "delay_ms": 100, "queue": "idleq"})
+        assert status == 201, body
+    assert len(receiver.wait_for(3, path="/idleq", timeout=scaled(5))) == 3
+    time.sleep(6.0)  # well past the permits' time to live (3 s)
+    text = hw.log.read_text(errors="replace")
+    assert "could not be renewed" not in text, hw.log_tail(20)
