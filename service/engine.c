@@ -1442,11 +1442,10 @@ static void sweep(engine *e, uint64_t now)
 static void release_cb(void *arg, int status, long long n)
 {
     engine *e = arg;
-    if (status != TIMERS_OK)
+    if (status != TIMERS_OK) { /* (the rest wait for a reaper, or this instance's next start) */
         atomic_store(&e->release_failed, 1);
-    if (status != TIMERS_OK) /* (the rest wait for a reaper, or this instance's next start) */
         LOG(LOG_WARN, "could not hand claims back", "\"instance\":\"%s\",\"timers\":%lld", e->cfg->instance_id, n);
-    else if (n > 0)
+    } else if (n > 0)
         LOG(LOG_INFO, "claims handed back", "\"instance\":\"%s\",\"timers\":%lld", e->cfg->instance_id, n);
     atomic_fetch_sub(&e->pending_ops, 1);
     wake(e);
