@@ -41,8 +41,8 @@ static const cli_opt create_opts[] = {
     {"times", "N", "with --every or --cron: runs in total (repeat.times)"},
     {"body", "TEXT|@FILE", "the request body, verbatim (@FILE reads a file, @- standard input)"},
     {"json-body", "JSON|@FILE", "a JSON request body, sent as application/json"},
-    {"header", "'NAME: VALUE'", "a request header (repeatable)"},
-    {"label", "KEY:VALUE", "a label (repeatable)"},
+    {"header", "'NAME: VALUE'", "a request header (repeatable; each name once, in any case)"},
+    {"label", "KEY:VALUE", "a label (repeatable; each key once)"},
     {"id", "ID", "the timer id (makes the create idempotent); generated when absent"},
     {"queue", "NAME", "the timer's queue (default: default)"},
     {"method", "METHOD", "GET, HEAD, POST (default), PUT, PATCH, DELETE or OPTIONS"},
@@ -56,7 +56,7 @@ static const cli_opt create_opts[] = {
 static const cli_opt ls_opts[] = {
     {"state", "STATE", "scheduled (default), retrying, paused, delivered, failed or cancelled"},
     {"queue", "NAME", "only this queue's timers"},
-    {"label", "KEY:VALUE", "only timers with this label"},
+    {"label", "KEY:VALUE", "only timers with this label (one)"},
     {"limit", "N", "timers per page, 1-1000 (default 100)"},
     {"cursor", "CURSOR", "start at this page (a next_cursor)"},
     {"all", NULL, "follow next_cursor to the last page"},
@@ -135,7 +135,7 @@ static const char exit_codes_help[] =
     "Exit codes:\n"
     "  0  success\n"
     "  1  the API refused the request (a 4xx not listed here; the problem is printed)\n"
-    "  2  usage error (bad flags or arguments; nothing was sent)\n"
+    "  2  usage error (bad flags or arguments, a label or header given twice; nothing was sent)\n"
     "  3  not found (404)\n"
     "  4  unauthorized or forbidden (401, 403)\n"
     "  5  conflict (409: too late to cancel, not failed, a different spec under this id)\n"

@@ -257,6 +257,46 @@ def test_a_next_page_command_quotes_what_a_shell_would_read_otherwise(receiver, 
                                               "character; read on with --all, or --json and its next_cursor\n"), p
 
 
+def refused_creates(hw, receiver, cases):
+    """Each (options, message start) of cases: create exits 2 with one line
+    that starts so, and creates and sends nothing."""
+    for i, (opts, what) in enumerate(cases):
+        p = ctl(hw, "create", "--url", receiver.url("/dup"), "--in", "0", "--id", f"dup-{i}", *opts)
+        assert p.returncode == 2 and p.stdout == "" and len(p.stderr.splitlines()) == 1, (opts, p)
+        assert p.stderr.startswith(f"hookwheelctl: {what} ("), (opts, p)
+        assert hw.get(f"dup-{i}")[0] == 404
+    for state in ("scheduled", "delivered"):
+        assert json.loads(ok(hw, "--json", "ls", "--state", state))["items"] == []
+    time.sleep(0.2)
+    assert receiver.requests(path="/dup") == []
+
+
+def test_a_label_key_given_twice_exits_2_naming_it_and_creates_nothing(hookwheel, receiver):
+    refused_creates(hookwheel, receiver, [
+        (["--label", "a:b", "--label", "a:c"], "--label: the key a is given twice"),
+        (["--label", "a:b", "--label", "a:b"], "--label: the key a is given twice"),
+        (["--label", "team:ops", "--label", "kind:x", "--header", "X-A: 1", "--label", "team:dev"],
+         "--label: the key team is given twice")])
+    # keys compare exactly: a and A are two labels
+    t = json.loads(ok(hookwheel, "--json", "create", "--url", receiver.url("/two"), "--in", "1h", "--label", "a:b",
+                      "--label", "A:c"))
+    assert t["labels"] == {"a": "b", "A": "c"}, t
+
+
+def test_a_header_name_given_twice_in_any_case_exits_2_naming_it_and_creates_nothing(hookwheel, receiver):
+    refused_creates(hookwheel, receiver, [
+        (["--header", "X-A: 1", "--header", "X-A: 2"], "--header: the name X-A is given twice"),
+        (["--header", "X-Order: 1", "--header", "x-order:2"], "--header: the name X-Order is given twice")])
+    t = json.loads(ok(hookwheel, "--json", "create", "--url", receiver.url("/two"), "--in", "1h",
+                      "--header", "X-A: 1", "--header", "X-AB: 2"))
+    assert t["headers"] == {"X-A": "1", "X-AB": "2"}, t
+
+
+def test_ls_refuses_a_second_label_rather_than_dropping_one(hookwheel):
+    p = ctl(hookwheel, "ls", "--label", "a:b", "--label", "a:c")  # the API filters by one label
+    assert p.returncode == 2 and p.stdout == "" and "--label is given twice (a:b, then a:c)" in p.stderr, p
+
+
 def test_cancel_fire_pause_and_resume_print_the_state(hookwheel, receiver):
     ok(hookwheel, "create", "--url", receiver.url("/c"), "--in", "1h", "--id", "cli-cancel")
     assert ok(hookwheel, "cancel", "cli-cancel") == "cli-cancel cancelled\n"
