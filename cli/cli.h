@@ -49,8 +49,9 @@ typedef struct cli_args {
 
 typedef struct cli_ctx {
     client *http;
-    int json;    /* --json: print the API's JSON instead of a table or a line */
-    long status; /* the HTTP status of the last cli_call (0: no answer) */
+    int json;                /* --json: print the API's JSON instead of a table or a line */
+    long status;             /* the HTTP status of the last cli_call (0: no answer) */
+    const cli_args *globals; /* the global options given before the command */
 } cli_ctx;
 
 typedef struct cli_cmd {
@@ -100,9 +101,12 @@ int cli_fetch_pages(cli_ctx *ctx, const char *path, const char *member, const ch
 /* `ls` and `leases`: fetches the pages of path (cli_fetch_pages, the
  * --cursor and --all of a) and prints them: with --json one page
  * {member: [...], next_cursor}, else a table of ncols columns named by
- * head, one row a item (row adds it), and the command that reads on
- * (`hookwheelctl <cmd> --cursor ...`) on stderr. Takes path. Returns the
- * exit code. */
+ * head, one row a item (row adds it), and on stderr, when there is a next
+ * page, the command that reads it: `hookwheelctl`, the --url and
+ * --max-time given, cmd with every option of a but --cursor and --all (its
+ * last value), and `--cursor <next_cursor>`, each word quoted for a POSIX
+ * shell. --token is never printed: it is a credential. Takes path. Returns
+ * the exit code. */
 struct table;
 int cli_list(cli_ctx *ctx, const cli_args *a, const char *cmd, char *path, const char *member,
              const char *const *head, int ncols, void (*row)(struct table *t, const json_t *item));

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/duration.h"
 #include "cli/table.h"
@@ -114,14 +115,37 @@ static int set_body(const cli_args *a, json_t *spec)
 
 /* A repeatable option whose values are pairs: --header 'NAME: VALUE'
  * (the value's leading blanks dropped, as HTTP does) into "headers",
- * --label KEY:VALUE into "labels". */
+ * --label KEY:VALUE into "labels". A key may be given once (a JSON object
+ * holds one value a key, and the API refuses a repeated one); header names
+ * compare as HTTP compares them, ignoring case. */
 static const struct pair_opt {
-    const char *opt, *member, *form;
-    int trim;
+    const char *opt, *member, *form, *sep;
+    int trim, nocase;
 } pair_opts[] = {
-    {"header", "headers", "'NAME: VALUE'", 1},
-    {"label", "labels", "KEY:VALUE", 0},
+    {"header", "headers", "'NAME: VALUE'", ": ", 1, 1},
+    {"label", "labels", "KEY:VALUE", ":", 0, 0},
 };
+
+/* The key of obj that key repeats (ignoring case for p->nocase), or NULL. */
+static const char *repeated_key(const json_t *obj, const char *key, const struct pair_opt *p)
+{
+    for (void *it = json_object_iter((json_t *)obj); it; it = json_object_iter_next((json_t *)obj, it)) {
+        const char *k = json_object_iter_key(it);
+        if ((p->nocase ? strcasecmp(k, key) : strcmp(k, key)) == 0)
+            return k;
+    }
+    return NULL;
+}
+
+/* A usage error for value v of p's option, whose key repeats prev of obj:
+ * silently keeping one of the two would send what was not asked for. */
+static int repeated_error(const json_t *obj, const char *prev, const char *v, const struct pair_opt *p)
+{
+    const char *why = p->nocase ? "header names ignore case, give each once" : "a timer has one value per label key";
+    return cli_usage_error("create", "--%s: the %s %s is given twice (%s%s%s, then %s); %s", p->opt,
+                           p->nocase ? "name" : "key", prev, prev, p->sep,
+                           json_string_value(json_object_get(obj, prev)), v, why);
+}
 
 /* Adds every value of p's option, split at its first ':', to spec. */
 static int set_pairs(const cli_args *a, json_t *spec, const struct pair_opt *p)
@@ -140,6 +164,11 @@ static int set_pairs(const cli_args *a, json_t *spec, const struct pair_opt *p)
         while (p->trim && (*val == ' ' || *val == '\t'))
             val++;
         char *key = xstrndup(v, (size_t)(colon - v));
+        const char *prev = repeated_key(obj, key, p);
+        if (prev) {
+            free(key);
+            return repeated_error(obj, prev, v, p);
+        }
         int bad = json_object_set_new(obj, key, json_string(val)) < 0;
         free(key);
         if (bad)
@@ -453,6 +482,10 @@ int cmd_ls(cli_ctx *ctx, const cli_args *a)
     long long n;
     if (cli_arg(a, "limit") && parse_int(cli_arg(a, "limit"), 1, 1000, &n) < 0)
         return cli_usage_error("ls", "--limit %s: give a whole number from 1 to 1000", cli_arg(a, "limit"));
+    /* the API filters by one label: the last alone would list more than asked */
+    if (cli_arg_nth(a, "label", 1))
+        return cli_usage_error("ls", "--label is given twice (%s, then %s): ls lists the timers of one label",
+                               cli_arg_nth(a, "label", 0), cli_arg_nth(a, "label", 1));
     static const char *const head[] = {"ID", "STATE", "QUEUE", "FIRE_AT", "ATTEMPTS", "URL"};
     return cli_list(ctx, a, "ls", list_path(a), "items", head, 6, add_timer_row);
 }

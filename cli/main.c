@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/shellword.h"
 #include "cli/table.h"
 #include "service/xalloc.h"
 
@@ -40,8 +41,8 @@ static const cli_opt create_opts[] = {
     {"times", "N", "with --every or --cron: runs in total (repeat.times)"},
     {"body", "TEXT|@FILE", "the request body, verbatim (@FILE reads a file, @- standard input)"},
     {"json-body", "JSON|@FILE", "a JSON request body, sent as application/json"},
-    {"header", "'NAME: VALUE'", "a request header (repeatable)"},
-    {"label", "KEY:VALUE", "a label (repeatable)"},
+    {"header", "'NAME: VALUE'", "a request header (repeatable; each name once, in any case)"},
+    {"label", "KEY:VALUE", "a label (repeatable; each key once)"},
     {"id", "ID", "the timer id (makes the create idempotent); generated when absent"},
     {"queue", "NAME", "the timer's queue (default: default)"},
     {"method", "METHOD", "GET, HEAD, POST (default), PUT, PATCH, DELETE or OPTIONS"},
@@ -55,7 +56,7 @@ static const cli_opt create_opts[] = {
 static const cli_opt ls_opts[] = {
     {"state", "STATE", "scheduled (default), retrying, paused, delivered, failed or cancelled"},
     {"queue", "NAME", "only this queue's timers"},
-    {"label", "KEY:VALUE", "only timers with this label"},
+    {"label", "KEY:VALUE", "only timers with this label (one)"},
     {"limit", "N", "timers per page, 1-1000 (default 100)"},
     {"cursor", "CURSOR", "start at this page (a next_cursor)"},
     {"all", NULL, "follow next_cursor to the last page"},
@@ -94,7 +95,8 @@ const cli_cmd cli_commands[] = {
      no_opts, 1, 1, cmd_cancel},
     {"ls", "[options]", "list timers in one state",
      "Lists timers in one state (GET /timers), soonest due first for scheduled and retrying,\n"
-     "newest first otherwise. Without --all it prints one page, and the next cursor on stderr.",
+     "newest first otherwise. Without --all it prints one page, and on stderr the command that\n"
+     "prints the next: the same options, --cursor NEXT.",
      ls_opts, 0, 0, cmd_ls},
     {"fire", "ID", "run a timer now", "Makes a timer's next run due now (POST /timers/{id}/fire).",
      no_opts, 1, 1, cmd_fire},
@@ -122,7 +124,9 @@ const cli_cmd cli_commands[] = {
      "due timers and how long ago the oldest fell due (ms).",
      no_opts, 0, 1, cmd_queues},
     {"leases", "[KEY] [options]", "list leases, or show one",
-     "Lists the watchdog leases (GET /leases) or shows one (GET /leases/{key}).", leases_opts, 0, 1,
+     "Lists the watchdog leases (GET /leases) or shows one (GET /leases/{key}). A list without\n"
+     "--all is one page, and on stderr the command that prints the next (as ls).",
+     leases_opts, 0, 1,
      cmd_leases},
 };
 const size_t cli_command_count = sizeof cli_commands / sizeof cli_commands[0];
@@ -131,7 +135,7 @@ static const char exit_codes_help[] =
     "Exit codes:\n"
     "  0  success\n"
     "  1  the API refused the request (a 4xx not listed here; the problem is printed)\n"
-    "  2  usage error (bad flags or arguments; nothing was sent)\n"
+    "  2  usage error (bad flags or arguments, a label or header given twice; nothing was sent)\n"
     "  3  not found (404)\n"
     "  4  unauthorized or forbidden (401, 403)\n"
     "  5  conflict (409: too late to cancel, not failed, a different spec under this id)\n"
@@ -267,6 +271,95 @@ int cli_fetch_pages(cli_ctx *ctx, const char *path, const char *member, const ch
     return rc;
 }
 
+static const char *global_value(const cli_args *g, const cli_args *a, const char *name)
+{
+    const char *v = cli_arg_global(a, name);
+    return v ? v : cli_arg_global(g, name);
+}
+
+/* The global options that the command for a next page repeats when they
+ * were given: the API it calls and how long a call may take. Not --token,
+ * a credential (stderr often ends up in logs), nor --json, with which no
+ * such command is printed. */
+static const char *const repeated_globals[] = {"url", "max-time"};
+
+/* The options of a listing that say which page it reads rather than which
+ * listing it is: the command for the next page gives its own. */
+static int paging_opt(const char *name)
+{
+    return strcmp(name, "cursor") == 0 || strcmp(name, "all") == 0;
+}
+
+/* One word of a printed command: an option's name (printed as --name),
+ * or a value. */
+typedef struct cmd_word {
+    const char *text;
+    int opt;
+} cmd_word;
+
+/* The words after "hookwheelctl" of the command that reads the page at
+ * next of command cmd run with a: the repeated globals given, cmd, every
+ * option of cmd given that shapes the listing (with its last value),
+ * --cursor next. Returns a malloc'd array and sets *count. */
+static cmd_word *next_command(const cli_ctx *ctx, const cli_args *a, const char *cmd, const char *next,
+                              size_t *count)
+{
+    const cli_opt *opts = find_cmd(cmd)->opts;
+    size_t n = 0, nopts = 0;
+    while (opts[nopts].name)
+        nopts++;
+    cmd_word *w = xcalloc(2 * (sizeof repeated_globals / sizeof repeated_globals[0] + nopts) + 3, sizeof *w);
+    for (size_t i = 0; i < sizeof repeated_globals / sizeof repeated_globals[0]; i++) {
+        const char *v = global_value(ctx->globals, a, repeated_globals[i]);
+        if (v) {
+            w[n++] = (cmd_word){repeated_globals[i], 1};
+            w[n++] = (cmd_word){v, 0};
+        }
+    }
+    w[n++] = (cmd_word){cmd, 0};
+    for (const cli_opt *o = opts; o->name; o++) {
+        const char *v = cli_arg(a, o->name);
+        if (!v || paging_opt(o->name))
+            continue;
+        w[n++] = (cmd_word){o->name, 1};
+        if (o->arg)
+            w[n++] = (cmd_word){v, 0};
+    }
+    w[n++] = (cmd_word){"cursor", 1};
+    w[n++] = (cmd_word){next, 0};
+    *count = n;
+    return w;
+}
+
+/* Prints on stderr the command that reads the page at next of command cmd
+ * run with a, each word quoted for a POSIX shell so that it can be pasted
+ * as printed. A word with a control character (a cursor from something
+ * that is not hookwheel) cannot be shown: the line then says how else to
+ * read on. */
+static void print_next_command(const cli_ctx *ctx, const cli_args *a, const char *cmd, const char *next)
+{
+    size_t n, i;
+    cmd_word *w = next_command(ctx, a, cmd, next, &n);
+    for (i = 0; i < n; i++) {
+        if (!shellword_printable(w[i].text)) {
+            fputs("more: the next page's cursor or an option holds a control character; read on with --all, "
+                  "or --json and its next_cursor\n", stderr);
+            free(w);
+            return;
+        }
+    }
+    fputs("more: hookwheelctl", stderr);
+    for (i = 0; i < n; i++) {
+        fputs(w[i].opt ? " --" : " ", stderr);
+        if (w[i].opt)
+            fputs(w[i].text, stderr);
+        else
+            shellword_put(stderr, w[i].text);
+    }
+    fputs(" (or --all)\n", stderr);
+    free(w);
+}
+
 int cli_list(cli_ctx *ctx, const cli_args *a, const char *cmd, char *path, const char *member,
              const char *const *head, int ncols, void (*row)(table *t, const json_t *item))
 {
@@ -287,7 +380,7 @@ int cli_list(cli_ctx *ctx, const cli_args *a, const char *cmd, char *path, const
         table_print(t, stdout);
         table_free(t);
         if (next)
-            fprintf(stderr, "more: hookwheelctl %s --cursor %s (or --all)\n", cmd, next);
+            print_next_command(ctx, a, cmd, next);
     }
     free(next);
     json_decref(items);
@@ -340,12 +433,6 @@ static int parse_globals(int argc, char **argv, int *cmd_at, cli_args *g)
     return cli_args_parse(NULL, global_opts, *cmd_at, argv, g);
 }
 
-static const char *global_value(const cli_args *g, const cli_args *a, const char *name)
-{
-    const char *v = cli_arg_global(a, name);
-    return v ? v : cli_arg_global(g, name);
-}
-
 /* Sets up the client from the global options and the environment, and runs
  * the command. */
 static int run_cmd(const cli_cmd *c, const cli_args *g, const cli_args *a)
@@ -363,7 +450,7 @@ static int run_cmd(const cli_cmd *c, const cli_args *g, const cli_args *a)
         return cli_usage_error(c->name, "--max-time takes seconds, more than 0 and at most 86400");
     if (a->npos < c->min_pos || a->npos > c->max_pos)
         return cli_usage_error(c->name, "usage: hookwheelctl %s %s", c->name, c->usage);
-    cli_ctx ctx = {.json = global_value(g, a, "json") != NULL};
+    cli_ctx ctx = {.json = global_value(g, a, "json") != NULL, .globals = g};
     /* at least 1 ms: libcurl reads a timeout of 0 as none at all */
     long max_ms = (long)(secs * 1000);
     ctx.http = client_create(url, token, max_ms > 0 ? max_ms : 1);

@@ -4,9 +4,11 @@ command's output and exit code, and the exit codes scripts rely on
 $HOOKWHEEL_BIN, so a sanitizer build tests its own CLI."""
 import json
 import os
+import shlex
 import socket
 import subprocess
 import time
+from urllib.parse import parse_qs, quote
 
 import pytest
 
@@ -136,6 +138,163 @@ def test_ls_prints_a_table_filters_and_pages_with_all(hookwheel, receiver):
     assert [r[0] for r in table(ok(hookwheel, "ls", "--state", "failed"))] == ["ID"]
     p = ctl(hookwheel, "ls", "--state", "nonsense")
     assert p.returncode == 1 and "state" in p.stderr, p
+
+
+def next_command(stderr):
+    """The argv (without hookwheelctl) of the next page's command that a
+    listing printed on stderr as `more: hookwheelctl ... (or --all)`, read
+    as a POSIX shell reads it; None when it printed none."""
+    lines = [line for line in stderr.splitlines() if line.startswith("more: ")]
+    if not lines:
+        return None
+    assert len(lines) == 1 and lines[0].endswith(" (or --all)"), stderr
+    argv = shlex.split(lines[0][len("more: "):-len(" (or --all)")])
+    assert argv[0] == "hookwheelctl", argv
+    return argv[1:]
+
+
+def api_pages(hw, path, member):
+    """Every page of an API listing as (the ids or keys, next_cursor)."""
+    pages, cursor = [], None
+    while True:
+        status, _, page = hw.request("GET", path + (f"&cursor={quote(cursor, safe='')}" if cursor else ""))
+        assert status == 200, page
+        pages.append(([item.get("id", item.get("key")) for item in page[member]], page["next_cursor"]))
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return pages
+
+
+def follow_next_commands(hw, args, **kw):
+    """Runs a listing, then the next page's command it prints, as printed,
+    until there is none; returns each page's first column and the argv run."""
+    pages, runs = [], []
+    while args is not None:
+        p = ctl(hw, *args, **kw)
+        assert p.returncode == 0, (args, p)
+        pages.append([r[0] for r in table(p.stdout)[1:]])
+        runs.append(args)
+        args = next_command(p.stderr)
+        assert len(runs) < 20, runs
+    return pages, runs
+
+
+def test_ls_next_page_command_keeps_every_filter_and_reads_the_next_page_of_the_same_listing(hookwheel, receiver):
+    # delivered timers of queue billing with label team:pay, and ones that
+    # differ in one filter each (queue, label, state)
+    def create(tid, queue, label, due):
+        ok(hookwheel, "create", "--url", receiver.url("/hint"), "--in", due, "--id", tid, "--queue", queue,
+           "--label", label)
+    wanted = [f"pay-{i}" for i in range(5)]
+    for tid in wanted:
+        create(tid, "billing", "team:pay", "0")
+    for i in range(3):
+        create(f"other-label-{i}", "billing", "team:ops", "0")
+        create(f"other-queue-{i}", "shipping", "team:pay", "0")
+        create(f"scheduled-{i}", "billing", "team:pay", "1h")
+    for tid in wanted + [f"other-{k}-{i}" for k in ("label", "queue") for i in range(3)]:
+        assert hookwheel.wait_state(tid, "delivered", timeout=scaled(10))["state"] == "delivered"
+    expected = api_pages(hookwheel, "/timers?state=delivered&queue=billing&label=team:pay&limit=2", "items")
+    assert len(expected) >= 3 and sorted(sum((ids for ids, _ in expected), [])) == wanted, expected
+    pages, runs = follow_next_commands(hookwheel, ["ls", "--state", "delivered", "--queue", "billing",
+                                                   "--label", "team:pay", "--limit", "2"])
+    assert pages == [ids for ids, _ in expected], (pages, expected, runs)
+    for args, (_, cursor) in zip(runs[1:], expected):
+        assert args == ["ls", "--state", "delivered", "--queue", "billing", "--label", "team:pay", "--limit", "2",
+                        "--cursor", cursor], args
+    # the default state stays the default; the last of a repeated option is the one that counts
+    p = ctl(hookwheel, "ls", "--queue", "billing", "--limit", "5", "--limit", "1")
+    assert p.returncode == 0 and next_command(p.stderr)[:5] == ["ls", "--queue", "billing", "--limit", "1"], p
+
+
+def test_leases_next_page_command_keeps_the_limit_and_the_apis_url(hookwheel):
+    keys = [f"hint-{i}" for i in range(5)]
+    for k in keys:
+        status, _, lease = hookwheel.request("POST", "/leases", json_body={"key": k, "owner": "w", "ttl_ms": 60000})
+        assert status == 201, lease
+    expected = api_pages(hookwheel, "/leases?limit=2", "leases")
+    assert [ids for ids, _ in expected] == [keys[0:2], keys[2:4], keys[4:]], expected
+    # the API's URL given on the command line (the environment's names a
+    # port where nothing listens) and --max-time are repeated too
+    api = f"http://127.0.0.1:{hookwheel.port}"
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    pages, runs = follow_next_commands(hookwheel, ["--url", api, "--max-time", "20", "leases", "--limit", "2"],
+                                       url=nowhere)
+    assert pages == [ids for ids, _ in expected], (pages, runs)
+    assert runs[1] == ["--url", api, "--max-time", "20", "leases", "--limit", "2", "--cursor", expected[0][1]], runs
+
+
+def test_a_next_page_command_quotes_what_a_shell_would_read_otherwise(receiver, tmp_path):
+    # an API (here the test's receiver) whose cursor holds what a shell
+    # would split, expand or take for a comment: the command, run as printed
+    # by sh and bash, sends it back exactly, with the same filters
+    cursor = "~root it's a #c* $(x) \"$HOME\" \\ [a] {b,c} ;& \u00fc `id` !! a=~ ''"
+    first = "/timers?state=failed&queue=q.1&label=k%3Av%3Dw&limit=3"
+    receiver.plan("/timers", [Reply(200, {"Content-Type": "application/json"},
+                                    json.dumps({"items": [{"id": "t-1", "state": "failed"}], "next_cursor": cursor}))])
+    url = receiver.url("").rstrip("/")
+    p = ctl(None, "ls", "--state", "failed", "--queue", "q.1", "--label", "k:v=w", "--limit", "3", url=url)
+    assert p.returncode == 0 and table(p.stdout)[1][0] == "t-1", p
+    assert [r.target for r in receiver.requests()] == [first]
+    args = next_command(p.stderr)
+    assert args == ["ls", "--state", "failed", "--queue", "q.1", "--label", "k:v=w", "--limit", "3",
+                    "--cursor", cursor], (args, p.stderr)
+    command = p.stderr.strip()[len("more: "):-len(" (or --all)")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKWHEEL_")}
+    env.update(HOOKWHEEL_URL=url, PATH=f"{os.path.dirname(CLI)}:{env.get('PATH', '/usr/bin:/bin')}", HOME=str(tmp_path))
+    for shell in [sh for sh in ("/bin/sh", "/bin/bash") if os.path.exists(sh)]:
+        before = len(receiver.requests())
+        r = subprocess.run([shell, "-c", command], capture_output=True, text=True, env=env, timeout=scaled(30))
+        assert r.returncode == 0, (shell, command, r)
+        (req,) = receiver.requests()[before:]  # the receiver's default answer: {} (no next page)
+        assert req.target.startswith(first + "&cursor="), (shell, req.target)
+        assert parse_qs(req.query)["cursor"] == [cursor], (shell, req.target)
+    # a cursor with a control character is not printed as a command
+    receiver.plan("/timers", [Reply(200, {"Content-Type": "application/json"},
+                                    json.dumps({"items": [], "next_cursor": "a\x1b[2Jb\nc"}))])
+    p = ctl(None, "ls", "--limit", "1", url=url)
+    assert p.returncode == 0 and p.stderr == ("more: the next page's cursor or an option holds a control "
+                                              "character; read on with --all, or --json and its next_cursor\n"), p
+
+
+def refused_creates(hw, receiver, cases):
+    """Each (options, message start) of cases: create exits 2 with one line
+    that starts so, and creates and sends nothing."""
+    for i, (opts, what) in enumerate(cases):
+        p = ctl(hw, "create", "--url", receiver.url("/dup"), "--in", "0", "--id", f"dup-{i}", *opts)
+        assert p.returncode == 2 and p.stdout == "" and len(p.stderr.splitlines()) == 1, (opts, p)
+        assert p.stderr.startswith(f"hookwheelctl: {what} ("), (opts, p)
+        assert hw.get(f"dup-{i}")[0] == 404
+    for state in ("scheduled", "delivered"):
+        assert json.loads(ok(hw, "--json", "ls", "--state", state))["items"] == []
+    time.sleep(0.2)
+    assert receiver.requests(path="/dup") == []
+
+
+def test_a_label_key_given_twice_exits_2_naming_it_and_creates_nothing(hookwheel, receiver):
+    refused_creates(hookwheel, receiver, [
+        (["--label", "a:b", "--label", "a:c"], "--label: the key a is given twice"),
+        (["--label", "a:b", "--label", "a:b"], "--label: the key a is given twice"),
+        (["--label", "team:ops", "--label", "kind:x", "--header", "X-A: 1", "--label", "team:dev"],
+         "--label: the key team is given twice")])
+    # keys compare exactly: a and A are two labels
+    t = json.loads(ok(hookwheel, "--json", "create", "--url", receiver.url("/two"), "--in", "1h", "--label", "a:b",
+                      "--label", "A:c"))
+    assert t["labels"] == {"a": "b", "A": "c"}, t
+
+
+def test_a_header_name_given_twice_in_any_case_exits_2_naming_it_and_creates_nothing(hookwheel, receiver):
+    refused_creates(hookwheel, receiver, [
+        (["--header", "X-A: 1", "--header", "X-A: 2"], "--header: the name X-A is given twice"),
+        (["--header", "X-Order: 1", "--header", "x-order:2"], "--header: the name X-Order is given twice")])
+    t = json.loads(ok(hookwheel, "--json", "create", "--url", receiver.url("/two"), "--in", "1h",
+                      "--header", "X-A: 1", "--header", "X-AB: 2"))
+    assert t["headers"] == {"X-A": "1", "X-AB": "2"}, t
+
+
+def test_ls_refuses_a_second_label_rather_than_dropping_one(hookwheel):
+    p = ctl(hookwheel, "ls", "--label", "a:b", "--label", "a:c")  # the API filters by one label
+    assert p.returncode == 2 and p.stdout == "" and "--label is given twice (a:b, then a:c)" in p.stderr, p
 
 
 def test_cancel_fire_pause_and_resume_print_the_state(hookwheel, receiver):
