@@ -567,7 +567,9 @@ static struct MHD_Response *json_response_take(json_t *doc, const char *ctype)
 {
     if (!doc)
         return response_check(MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
-    char *text = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY);
+    /* 15 digits: a real the API gives rounded (0.488, 1.234) is written as
+     * such, not as the 17 digits of its nearest double (0.48799999999999999) */
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
     json_decref(doc);
     if (!text)
         return NULL;

@@ -6,6 +6,8 @@ redis-server, the real binary, a real receiver.
 Each instance adds its counts to Redis about once a second, so the tests
 poll until the figures are in; a test's events may straddle a minute, so
 counts are summed over the minutes answered."""
+import http.client
+import re
 import time
 
 import pytest
@@ -114,6 +116,13 @@ def test_deliveries_failures_and_attempts_are_counted_with_the_lateness_of_first
             assert 0 <= p50 <= p99 < scaled(1000), m
         else:
             assert p50 is None and p99 is None, m
+    # written as rounded (at most 3 decimals), not as a double's 17 digits (0.48799999999999999)
+    conn = http.client.HTTPConnection("127.0.0.1", hookwheel.api.port, timeout=10)
+    conn.request("GET", "/stats")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    figures = re.findall(r'"p(?:50|99)":([-0-9.eE+]+)', text)
+    assert figures and all(re.fullmatch(r"[0-9]+(\.[0-9]{1,3})?", f) for f in figures), figures
 
 
 def test_two_namespaces_never_see_each_others_figures(tmp_path, redis, receiver, hookwheel_factory):
