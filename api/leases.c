@@ -145,6 +145,14 @@ static void respond_conflict(http_req *r, const char *owner, const lease_info *d
     }
 }
 
+/* 503 for a lease write that failed: refused by Redis before it ran (its
+ * reply says so, and that not_done), or unanswered. */
+static void respond_failed(http_req *r, const lease_reply *reply, const char *not_done)
+{
+    if (reply->outcome != LEASE_FAILED || !api_respond_refused(r, reply->refused, not_done))
+        api_respond_unavailable(r);
+}
+
 /* Answers a verb that could not be submitted. Returns rc. */
 static int submitted(lease_ctx *c, int rc)
 {
@@ -178,7 +186,7 @@ static void acquire_cb(void *arg, const lease_reply *reply)
         char eb[256];
         if (reply->outcome == LEASE_FAILED)
             LOG(LOG_ERROR, "lease acquire failed", "\"error\":\"%s\"", log_json_escape(reply->error, eb, sizeof eb));
-        api_respond_unavailable(c->r);
+        respond_failed(c->r, reply, "the lease was not acquired");
     }
     free(c);
 }
@@ -247,7 +255,7 @@ static void heartbeat_cb(void *arg, const lease_reply *reply)
     else if (reply->outcome == LEASE_NOT_HELD)
         respond_not_held(c->r);
     else
-        api_respond_unavailable(c->r);
+        respond_failed(c->r, reply, "the heartbeat was not recorded");
     free(c);
 }
 
@@ -313,7 +321,7 @@ static void release_cb(void *arg, const lease_reply *reply)
     } else if (reply->outcome == LEASE_NOT_HELD) {
         respond_not_held(c->r);
     } else {
-        api_respond_unavailable(c->r);
+        respond_failed(c->r, reply, "the lease was not released");
     }
     free(c);
 }
