@@ -36,6 +36,7 @@ typedef struct lease_ctx {
     char key[LEASE_KEY_MAX + 1];     /* as the client names it */
     char lid[LEASE_ID_MAX];          /* in the caller's namespace: what Redis keys use */
     char owner[LEASE_OWNER_MAX + 1];
+    uint64_t token;                  /* the token the request gave (heartbeat, DELETE); 0: none */
 } lease_ctx;
 
 /* ---- answers ---- */
@@ -130,8 +131,12 @@ static void respond_lease(http_req *r, unsigned status, const char *key, const l
     http_respond_json(r, status, lease_json(key, d), status == 201 ? loc : NULL);
 }
 
-/* 409: the key is held by someone else, or by a later lease of this owner. */
-static void respond_conflict(http_req *r, const char *owner, const lease_info *d)
+/* 409: the key is held by someone else, or by this owner under another
+ * token than `token` (the request's; 0: none). A lower token is an earlier
+ * lease's: the key was acquired again since. A higher one was never given
+ * by an acquire of this key: tokens come from a counter that only grows,
+ * and the current lease drew the last one. */
+static void respond_conflict(http_req *r, const char *owner, uint64_t token, const lease_info *d)
 {
     json_t *extra = json_pack("{s:s,s:I}", "owner", d->holder, "expires_in_ms", (json_int_t)d->pttl_ms);
     if (strcmp(d->holder, owner) != 0)
@@ -140,7 +145,11 @@ static void respond_conflict(http_req *r, const char *owner, const lease_info *d
         http_respond_problem(r, 409, "The key is held, but not by a hookwheel lease.", NULL, extra, 0);
     else {
         json_object_set_new(extra, "token", json_integer((json_int_t)d->token));
-        http_respond_problem(r, 409, "The token is not the current one: the lease was acquired again since.",
+        http_respond_problem(r, 409,
+                             token > d->token
+                                 ? "The token is not the current one: it is higher than the current lease's, "
+                                   "and no acquire of this key has given it."
+                                 : "The token is not the current one: the lease was acquired again since.",
                              "token", extra, 0);
     }
 }
@@ -176,7 +185,7 @@ static void acquire_cb(void *arg, const lease_reply *reply)
     } else if (reply->outcome == LEASE_REACQUIRED) {
         respond_lease(c->r, 200, c->key, &reply->info);
     } else if (reply->outcome == LEASE_HELD_BY_OTHER) {
-        respond_conflict(c->r, c->owner, &reply->info);
+        respond_conflict(c->r, c->owner, c->token, &reply->info);
     } else if (reply->outcome == LEASE_OTHER_SETTINGS) {
         json_t *extra = json_pack("{s:I}", "token", (json_int_t)reply->info.token);
         http_respond_problem(c->r, 409,
@@ -251,7 +260,7 @@ static void heartbeat_cb(void *arg, const lease_reply *reply)
     if (reply->outcome == LEASE_NOTED)
         respond_lease(c->r, 200, c->key, &reply->info);
     else if (reply->outcome == LEASE_HELD_BY_OTHER)
-        respond_conflict(c->r, c->owner, &reply->info);
+        respond_conflict(c->r, c->owner, c->token, &reply->info);
     else if (reply->outcome == LEASE_NOT_HELD)
         respond_not_held(c->r);
     else
@@ -277,6 +286,7 @@ void api_lease_heartbeat(http_req *r, const char *const *params, void *app)
     if (!c)
         return;
     snprintf(c->owner, sizeof c->owner, "%s", owner);
+    c->token = token;
     submitted(c, leases_heartbeat(a->st, a->cfg->lease_prefix, c->lid, owner, token, clock_now_ms(),
                                   LEASE_SIGN_HEARTBEAT, heartbeat_cb, c));
 }
@@ -317,7 +327,7 @@ static void release_cb(void *arg, const lease_reply *reply)
             log_json_escape(c->owner, owner, sizeof owner), reply->info.token);
         http_respond_json(c->r, 204, NULL, NULL);
     } else if (reply->outcome == LEASE_HELD_BY_OTHER) {
-        respond_conflict(c->r, c->owner, &reply->info);
+        respond_conflict(c->r, c->owner, c->token, &reply->info);
     } else if (reply->outcome == LEASE_NOT_HELD) {
         respond_not_held(c->r);
     } else {
@@ -353,6 +363,7 @@ void api_lease_release(http_req *r, const char *const *params, void *app)
     if (!c)
         return;
     snprintf(c->owner, sizeof c->owner, "%s", owner);
+    c->token = tok;
     submitted(c, leases_release(a->st, a->cfg->lease_prefix, c->lid, owner, tok, release_cb, c));
 }
 
