@@ -86,6 +86,14 @@ char *api_timer_from_view(const char *id, const timer_view *v, size_t *len);
  * submit that failed at once (-EAGAIN: 429, the write queue is full; else
  * 503, stopping). */
 void api_respond_unavailable(http_req *r);
+
+/* 503 + Retry-After for a write Redis refused before running it, saying
+ * why (refusal: STORE_REFUSES_MEMORY, maxmemory reached, or
+ * STORE_REFUSES_DISK, its AOF or RDB could not be written) and that
+ * `not_done` ("the timer was not stored"): nothing was written, unlike the
+ * unanswered write api_respond_unavailable describes. Returns 1 when it
+ * answered, 0 (nothing answered) when refusal is 0. */
+int api_respond_refused(http_req *r, int refusal, const char *not_done);
 void api_respond_submit_error(http_req *r, int rc);
 
 /* A request body that must be a JSON object (duplicate keys refused): the

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "clock.h"
 #include "lease_spec.h"
 #include "log.h"
@@ -35,6 +36,7 @@ typedef struct lease_ctx {
     char key[LEASE_KEY_MAX + 1];     /* as the client names it */
     char lid[LEASE_ID_MAX];          /* in the caller's namespace: what Redis keys use */
     char owner[LEASE_OWNER_MAX + 1];
+    uint64_t token;                  /* the token the request gave (heartbeat, DELETE); 0: none */
 } lease_ctx;
 
 /* ---- answers ---- */
@@ -129,8 +131,12 @@ static void respond_lease(http_req *r, unsigned status, const char *key, const l
     http_respond_json(r, status, lease_json(key, d), status == 201 ? loc : NULL);
 }
 
-/* 409: the key is held by someone else, or by a later lease of this owner. */
-static void respond_conflict(http_req *r, const char *owner, const lease_info *d)
+/* 409: the key is held by someone else, or by this owner under another
+ * token than `token` (the request's; 0: none). A lower token is an earlier
+ * lease's: the key was acquired again since. A higher one was never given
+ * by an acquire of this key: tokens come from a counter that only grows,
+ * and the current lease drew the last one. */
+static void respond_conflict(http_req *r, const char *owner, uint64_t token, const lease_info *d)
 {
     json_t *extra = json_pack("{s:s,s:I}", "owner", d->holder, "expires_in_ms", (json_int_t)d->pttl_ms);
     if (strcmp(d->holder, owner) != 0)
@@ -139,9 +145,21 @@ static void respond_conflict(http_req *r, const char *owner, const lease_info *d
         http_respond_problem(r, 409, "The key is held, but not by a hookwheel lease.", NULL, extra, 0);
     else {
         json_object_set_new(extra, "token", json_integer((json_int_t)d->token));
-        http_respond_problem(r, 409, "The token is not the current one: the lease was acquired again since.",
+        http_respond_problem(r, 409,
+                             token > d->token
+                                 ? "The token is not the current one: it is higher than the current lease's, "
+                                   "and no acquire of this key has given it."
+                                 : "The token is not the current one: the lease was acquired again since.",
                              "token", extra, 0);
     }
+}
+
+/* 503 for a lease write that failed: refused by Redis before it ran (its
+ * reply says so, and that not_done), or unanswered. */
+static void respond_failed(http_req *r, const lease_reply *reply, const char *not_done)
+{
+    if (reply->outcome != LEASE_FAILED || !api_respond_refused(r, reply->refused, not_done))
+        api_respond_unavailable(r);
 }
 
 /* Answers a verb that could not be submitted. Returns rc. */
@@ -167,7 +185,7 @@ static void acquire_cb(void *arg, const lease_reply *reply)
     } else if (reply->outcome == LEASE_REACQUIRED) {
         respond_lease(c->r, 200, c->key, &reply->info);
     } else if (reply->outcome == LEASE_HELD_BY_OTHER) {
-        respond_conflict(c->r, c->owner, &reply->info);
+        respond_conflict(c->r, c->owner, c->token, &reply->info);
     } else if (reply->outcome == LEASE_OTHER_SETTINGS) {
         json_t *extra = json_pack("{s:I}", "token", (json_int_t)reply->info.token);
         http_respond_problem(c->r, 409,
@@ -177,7 +195,7 @@ static void acquire_cb(void *arg, const lease_reply *reply)
         char eb[256];
         if (reply->outcome == LEASE_FAILED)
             LOG(LOG_ERROR, "lease acquire failed", "\"error\":\"%s\"", log_json_escape(reply->error, eb, sizeof eb));
-        api_respond_unavailable(c->r);
+        respond_failed(c->r, reply, "the lease was not acquired");
     }
     free(c);
 }
@@ -242,11 +260,11 @@ static void heartbeat_cb(void *arg, const lease_reply *reply)
     if (reply->outcome == LEASE_NOTED)
         respond_lease(c->r, 200, c->key, &reply->info);
     else if (reply->outcome == LEASE_HELD_BY_OTHER)
-        respond_conflict(c->r, c->owner, &reply->info);
+        respond_conflict(c->r, c->owner, c->token, &reply->info);
     else if (reply->outcome == LEASE_NOT_HELD)
         respond_not_held(c->r);
     else
-        api_respond_unavailable(c->r);
+        respond_failed(c->r, reply, "the heartbeat was not recorded");
     free(c);
 }
 
@@ -268,6 +286,7 @@ void api_lease_heartbeat(http_req *r, const char *const *params, void *app)
     if (!c)
         return;
     snprintf(c->owner, sizeof c->owner, "%s", owner);
+    c->token = token;
     submitted(c, leases_heartbeat(a->st, a->cfg->lease_prefix, c->lid, owner, token, clock_now_ms(),
                                   LEASE_SIGN_HEARTBEAT, heartbeat_cb, c));
 }
@@ -308,11 +327,11 @@ static void release_cb(void *arg, const lease_reply *reply)
             log_json_escape(c->owner, owner, sizeof owner), reply->info.token);
         http_respond_json(c->r, 204, NULL, NULL);
     } else if (reply->outcome == LEASE_HELD_BY_OTHER) {
-        respond_conflict(c->r, c->owner, &reply->info);
+        respond_conflict(c->r, c->owner, c->token, &reply->info);
     } else if (reply->outcome == LEASE_NOT_HELD) {
         respond_not_held(c->r);
     } else {
-        api_respond_unavailable(c->r);
+        respond_failed(c->r, reply, "the lease was not released");
     }
     free(c);
 }
@@ -344,6 +363,7 @@ void api_lease_release(http_req *r, const char *const *params, void *app)
     if (!c)
         return;
     snprintf(c->owner, sizeof c->owner, "%s", owner);
+    c->token = tok;
     submitted(c, leases_release(a->st, a->cfg->lease_prefix, c->lid, owner, tok, release_cb, c));
 }
 
@@ -358,12 +378,27 @@ void api_lease_release(http_req *r, const char *const *params, void *app)
  * last key the page examined: the next page starts after it, so a lease
  * acquired meanwhile with an earlier key is not seen by the pages to come,
  * one with a later key is. Listings share the namespace's cap on expensive
- * calls in flight (nsgate.h). */
+ * calls in flight (nsgate.h).
+ *
+ * With tokens a namespace's ids are a range of the index of their own
+ * ("<ns>/" up to "<ns>0"), so the last id examined is always the caller's
+ * and the cursor its key. The open API reads the whole index and steps
+ * over the ids of leases acquired under tokens ("<ns>/<key>", kept when
+ * hookwheel restarts open), which it does not list (its keys hold no '/').
+ * A slice or a page that ends on such an id goes on after "<ns>/~", past
+ * every id of that namespace ('~' follows every character of a key) and
+ * before anything else: the open API's ids hold no '/', so none sorts
+ * among them. That position is the open API's cursor then ("<ns>/~", as
+ * the timer listings' past a namespace), naming the namespace, never a
+ * lease of it; the key alone would restart the next page before the
+ * namespace ("k02046" < "team-a/..."), and a page examining the same
+ * skipped ids again and again would never end. */
 
 #define LEASE_LIST_DEFAULT 100
 #define LEASE_LIST_MAX 1000
 #define LEASE_LIST_BUDGET 256
 #define LEASE_LIST_CALLS 8
+#define LEASE_CURSOR_MAX (LEASE_ID_MAX + 2) /* "<ns>/~" or a key */
 
 typedef struct lease_list_ctx {
     http_req *r;
@@ -388,6 +423,22 @@ static void list_end(lease_list_ctx *c, int ok, const char *cursor)
     free(c);
 }
 
+/* Where the listing goes on after the id `last` examined (in the open API,
+ * another namespace's id: past that namespace, "<ns>/~"), as a lease id
+ * (*after, for leases_list) and as the cursor the client gets (*cursor:
+ * "<ns>/~" or the key). after and cursor hold LEASE_CURSOR_MAX bytes. */
+static void list_position(const char *ns, const char *last, char *after, char *cursor)
+{
+    const char *slash = strchr(last, '/');
+    if (!ns[0] && slash) {
+        snprintf(after, LEASE_CURSOR_MAX, "%.*s/~", (int)(slash - last), last);
+        snprintf(cursor, LEASE_CURSOR_MAX, "%s", after);
+        return;
+    }
+    snprintf(after, LEASE_CURSOR_MAX, "%s", last);
+    snprintf(cursor, LEASE_CURSOR_MAX, "%s", lease_id_key(last));
+}
+
 /* Asks for the next slice, after lease id `after` (NULL: from the start).
  * Returns 0, or a negative errno when it could not be queued. */
 static int list_next(lease_list_ctx *c, const char *after);
@@ -407,12 +458,17 @@ static void list_cb(void *arg, const lease_list_reply *reply)
         json_array_append_new(c->leases, lease_json(lease_id_key(l->lid), &l->info));
     }
     size_t have = json_array_size(c->leases);
-    const char *cursor = reply->more && reply->last[0] ? lease_id_key(reply->last) : NULL;
-    if (!cursor || have >= c->limit || c->calls >= LEASE_LIST_CALLS) {
+    if (!reply->more || !reply->last[0]) {
+        list_end(c, 1, NULL);
+        return;
+    }
+    char after[LEASE_CURSOR_MAX], cursor[LEASE_CURSOR_MAX];
+    list_position(c->ns, reply->last, after, cursor);
+    if (have >= c->limit || c->calls >= LEASE_LIST_CALLS) {
         list_end(c, 1, cursor);
         return;
     }
-    int rc = list_next(c, reply->last);
+    int rc = list_next(c, after);
     if (rc < 0)
         list_end(c, 0, NULL);
 }
@@ -422,6 +478,20 @@ static int list_next(lease_list_ctx *c, const char *after)
     c->calls++;
     uint32_t left = c->limit - (uint32_t)json_array_size(c->leases);
     return leases_list(c->a->st, c->a->cfg->lease_prefix, c->ns, after, left, LEASE_LIST_BUDGET, list_cb, c);
+}
+
+/* A cursor this API gives the namespace ns: a key, or without tokens also
+ * "<namespace>/~" (list_position). */
+static int cursor_valid(const char *ns, const char *cursor)
+{
+    if (lease_key_valid(cursor))
+        return 1;
+    const char *slash = strchr(cursor, '/');
+    char other[LEASE_NS_MAX + 1];
+    if (ns[0] || !slash || strcmp(slash, "/~") != 0 || (size_t)(slash - cursor) >= sizeof other)
+        return 0;
+    snprintf(other, sizeof other, "%.*s", (int)(slash - cursor), cursor);
+    return auth_namespace_valid(other);
 }
 
 void api_lease_list(http_req *r, const char *const *params, void *app)
@@ -437,7 +507,7 @@ void api_lease_list(http_req *r, const char *const *params, void *app)
         http_respond_problem(r, 400, "limit must be an integer from 1 to 1000", "limit", NULL, 0);
         return;
     }
-    if (cursor && !lease_key_valid(cursor)) {
+    if (cursor && !cursor_valid(http_req_namespace(r), cursor)) {
         http_respond_problem(r, 400, "cursor is not one this API gave", "cursor", NULL, 0);
         return;
     }
@@ -449,9 +519,11 @@ void api_lease_list(http_req *r, const char *const *params, void *app)
     c->ns = xstrdup(http_req_namespace(r));
     c->limit = (uint32_t)limit;
     c->leases = json_array();
-    char after[LEASE_ID_MAX];
-    if (cursor)
+    char after[LEASE_CURSOR_MAX];
+    if (cursor && lease_key_valid(cursor))
         lease_id(after, c->ns, cursor);
+    else if (cursor)
+        snprintf(after, sizeof after, "%s", cursor); /* "<ns>/~", open API only (cursor_valid) */
     int rc = list_next(c, cursor ? after : NULL);
     if (rc < 0) {
         nsgate_leave(c->ns);

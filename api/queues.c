@@ -343,7 +343,8 @@ static int parse_controls(http_req *r, const config *cfg, queue_controls *q, uns
 static int written(queue_ctx *c, const queues_reply *reply)
 {
     if (reply->status != QUEUES_OK) {
-        api_respond_unavailable(c->r);
+        if (!api_respond_refused(c->r, reply->refused, "the queue's controls were not changed"))
+            api_respond_unavailable(c->r);
         return -1;
     }
     if (reply->put == QUEUES_PUT_FULL) {
@@ -445,7 +446,8 @@ static void delete_cb(void *arg, const queues_reply *reply)
 {
     queue_ctx *c = arg;
     if (reply->status != QUEUES_OK) {
-        api_respond_unavailable(c->r);
+        if (!api_respond_refused(c->r, reply->refused, "the queue's controls were not deleted"))
+            api_respond_unavailable(c->r);
     } else if (!reply->found) {
         http_respond_problem(c->r, 404, "This queue has no stored controls: it has the defaults.", NULL, NULL, 0);
     } else {

@@ -202,6 +202,19 @@ void api_respond_unavailable(http_req *r)
                          NULL, NULL, RETRY_AFTER_S);
 }
 
+int api_respond_refused(http_req *r, int refusal, const char *not_done)
+{
+    const char *why = refusal == STORE_REFUSES_MEMORY ? "maxmemory reached"
+                      : refusal == STORE_REFUSES_DISK ? "it could not write its AOF or RDB file: a full or failing disk"
+                                                      : NULL;
+    if (!why)
+        return 0;
+    char detail[256];
+    snprintf(detail, sizeof detail, "Redis refuses writes (%s): %s. Retry later.", why, not_done);
+    http_respond_problem(r, 503, detail, NULL, NULL, RETRY_AFTER_S);
+    return 1;
+}
+
 json_t *api_body_object(http_req *r, const char *body, size_t len, const char *not_object)
 {
     json_error_t err;
@@ -276,15 +289,9 @@ static void create_cb(void *arg, int status, const timer_view *v, const char *st
         respond_timer(c->r, 200, t, len, id);
     } else if (status == TIMERS_CONFLICT) {
         respond_conflict(c->r, "A timer with this id already exists with a different spec.", state);
-    } else if (status == TIMERS_NO_MEMORY) {
-        http_respond_problem(c->r, 503,
-                             "Redis refuses writes (maxmemory reached): the timer was not stored. Retry later.", NULL,
-                             NULL, RETRY_AFTER_S);
-    } else if (status == TIMERS_NO_DISK) {
-        http_respond_problem(c->r, 503,
-                             "Redis refuses writes (it could not write its AOF or RDB file: a full or failing disk): "
-                             "the timer was not stored. Retry later.",
-                             NULL, NULL, RETRY_AFTER_S);
+    } else if (status == TIMERS_NO_MEMORY || status == TIMERS_NO_DISK) {
+        api_respond_refused(c->r, status == TIMERS_NO_MEMORY ? STORE_REFUSES_MEMORY : STORE_REFUSES_DISK,
+                            "the timer was not stored");
     } else {
         api_respond_unavailable(c->r);
     }

@@ -166,6 +166,7 @@ static void decode(enum op op, const redisReply *r, lease_reply *out)
     if (r->type == REDIS_REPLY_ERROR) {
         out->outcome = LEASE_FAILED;
         out->error = r->str;
+        out->refused = store_reply_refusal(r);
         return;
     }
     long long code = codes[op].integer ? store_reply_int(r, -1, LLONG_MIN) : store_reply_int(r, 0, LLONG_MIN);

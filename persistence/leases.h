@@ -83,6 +83,8 @@ typedef struct lease_info {
 typedef struct lease_reply {
     enum lease_outcome outcome;
     const char *error; /* LEASE_FAILED: Redis's error text; else NULL */
+    int refused;       /* LEASE_FAILED: STORE_REFUSES_MEMORY or STORE_REFUSES_DISK when Redis refused
+                          the call before running it (OOM, MISCONF: nothing was written); else 0 */
     /* acquire, heartbeat, get: the lease (for HELD_BY_OTHER, whoever holds the
      * key); release: token of the lease released; other verbs: zero. */
     lease_info info;

@@ -131,6 +131,7 @@ static void reply_cb(void *arg, const redisReply *r)
         out.status = QUEUES_FAILED;
     else
         out.status = QUEUES_OK;
+    out.refused = store_reply_refusal(r); /* an error: never expected() */
     if (out.status == QUEUES_OK && c->op == OP_LIST)
         out.entries = entries = decode_list(r, 0, 0, &out.n);
     if (out.status == QUEUES_OK && c->op == OP_GET && r->type == REDIS_REPLY_STRING)

@@ -75,6 +75,9 @@ typedef struct queues_entry {
 
 typedef struct queues_reply {
     enum queues_status status;
+    int refused;             /* QUEUES_FAILED: STORE_REFUSES_MEMORY or STORE_REFUSES_DISK when Redis
+                              * refused the call before running it (OOM, MISCONF: nothing was
+                              * written); else 0 */
     int found;               /* get: the field holds well-formed controls; delete: a field was deleted */
     enum queues_put_result put; /* put, patch */
     int64_t version;         /* feed: the version the entries bring the reader to */

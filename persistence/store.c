@@ -1434,6 +1434,15 @@ void store_set_min_replicas(store *s, int n, uint32_t timeout_ms)
 
 int store_ready(const store *s) { return s->ready; }
 
+int store_reply_refusal(const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ERROR || !r->str)
+        return 0;
+    return strncmp(r->str, "OOM ", 4) == 0       ? STORE_REFUSES_MEMORY
+           : strncmp(r->str, "MISCONF ", 8) == 0 ? STORE_REFUSES_DISK
+                                                 : 0;
+}
+
 int store_refusing_writes(const store *s)
 {
     uint64_t t = s->oom_ms;

@@ -133,6 +133,14 @@ int store_ready(const store *s);
 enum { STORE_REFUSES_MEMORY = 1, STORE_REFUSES_DISK = 2 };
 int store_refusing_writes(const store *s);
 
+/* Why Redis refused the call whose reply is r before running it:
+ * STORE_REFUSES_MEMORY for an OOM error (maxmemory reached, noeviction),
+ * STORE_REFUSES_DISK for a MISCONF one (its AOF or RDB could not be
+ * written); 0 for any other reply (NULL too). Redis refuses a function
+ * that may write before it runs, so nothing of a call refused so was
+ * written. */
+int store_reply_refusal(const redisReply *r);
+
 /* Before store_start: every batch with a write the API acknowledges (the
  * functions create, cancel, control, queues, lease, deadletters) ends with
  * WAIT n timeout_ms on its master, and those calls' callbacks run once its

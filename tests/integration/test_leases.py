@@ -393,6 +393,30 @@ def test_heartbeats_of_another_owner_or_a_stale_token_get_409_and_after_release_
     assert ls.get("no-such-lease")[0] == 404
 
 
+def test_a_token_higher_than_the_current_one_is_not_said_to_be_from_an_earlier_lease(hookwheel):
+    # A heartbeat or release with a token the key never gave (higher than
+    # the current lease's) got 409 "the lease was acquired again since",
+    # which is false: no acquire gave that token. A lower token is the
+    # earlier lease's, and is said so. The status, field and current token
+    # are the documented ones either way.
+    ls = Leases(hookwheel)
+    assert ls.acquire("fenced", "box-1", 10000)[0] == 201
+    assert ls.release("fenced", "box-1")[0] == 204
+    status, _, body = ls.acquire("fenced", "box-1", 10000)
+    assert status == 201 and body["token"] == 2, body
+    higher = [ls.heartbeat("fenced", "box-1", 3), ls.release("fenced", "box-1", 7)]
+    for status, _, problem in higher:
+        assert status == 409 and problem["field"] == "token" and problem["token"] == 2, problem
+        assert problem["owner"] == "box-1", problem
+        assert "acquired again" not in problem["detail"], problem
+        assert "higher" in problem["detail"] and "not the current one" in problem["detail"], problem
+    for status, _, problem in (ls.heartbeat("fenced", "box-1", 1), ls.release("fenced", "box-1", 1)):
+        assert status == 409 and problem["field"] == "token" and problem["token"] == 2, problem
+        assert "acquired again since" in problem["detail"], problem
+    status, _, lease = ls.get("fenced")
+    assert status == 200 and lease["token"] == 2 and lease["last_heartbeat_at"] is None, lease
+
+
 def test_with_api_tokens_each_namespace_has_its_own_leases_and_on_expire_timers(
         tmp_path, redis, receiver, hookwheel_factory):
     team_a, team_b = "team-a-token-7c1e9b7d2f", "team-b-token-1a4f0d6e1c"
