@@ -131,6 +131,12 @@ void api_request_trace(const http_req *r, api_trace *t);
 /* A new timer id: 32 hex digits of getrandom (malloc'd). */
 char *api_new_id(void);
 
+/* A number in a query parameter or cursor: s[0..len) is 1 to 18 ASCII
+ * digits, without a leading zero (as JSON writes an integer; no sign,
+ * space or other form strtoul would take), and at most max. Sets *out and
+ * returns 0, else -1. */
+int api_number(const char *s, size_t len, unsigned long long max, unsigned long long *out);
+
 /* 1 when s is "key:value", a label a timer may have (spec.h), else 0. */
 int api_label_valid(const char *s);
 

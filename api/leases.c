@@ -501,9 +501,8 @@ void api_lease_list(http_req *r, const char *const *params, void *app)
     if (refused_on_cluster(r, a))
         return;
     const char *l = http_req_query(r, "limit"), *cursor = http_req_query(r, "cursor");
-    size_t len = l ? strlen(l) : 0;
-    unsigned long limit = l ? strtoul(l, NULL, 10) : LEASE_LIST_DEFAULT;
-    if (l && (len < 1 || len > 4 || strspn(l, "0123456789") != len || limit < 1 || limit > LEASE_LIST_MAX)) {
+    unsigned long long limit = LEASE_LIST_DEFAULT;
+    if (l && (api_number(l, strlen(l), LEASE_LIST_MAX, &limit) < 0 || limit < 1)) {
         http_respond_problem(r, 400, "limit must be an integer from 1 to 1000", "limit", NULL, 0);
         return;
     }

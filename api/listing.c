@@ -267,9 +267,8 @@ static int parse_query(http_req *r, int *asc, const char **state, uint32_t *limi
     }
     *state = list_states[i].state;
     *asc = list_states[i].asc;
-    char *end = NULL;
-    unsigned long v = l ? strtoul(l, &end, 10) : LIST_DEFAULT_LIMIT;
-    if (l && (!*l || *end || v < 1 || v > LIST_MAX_LIMIT)) {
+    unsigned long long v = LIST_DEFAULT_LIMIT;
+    if (l && (api_number(l, strlen(l), LIST_MAX_LIMIT, &v) < 0 || v < 1)) {
         http_respond_problem(r, 400, "limit must be an integer from 1 to 1000", "limit", NULL, 0);
         return -EINVAL;
     }

@@ -89,10 +89,11 @@ static char *query_spec(http_req *r)
     }
     const char *every = http_req_query(r, "every_ms");
     if (every) {
-        char *end;
-        long long n = strtoll(every, &end, 10);
-        /* not a number: a string, which the parser refuses by name */
-        json_object_set_new(rep, "every_ms", *every && !*end ? json_integer(n) : json_string(every));
+        /* not a number (digits, after a '-' or not): a string, which the
+         * parser refuses by name */
+        const char *d = every + (*every == '-');
+        int number = *d && strlen(d) <= 18 && strspn(d, "0123456789") == strlen(d);
+        json_object_set_new(rep, "every_ms", number ? json_integer(strtoll(every, NULL, 10)) : json_string(every));
         json_object_set_new(rep, "mode", json_string("fixed_rate"));
     }
     json_t *root = json_pack("{s:s, s:o}", "url", "http://preview.invalid/", "repeat", rep);
@@ -111,10 +112,9 @@ void api_schedule_preview(http_req *r, const char *const *params, void *app)
     long count = PREVIEW_DEFAULT;
     const char *fv = http_req_query(r, "from"), *cv = http_req_query(r, "count");
     if (fv) {
-        char *end;
-        long long ms = strtoll(fv, &end, 10);
-        if (*fv && !*end && ms >= 0)
-            from = ms;
+        unsigned long long ms = 0;
+        if (api_number(fv, strlen(fv), PREVIEW_LAST_MS, &ms) == 0)
+            from = (int64_t)ms;
         else if (clock_parse_rfc3339(fv, &from) < 0)
             from = -1;
         if (from < 0 || from > PREVIEW_LAST_MS) { /* later instants overflow and cannot be written */
@@ -126,12 +126,12 @@ void api_schedule_preview(http_req *r, const char *const *params, void *app)
         }
     }
     if (cv) {
-        char *end;
-        count = strtol(cv, &end, 10);
-        if (!*cv || *end || count < 1 || count > PREVIEW_MAX) {
+        unsigned long long n = 0;
+        if (api_number(cv, strlen(cv), PREVIEW_MAX, &n) < 0 || n < 1) {
             http_respond_problem(r, 400, "count must be an integer from 1 to 100", "count", NULL, 0);
             return;
         }
+        count = (long)n;
     }
     if (!http_req_query(r, "cron") && !http_req_query(r, "every_ms")) {
         http_respond_problem(r, 400, "give cron (with tz, dst_gap, dst_overlap, start_at, end_at) or every_ms",

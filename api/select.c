@@ -273,10 +273,10 @@ static int read_selector(sel_ctx *c, json_t *root)
     json_t *cur = json_object_get(root, "cursor");
     if (cur && !json_is_null(cur)) {
         const char *cs = json_string_value(cur), *d1 = cs ? strchr(cs, '.') : NULL, *d2 = d1 ? strchr(d1 + 1, '.') : NULL;
-        char *end;
-        unsigned long p = cs ? strtoul(cs, &end, 10) : 0, ch = d1 ? strtoul(d1 + 1, NULL, 10) : 0;
-        if (!d2 || end != d1 || d1 == cs || d2 == d1 + 1 || p >= c->a->cfg->partitions || ch >= TIMERS_SELECT_CHUNKS ||
-            strspn(d1 + 1, "0123456789") != (size_t)(d2 - d1 - 1) || (d2[1] && !spec_lookup_id_valid(d2 + 1)))
+        unsigned long long p = 0, ch = 0;
+        if (!d2 || api_number(cs, (size_t)(d1 - cs), c->a->cfg->partitions - 1, &p) < 0 ||
+            api_number(d1 + 1, (size_t)(d2 - d1 - 1), TIMERS_SELECT_CHUNKS - 1, &ch) < 0 ||
+            (d2[1] && !spec_lookup_id_valid(d2 + 1)))
             return bad(r, "cursor", "cursor is not one this API gave");
         c->partition = (uint32_t)p;
         c->chunk = (uint32_t)ch;

@@ -101,9 +101,8 @@ void api_stats(http_req *r, const char *const *params, void *app)
     (void)params;
     api *a = app;
     const char *q = http_req_query(r, "minutes");
-    size_t len = q ? strlen(q) : 0;
-    unsigned long n = q ? strtoul(q, NULL, 10) : STATS_DEFAULT_MINUTES;
-    if (q && (len < 1 || len > 2 || strspn(q, "0123456789") != len || n < 1 || n > STATS_MAX_MINUTES)) {
+    unsigned long long n = STATS_DEFAULT_MINUTES;
+    if (q && (api_number(q, strlen(q), STATS_MAX_MINUTES, &n) < 0 || n < 1)) {
         http_respond_problem(r, 400, "minutes must be an integer from 1 to 60", "minutes", NULL, 0);
         return;
     }

@@ -67,6 +67,22 @@ void api_location(char *out, size_t size, const char *prefix, const char *name)
     snprintf(out, size, "%s%s", prefix, dots == 1 ? "%2E" : dots == 2 ? "%2E%2E" : name);
 }
 
+int api_number(const char *s, size_t len, unsigned long long max, unsigned long long *out)
+{
+    unsigned long long n = 0;
+    if (!s || len < 1 || len > 18 || (len > 1 && s[0] == '0'))
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        n = n * 10 + (unsigned long long)(s[i] - '0');
+    }
+    if (n > max)
+        return -1;
+    *out = n;
+    return 0;
+}
+
 int api_label_valid(const char *s)
 {
     const char *colon = s ? strchr(s, ':') : NULL;

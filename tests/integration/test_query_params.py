@@ -65,3 +65,29 @@ def test_an_unknown_or_repeated_query_parameter_gets_400_naming_it(hookwheel):
 def test_a_label_given_twice_is_refused_not_half_applied(hookwheel):
     status, _, body = hookwheel.request("GET", "/timers?label=team:a&label=team:b")
     assert status == 400 and body["field"] == "label", body
+
+
+def test_a_number_in_a_query_or_cursor_is_plain_digits(hookwheel):
+    """' 5', '+5' and '-1' were read by strtoul as 5, 5 and a huge number in
+    some parameters (GET /timers' limit, the preview's count and from, a
+    selector's cursor) and refused in others: each is refused everywhere,
+    as the documented form is digits."""
+    for bad in ("%205", "%2B5", "5%20", "-1", "0x5", "05", ""):
+        for path, field in (("/timers?state=scheduled&limit=", "limit"), ("/leases?limit=", "limit"),
+                            ("/stats?minutes=", "minutes"),
+                            ("/schedules/preview?cron=0+9+*+*+*&count=", "count"),
+                            ("/schedules/preview?cron=0+9+*+*+*&from=", "from")):
+            status, _, body = hookwheel.request("GET", path + bad)
+            assert status == 400 and body["field"] == field, (path + bad, status, body)
+        # the same digits alone are taken
+    for path in ("/timers?state=scheduled&limit=5", "/leases?limit=5", "/stats?minutes=5",
+                 "/schedules/preview?cron=0+9+*+*+*&count=5", "/schedules/preview?cron=0+9+*+*+*&from=5"):
+        status, _, body = hookwheel.request("GET", path)
+        assert status == 200, (path, body)
+    for cursor in ("+0.0.", " 0.0.", "0.+0.", "0. 0.", "-0.0."):
+        status, _, body = hookwheel.request("POST", "/timers/cancel",
+                                            json_body={"labels": {"team": "x"}, "dry_run": True, "cursor": cursor})
+        assert status == 400 and body["field"] == "cursor", (cursor, body)
+    status, _, body = hookwheel.request("POST", "/timers/cancel",
+                                        json_body={"labels": {"team": "x"}, "dry_run": True, "cursor": "0.0."})
+    assert status == 200, body
