@@ -33,7 +33,7 @@ typedef struct metrics metrics; /* opaque */
 
 /* What happened to a timer, counted per queue once Redis confirmed it. */
 enum metrics_timer_event {
-    MT_CREATED,   /* a new timer was written (an idempotent repeat, a callback timer is not) */
+    MT_CREATED,   /* a new timer was written (not: an idempotent repeat, a callback or on_expire timer) */
     MT_CANCELLED, /* DELETE or a bulk cancel cancelled it (a repeat is not counted) */
     MT_DELIVERED, /* an attempt answered 2xx (a recurring timer: per run) */
     MT_RETRIED,   /* an attempt failed and another one is scheduled */
