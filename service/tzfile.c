@@ -340,6 +340,11 @@ const tz *tz_get(const char *name, char *err, size_t errlen)
                               "A-Z a-z 0-9 / _ + - ., no . or .. part)", NAME_MAX_LEN);
         return NULL;
     }
+    if (!strcmp(name, "localtime")) { /* a link to /etc/localtime: each host's own, not a zone */
+        snprintf(err, errlen, "time zone \"localtime\" is this host's setting, which other hosts need not "
+                              "share: give an IANA name such as Europe/Berlin");
+        return NULL;
+    }
     pthread_mutex_lock(&cache_mu);
     struct tz *z;
     for (z = cache; z; z = z->next)

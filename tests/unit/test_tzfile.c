@@ -89,6 +89,8 @@ static void test_bad_or_unknown_names_are_refused_with_a_reason(void **state)
     char err[200];
     assert_null(tz_get(NULL, err, sizeof err));
     assert_null(tz_get("right/Europe/Berlin", err, sizeof err)); /* leap seconds */
+    assert_null(tz_get("localtime", err, sizeof err)); /* the host's own (a link to /etc/localtime) */
+    assert_non_null(strstr(err, "this host's setting"));
 }
 
 static void test_utc_works_without_tzdata(void **state)
