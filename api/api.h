@@ -94,6 +94,9 @@ void api_respond_unavailable(http_req *r);
  * unanswered write api_respond_unavailable describes. Returns 1 when it
  * answered, 0 (nothing answered) when refusal is 0. */
 int api_respond_refused(http_req *r, int refusal, const char *not_done);
+/* A timers call that failed (status < 0, persistence/timers.h): refused
+ * (api_respond_refused, saying not_done) or unanswered (api_respond_unavailable). */
+void api_respond_timers_failed(http_req *r, int status, const char *not_done);
 void api_respond_submit_error(http_req *r, int rc);
 
 /* A request body that must be a JSON object (duplicate keys refused): the

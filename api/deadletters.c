@@ -33,6 +33,7 @@ typedef struct dl_ctx {
     const char *op;      /* "replay" or "purge" */
     atomic_int refs;     /* one per partition command, one for the submitter */
     atomic_int failed;   /* a partition got no reply, or a command was not queued */
+    atomic_int refused;  /* a partition's call Redis refused (TIMERS_NO_MEMORY, _NO_DISK); 0 none */
     atomic_llong done;
     atomic_int more;
 } dl_ctx;
@@ -45,6 +46,11 @@ static void dl_unref(dl_ctx *c)
     if (atomic_load(&c->failed)) {
         http_respond_problem(c->r, 503, "Redis is unreachable; some dead letters may have been handled. "
                              "Retry later.", NULL, NULL, 1);
+    } else if (atomic_load(&c->refused)) { /* (every partition that failed was refused: none unanswered) */
+        char not_done[96];
+        snprintf(not_done, sizeof not_done, "%s dead letters were %s", atomic_load(&c->done) ? "not all" : "no",
+                 strcmp(c->op, "replay") == 0 ? "replayed" : "purged");
+        api_respond_timers_failed(c->r, atomic_load(&c->refused), not_done);
     } else {
         json_t *doc = json_pack("{s:I,s:b}", strcmp(c->op, "replay") == 0 ? "replayed" : "purged",
                                 (json_int_t)atomic_load(&c->done), "more", atomic_load(&c->more));
@@ -59,7 +65,9 @@ static void dl_unref(dl_ctx *c)
 static void dl_cb(void *arg, int status, long long done, int more)
 {
     dl_ctx *c = arg;
-    if (status != TIMERS_OK) {
+    if (status == TIMERS_NO_MEMORY || status == TIMERS_NO_DISK) {
+        atomic_store(&c->refused, status);
+    } else if (status != TIMERS_OK) {
         atomic_store(&c->failed, 1);
     } else {
         atomic_fetch_add(&c->done, done);

@@ -136,7 +136,7 @@ static void select_cb(void *arg, int status, int replayed, uint32_t next_chunk, 
     if (status != TIMERS_OK) {
         if (c->calls == 0) { /* nothing was done: say so */
             nsgate_leave(c->ns);
-            api_respond_unavailable(c->r);
+            api_respond_timers_failed(c->r, status, "no timer was changed");
             sel_free(c);
         } else { /* the page so far, and where to go on (this call may have run: an
                   * Idempotency-Key makes its repeat exact) */

@@ -231,6 +231,13 @@ int api_respond_refused(http_req *r, int refusal, const char *not_done)
     return 1;
 }
 
+void api_respond_timers_failed(http_req *r, int status, const char *not_done)
+{
+    int refusal = status == TIMERS_NO_MEMORY ? STORE_REFUSES_MEMORY : status == TIMERS_NO_DISK ? STORE_REFUSES_DISK : 0;
+    if (!api_respond_refused(r, refusal, not_done))
+        api_respond_unavailable(r);
+}
+
 json_t *api_body_object(http_req *r, const char *body, size_t len, const char *not_object)
 {
     json_error_t err;
@@ -305,11 +312,8 @@ static void create_cb(void *arg, int status, const timer_view *v, const char *st
         respond_timer(c->r, 200, t, len, id);
     } else if (status == TIMERS_CONFLICT) {
         respond_conflict(c->r, "A timer with this id already exists with a different spec.", state);
-    } else if (status == TIMERS_NO_MEMORY || status == TIMERS_NO_DISK) {
-        api_respond_refused(c->r, status == TIMERS_NO_MEMORY ? STORE_REFUSES_MEMORY : STORE_REFUSES_DISK,
-                            "the timer was not stored");
     } else {
-        api_respond_unavailable(c->r);
+        api_respond_timers_failed(c->r, status, "the timer was not stored");
     }
     free(c);
 }
@@ -453,7 +457,7 @@ static void cancel_cb(void *arg, int status, const timer_view *v, int by_this_ca
     } else if (status == TIMERS_UNKNOWN) {
         http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
     } else {
-        api_respond_unavailable(c->r);
+        api_respond_timers_failed(c->r, status, "the timer was not cancelled");
     }
     free(c);
 }
@@ -534,7 +538,7 @@ static void control_cb(void *arg, int status, const timer_view *v, int held)
     } else if (status == TIMERS_UNKNOWN) {
         http_respond_problem(c->r, 404, "No timer has this id.", NULL, NULL, 0);
     } else {
-        api_respond_unavailable(c->r);
+        api_respond_timers_failed(c->r, status, "the timer was not changed");
     }
     if (status != TIMERS_OK && c->reserved) /* (a lost reply's claim: the reaper hands it back) */
         engine_unreserve(c->a->eng, c->id, 1);

@@ -299,18 +299,17 @@ static int reply_status(const redisReply *r, const char *verb)
     return r->type == REDIS_REPLY_ARRAY ? TIMERS_OK : TIMERS_FAILED;
 }
 
-/* A create's status: reply_status's, or TIMERS_NO_MEMORY when Redis refused
+/* A write's status: reply_status's, or TIMERS_NO_MEMORY when Redis refused
  * the call for its maxmemory, TIMERS_NO_DISK when it refuses writes after a
  * failed AOF write or RDB save (it refuses a function before it runs, so
  * nothing of the call was written). */
-static int create_status(const redisReply *r, const char *verb)
+static int write_status(const redisReply *r, const char *verb)
 {
     int st = reply_status(r, verb);
-    if (st != TIMERS_FAILED || r->type != REDIS_REPLY_ERROR)
+    if (st != TIMERS_FAILED)
         return st;
-    return strncmp(r->str, "OOM ", 4) == 0       ? TIMERS_NO_MEMORY
-           : strncmp(r->str, "MISCONF ", 8) == 0 ? TIMERS_NO_DISK
-                                                 : st;
+    int refusal = store_reply_refusal(r);
+    return refusal == STORE_REFUSES_MEMORY ? TIMERS_NO_MEMORY : refusal == STORE_REFUSES_DISK ? TIMERS_NO_DISK : st;
 }
 
 /* ---- set-up ---- */
@@ -387,7 +386,7 @@ static int view_at(const redisReply *r, int i, timer_view *v)
 
 static void create_done(one_ctx *c, const redisReply *r)
 {
-    int st = create_status(r, c->verb);
+    int st = write_status(r, c->verb);
     timer_view v;
     if (st != TIMERS_OK) {
         c->cb.create(c->arg, st, NULL, NULL);
@@ -430,7 +429,7 @@ static int create_single(timers *t, uint32_t p, const char *id, const unsigned c
  * history} / {} (get). */
 static void view_done(one_ctx *c, const redisReply *r)
 {
-    int st = reply_status(r, c->verb);
+    int st = write_status(r, c->verb);
     timer_view v;
     if (st != TIMERS_OK) {
         c->cb.view(c->arg, st, NULL, 0);
@@ -599,7 +598,7 @@ typedef struct dl_ctx {
 static void dl_done(void *arg, const redisReply *r)
 {
     dl_ctx *c = arg;
-    int st = reply_status(r, "deadletters");
+    int st = write_status(r, "deadletters");
     if (st == TIMERS_OK)
         c->cb(c->arg, st, store_reply_int(r, 0, 0), store_reply_int(r, 1, 0) == 1);
     else
@@ -756,7 +755,7 @@ static void select_done(void *arg, const redisReply *r)
 {
     batch_ctx *c = arg;
     timers_select_cb cb = (timers_select_cb)c->cb;
-    int st = reply_status(r, "select");
+    int st = write_status(r, "select");
     if (st == TIMERS_OK && r->elements == 1 && store_reply_int(r, 0, 0) == -1) {
         cb(c->arg, TIMERS_CONFLICT, 0, 0, NULL, 0, 0, NULL);
         free(c);
@@ -920,7 +919,7 @@ static int send_create_batch(timers *t, uint32_t p, size_t n, const prepared *it
  * its status, and each timer's result at its item's place in res. */
 static int created_results(const redisReply *r, size_t n, const size_t *order, timer_created *res)
 {
-    int st = create_status(r, "create_batch");
+    int st = write_status(r, "create_batch");
     /* {n}: a plain call that created every timer; else {code, state} per timer */
     int all = st == TIMERS_OK && r->elements == 1 && store_reply_int(r, 0, -1) == (long long)n;
     if (st == TIMERS_OK && !all && r->elements != 2 * n)

@@ -25,8 +25,8 @@
 typedef struct timers timers; /* opaque */
 
 enum timers_status {
-    TIMERS_NO_DISK = -4,   /* create: Redis refuses writes, its AOF or RDB failed (MISCONF); nothing written */
-    TIMERS_NO_MEMORY = -3, /* create: Redis refused it for its maxmemory (OOM); nothing written */
+    TIMERS_NO_DISK = -4,   /* a write: Redis refuses writes, its AOF or RDB failed (MISCONF); nothing written */
+    TIMERS_NO_MEMORY = -3, /* a write: Redis refused it for its maxmemory (OOM); nothing written */
     TIMERS_UNREACHABLE = -2,
     TIMERS_FAILED = -1,
     TIMERS_OK = 0,        /* created / cancelled / done / found */

@@ -405,6 +405,45 @@ def test_lease_and_queue_writes_redis_refuses_are_told_so_and_change_nothing(red
     assert st == 200 and q["configured"] is True and q["paused"] is False and q["parallelism"] == 3, q
 
 
+@pytest.mark.parametrize("refusal", ["maxmemory", "disk"])
+def test_timer_writes_redis_refuses_are_told_so_and_change_nothing(redis, hookwheel, refusal):
+    # As the lease and queue writes above: a cancel, an instruction, a
+    # selector and a dead-letter replay or purge refused by Redis said it
+    # "did not answer" and that the write might have been made.
+    if refusal == "disk" and CLUSTER_MODE:
+        pytest.skip("makes its one Redis fail a save")
+    st, _, t = hookwheel.create({"id": "kept-timer", "url": "http://127.0.0.1:9/x", "delay_ms": 600000,
+                                 "labels": {"team": "x"}})
+    assert st == 201, t
+    if refusal == "disk":
+        make_bgsave_fail(redis)
+    else:
+        redis.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        redis.cmd("CONFIG", "SET", "maxmemory", "1")
+    try:
+        calls = [("DELETE", "/timers/kept-timer", None, "the timer was not cancelled"),
+                 ("POST", "/timers/kept-timer/pause", None, "the timer was not changed"),
+                 ("POST", "/timers/kept-timer/fire", None, "the timer was not changed"),
+                 ("POST", "/timers/kept-timer/reschedule", {"delay_ms": 1000}, "the timer was not changed"),
+                 ("POST", "/timers/cancel", {"labels": {"team": "x"}}, "no timer was changed"),
+                 ("POST", "/dead-letters/replay", None, "no dead letters were replayed"),
+                 ("POST", "/dead-letters/purge", None, "no dead letters were purged")]
+        for method, path, body, not_done in calls:
+            status, headers, answer = hookwheel.request(method, path, json_body=body)
+            assert status == 503 and headers.get("Retry-After"), (method, path, answer)
+            detail = answer["detail"]
+            assert "Redis refuses writes" in detail and refusal in detail and not_done in detail, (method, path, answer)
+            assert "did not answer" not in detail and "unreachable" not in detail, (method, path, answer)
+    finally:
+        if refusal == "disk":
+            let_bgsave_succeed(redis)
+        else:
+            redis.cmd("CONFIG", "SET", "maxmemory", "0")
+    st, _, now = hookwheel.get("kept-timer")
+    assert st == 200 and now["state"] == "scheduled" and now["version"] == 0, now
+    assert now["fire_at_ms"] == t["fire_at_ms"], (now, t)
+
+
 def test_a_timer_id_in_the_lease_expiry_form_is_refused(hookwheel):
     status, _, body = hookwheel.create({"id": "lease:orders-export:17", "url": "http://127.0.0.1:9/x",
                                         "delay_ms": 60000})
