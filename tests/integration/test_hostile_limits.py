@@ -15,6 +15,7 @@
 
 Real redis-server, real hookwheel binary, real receiver; nothing is mocked."""
 
+import contextlib
 import http.client
 import json
 import os
@@ -363,6 +364,35 @@ def test_readyz_and_creates_say_so_while_redis_refuses_writes_after_a_failed_sav
     assert hookwheel.create({"id": "misconf-one", "url": "http://127.0.0.1:9/x", "delay_ms": 60000})[0] == 201
 
 
+@contextlib.contextmanager
+def redis_refusing(redis, refusal):
+    """Redis refuses writes while inside: for its maxmemory (OOM), or after
+    a failed save (MISCONF, "disk")."""
+    if refusal == "disk":
+        make_bgsave_fail(redis)
+    else:
+        redis.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        redis.cmd("CONFIG", "SET", "maxmemory", "1")
+    try:
+        yield
+    finally:
+        if refusal == "disk":
+            let_bgsave_succeed(redis)
+        else:
+            redis.cmd("CONFIG", "SET", "maxmemory", "0")
+
+
+def assert_refused(hookwheel, calls, refusal):
+    """Each call answers 503 saying Redis refuses writes and what was not done."""
+    for method, path, body, not_done in calls:
+        status, headers, answer = hookwheel.request(method, path, json_body=body)
+        assert status == 503 and headers.get("Retry-After"), (method, path, answer)
+        detail = answer["detail"]
+        assert "Redis refuses writes" in detail and refusal in detail and not_done in detail, (method, path, answer)
+        assert "did not answer" not in detail and "was made" not in detail and "unreachable" not in detail, (
+            method, path, answer)
+
+
 @pytest.mark.parametrize("refusal", ["maxmemory", "disk"])
 def test_lease_and_queue_writes_redis_refuses_are_told_so_and_change_nothing(redis, hookwheel, refusal):
     # Redis answered OOM (or MISCONF) before running the call: the 503 said
@@ -373,29 +403,15 @@ def test_lease_and_queue_writes_redis_refuses_are_told_so_and_change_nothing(red
     st, _, held = hookwheel.request("POST", "/leases", json_body={"key": "held", "owner": "o", "ttl_ms": 600000})
     assert st == 201, held
     assert hookwheel.request("PUT", "/queues/kept", json_body={"parallelism": 3})[0] == 200
-    if refusal == "disk":
-        make_bgsave_fail(redis)
-    else:
-        redis.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
-        redis.cmd("CONFIG", "SET", "maxmemory", "1")
-    try:
-        calls = [("POST", "/leases", {"key": "refused", "owner": "o", "ttl_ms": 600000}),
-                 ("POST", "/leases/held/heartbeat", {"owner": "o", "token": held["token"]}),
-                 ("DELETE", "/leases/held?owner=o", None),
-                 ("PUT", "/queues/refused", {"parallelism": 2}),
-                 ("PATCH", "/queues/kept", {"paused": True}),
-                 ("DELETE", "/queues/kept", None)]
-        for method, path, body in calls:
-            status, headers, answer = hookwheel.request(method, path, json_body=body)
-            assert status == 503 and headers.get("Retry-After"), (method, path, answer)
-            detail = answer["detail"]
-            assert "Redis refuses writes" in detail and refusal in detail, (method, path, answer)
-            assert "did not answer" not in detail and "was made" not in detail, (method, path, answer)
-    finally:
-        if refusal == "disk":
-            let_bgsave_succeed(redis)
-        else:
-            redis.cmd("CONFIG", "SET", "maxmemory", "0")
+    with redis_refusing(redis, refusal):
+        assert_refused(hookwheel, [
+            ("POST", "/leases", {"key": "refused", "owner": "o", "ttl_ms": 600000}, "the lease was not acquired"),
+            ("POST", "/leases/held/heartbeat", {"owner": "o", "token": held["token"]},
+             "the heartbeat was not recorded"),
+            ("DELETE", "/leases/held?owner=o", None, "the lease was not released"),
+            ("PUT", "/queues/refused", {"parallelism": 2}, "the queue's controls were not changed"),
+            ("PATCH", "/queues/kept", {"paused": True}, "the queue's controls were not changed"),
+            ("DELETE", "/queues/kept", None, "the queue's controls were not deleted")], refusal)
     assert hookwheel.request("GET", "/leases/refused")[0] == 404
     st, _, now = hookwheel.request("GET", "/leases/held")
     assert st == 200 and now["token"] == held["token"] and now["last_heartbeat_at"] is None, now
@@ -415,30 +431,15 @@ def test_timer_writes_redis_refuses_are_told_so_and_change_nothing(redis, hookwh
     st, _, t = hookwheel.create({"id": "kept-timer", "url": "http://127.0.0.1:9/x", "delay_ms": 600000,
                                  "labels": {"team": "x"}})
     assert st == 201, t
-    if refusal == "disk":
-        make_bgsave_fail(redis)
-    else:
-        redis.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
-        redis.cmd("CONFIG", "SET", "maxmemory", "1")
-    try:
-        calls = [("DELETE", "/timers/kept-timer", None, "the timer was not cancelled"),
-                 ("POST", "/timers/kept-timer/pause", None, "the timer was not changed"),
-                 ("POST", "/timers/kept-timer/fire", None, "the timer was not changed"),
-                 ("POST", "/timers/kept-timer/reschedule", {"delay_ms": 1000}, "the timer was not changed"),
-                 ("POST", "/timers/cancel", {"labels": {"team": "x"}}, "no timer was changed"),
-                 ("POST", "/dead-letters/replay", None, "no dead letters were replayed"),
-                 ("POST", "/dead-letters/purge", None, "no dead letters were purged")]
-        for method, path, body, not_done in calls:
-            status, headers, answer = hookwheel.request(method, path, json_body=body)
-            assert status == 503 and headers.get("Retry-After"), (method, path, answer)
-            detail = answer["detail"]
-            assert "Redis refuses writes" in detail and refusal in detail and not_done in detail, (method, path, answer)
-            assert "did not answer" not in detail and "unreachable" not in detail, (method, path, answer)
-    finally:
-        if refusal == "disk":
-            let_bgsave_succeed(redis)
-        else:
-            redis.cmd("CONFIG", "SET", "maxmemory", "0")
+    with redis_refusing(redis, refusal):
+        assert_refused(hookwheel, [
+            ("DELETE", "/timers/kept-timer", None, "the timer was not cancelled"),
+            ("POST", "/timers/kept-timer/pause", None, "the timer was not changed"),
+            ("POST", "/timers/kept-timer/fire", None, "the timer was not changed"),
+            ("POST", "/timers/kept-timer/reschedule", {"delay_ms": 1000}, "the timer was not changed"),
+            ("POST", "/timers/cancel", {"labels": {"team": "x"}}, "no timer was changed"),
+            ("POST", "/dead-letters/replay", None, "no dead letters were replayed"),
+            ("POST", "/dead-letters/purge", None, "no dead letters were purged")], refusal)
     st, _, now = hookwheel.get("kept-timer")
     assert st == 200 and now["state"] == "scheduled" and now["version"] == 0, now
     assert now["fire_at_ms"] == t["fire_at_ms"], (now, t)
@@ -464,12 +465,7 @@ def test_what_redis_holds_stays_readable_while_it_refuses_writes(redis, hookwhee
     assert hookwheel.create({"id": "kept", "url": "http://127.0.0.1:9/x", "delay_ms": 600000, "queue": "qa"})[0] == 201
     st, _, b = hookwheel.request("POST", "/leases", json_body={"key": "lk", "owner": "o", "ttl_ms": 600000})
     assert st == 201, b
-    if refusal == "disk":
-        make_bgsave_fail(redis)
-    else:
-        redis.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
-        redis.cmd("CONFIG", "SET", "maxmemory", "1")
-    try:
+    with redis_refusing(redis, refusal):
         assert hookwheel.create({"url": "http://127.0.0.1:9/x", "delay_ms": 60000})[0] == 503
         for _ in range(3):
             status, _, body = hookwheel.get("kept")
@@ -490,9 +486,4 @@ def test_what_redis_holds_stays_readable_while_it_refuses_writes(redis, hookwhee
             st, _, b = hookwheel.api.request("GET", "/readyz")  # reads do not make Redis look writable
             assert st == 503 and refusal in b.get("detail", ""), b
             time.sleep(0.5)
-    finally:
-        if refusal == "disk":
-            let_bgsave_succeed(redis)
-        else:
-            redis.cmd("CONFIG", "SET", "maxmemory", "0")
     assert wait_until(lambda: hookwheel.api.request("GET", "/readyz")[0] == 200, scaled(10))
