@@ -80,7 +80,8 @@ static void dl_cb(void *arg, int status, long long done, int more)
 }
 
 /* The optional body {"queue": "<name>"}: 0 and *queue (NULL: every queue),
- * or -1 after answering 400. */
+ * or -1 after answering 400 (415: a body that is not application/json, as
+ * every other JSON body is refused). */
 static int parse_body(http_req *r, char *queue, size_t size)
 {
     size_t len;
@@ -88,6 +89,10 @@ static int parse_body(http_req *r, char *queue, size_t size)
     queue[0] = '\0';
     if (len == 0 || strspn(body, " \t\r\n") == len)
         return 0;
+    if (!http_req_json_type(r)) {
+        http_respond_problem(r, 415, "the request body must be application/json", NULL, NULL, 0);
+        return -1;
+    }
     json_t *j = api_body_object(r, body, len, "the body must be empty or a JSON object");
     const char *key;
     json_t *v;

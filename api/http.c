@@ -1491,6 +1491,11 @@ const char *http_req_body(const http_req *r, size_t *len)
     return r->body ? r->body : "";
 }
 
+int http_req_json_type(const http_req *r)
+{
+    return is_json_type(kv_find(r->headers, r->nheaders, "Content-Type", true));
+}
+
 const char *http_req_header(const http_req *r, const char *name)
 {
     return kv_find(r->headers, r->nheaders, name, true);

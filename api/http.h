@@ -87,6 +87,9 @@ const char *http_req_header(const http_req *r, const char *name); /* NULL if abs
 /* The i-th (from 0) header named name, in the order sent; NULL past the last. */
 const char *http_req_header_nth(const http_req *r, const char *name, size_t i);
 const char *http_req_query(const http_req *r, const char *name);  /* NULL if absent */
+/* 1 when the request's Content-Type is application/json (a charset or other
+ * parameter may follow), as a route with needs_json_body requires. */
+int http_req_json_type(const http_req *r);
 const char *http_req_method(const http_req *r);
 const char *http_req_path(const http_req *r);
 /* The caller's namespace: the one its bearer token maps to, or "" when the

@@ -66,6 +66,13 @@ def test_bulk_replay_and_purge_by_queue_answer_with_their_counts(hookwheel, rece
     assert status == 400 and body["field"] == "queue", body
     status, _, body = hookwheel.request("POST", "/dead-letters/purge", json_body={"everything": True})
     assert status == 400 and body["field"] == "everything", body
+    # a body not sent as application/json is refused, as every other JSON body
+    # is (it was read as JSON, its queue filter applied); no body needs no type
+    for op in ("replay", "purge"):
+        for ctype in ("text/plain", None):
+            status, _, body = hookwheel.request("POST", f"/dead-letters/{op}", raw_body=b'{"queue": "q1"}',
+                                                headers={"Content-Type": ctype} if ctype else {})
+            assert status == 415, (op, ctype, body)
     # a body that is not JSON is told so and why, not that it must be an object
     for op in ("replay", "purge"):
         for raw, why in ((b'{"queue": "q1", "queue": "q2"}', "duplicate object key"), (b'{"queue": "q1",}', "expected")):
