@@ -12,7 +12,9 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
-from conftest import (CLUSTER_MODE, Reply, assert_created, create_many, free_port, media_type, now_ms, partition,
+import pytest
+
+from conftest import (CLUSTER_MODE, SLOW, Reply, assert_created, create_many, free_port, media_type, now_ms, partition,
                       scaled, wait_until)
 
 # An attempt may not start before fire_at_ms; allow 1 ms for clock rounding
@@ -354,6 +356,8 @@ def test_a_connect_that_hangs_may_take_all_of_timeout_ms(hookwheel):
         srv.close()
 
 
+@pytest.mark.skipif(SLOW, reason="a bound of milliseconds: runs once, on the plain build (under a sanitizer "
+                                  "build on a busy machine libcurl once took 201 ms for timeout_ms 2)")
 def test_a_timeout_of_one_ms_ends_the_attempt_within_a_few_ms(hookwheel):
     # A listener that never accepts: the kernel completes the connects of its
     # backlog, the request is sent and no answer comes. timeout_ms 1 took
