@@ -956,9 +956,9 @@ static int calls_oom_exempt(const cmd *c)
  * so the mark stays current. */
 static void note_writable(store *s, const cmd *c, const redisReply *r)
 {
-    int oom = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "OOM", 3) == 0;
-    if (oom || (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MISCONF", 7) == 0)) {
-        s->refusal = oom ? STORE_REFUSES_MEMORY : STORE_REFUSES_DISK;
+    int refusal = store_reply_refusal(r);
+    if (refusal) {
+        s->refusal = refusal;
         s->oom_ms = clock_now_ms();
     }
     else if (r->type != REDIS_REPLY_ERROR && s->oom_ms && c->len > 16 && memmem(c->buf, 16, "FCALL", 5) &&
