@@ -155,3 +155,25 @@ def test_an_id_used_again_after_a_purge_gets_its_own_failure_callback(hookwheel,
     status, _, old = hookwheel.get(quote("again-2#on_failure.0"))
     assert status == 200 and old["url"] == receiver.url("/cb-slow"), old
     hookwheel.wait_state(quote("again-2#on_failure.0"), "delivered", timeout=scaled(8))
+
+
+def test_a_report_whose_response_snippet_holds_a_nul_byte_is_sent_and_readable(hookwheel, receiver):
+    # A target's answer may be binary (gzip, protobuf): its NUL bytes are kept
+    # in last_attempt.response_snippet as \u0000, and the callback's report
+    # carries that record, so the callback timer must still be read and sent.
+    receiver.default("/bin", Reply(500, body=b"a\x00b"))
+    receiver.default("/bin-ok", Reply(200, body=b"\x1f\x8b\x08\x00gz"))
+    api = hookwheel.api
+    assert api.create({"id": "cb-nul", "url": receiver.url("/bin"), "delay_ms": 0, "retry": {"max_attempts": 1},
+                       "on_failure": receiver.url("/failed")})[0] == 201
+    assert api.create({"id": "cb-nul-ok", "url": receiver.url("/bin-ok"), "delay_ms": 0,
+                       "on_success": receiver.url("/ok")})[0] == 201
+    receiver.wait_for(1, timeout=scaled(10), path="/failed")
+    receiver.wait_for(1, timeout=scaled(10), path="/ok")
+    (failed,) = receiver.requests("/failed")
+    (ok,) = receiver.requests("/ok")
+    assert json.loads(failed.body)["last_attempt"]["response_snippet"] == "a\x00b"
+    assert json.loads(ok.body)["last_attempt"]["response_snippet"] == "\x1f?\x08\x00gz"
+    cb = api.wait_state(quote("cb-nul#on_failure.0"), ("delivered",), timeout=scaled(10))
+    assert cb.get("state") == "delivered", cb
+    assert cb["json"]["last_attempt"]["response_snippet"] == "a\x00b"

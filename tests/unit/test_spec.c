@@ -473,6 +473,25 @@ static void test_a_deep_json_body_read_back_from_redis_still_parses(void **state
     free(deep);
 }
 
+/* A callback's report embeds last_attempt, whose response_snippet keeps a
+ * NUL byte of the target's answer as \u0000: read back from Redis (no
+ * limits) it parses, and the body sent keeps it escaped; a client's is
+ * still refused. */
+static void test_a_stored_spec_with_a_nul_in_its_json_parses_and_a_client_s_does_not(void **state)
+{
+    (void)state;
+    static const char text[] = "{\"url\":\"http://127.0.0.1:9/x\",\"json\":{\"s\":\"a\\u0000b\"}}";
+    timer_spec *s = NULL;
+    spec_error err;
+    assert_int_equal(spec_parse(text, strlen(text), NULL, NOW, &s, &err), 0);
+    assert_int_equal(s->body_len, strlen("{\"s\":\"a\\u0000b\"}"));
+    assert_memory_equal(s->body, "{\"s\":\"a\\u0000b\"}", s->body_len);
+    spec_free(s);
+    s = NULL;
+    assert_int_not_equal(spec_parse(text, strlen(text), &lim, NOW, &s, &err), 0);
+    assert_null(s);
+}
+
 /* curl converts a non-ASCII host through the locale, which is "C" in
  * hookwheel, so such a URL could never be sent; and fullwidth digits would
  * dodge the IP literal check. With a policy (client input), the host must
@@ -1196,6 +1215,7 @@ int main(void)
         cmocka_unit_test(test_a_remembered_url_passes_only_under_the_policy_it_passed),
         cmocka_unit_test(test_a_json_body_at_the_depth_limit_is_accepted_and_one_deeper_is_not),
         cmocka_unit_test(test_a_deep_json_body_read_back_from_redis_still_parses),
+        cmocka_unit_test(test_a_stored_spec_with_a_nul_in_its_json_parses_and_a_client_s_does_not),
         cmocka_unit_test(test_a_url_with_a_non_ascii_host_is_rejected),
         cmocka_unit_test(test_fire_at_with_an_offset_converts_to_utc_epoch_ms),
         cmocka_unit_test(test_fire_times_in_the_past_are_accepted),
