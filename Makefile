@@ -130,11 +130,15 @@ unit: check-deps $(UNIT_BINS)
 # files each (conftest.py deals them out): most of a test's time is spent
 # waiting for timers to fall due, so two of them halve the wall time on two
 # cores. Each part's output is printed when all are done; 1 runs it as one.
+# INTEGRATION_IGNORE names test files it leaves out (make test: test_cluster.py,
+# whose Clusters the sanitizer pass runs).
 INTEGRATION_SHARDS ?= 2
+INTEGRATION_IGNORE ?=
 integration: check-deps $(BIN) $(CLI_BIN) $(BUILD)/tests/test_cron_oracle
 	@set -u; n=$(INTEGRATION_SHARDS); pids=""; \
 	for k in $$(seq 1 $$n); do \
 	  HOOKWHEEL_SHARD=$$k/$$n HOOKWHEEL_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q -p no:cacheprovider \
+	    $(addprefix --ignore=tests/integration/,$(INTEGRATION_IGNORE)) \
 	    --basetemp=$(abspath $(BUILD))/pytest-part-$$k tests/integration > $(BUILD)/integration-part-$$k.log 2>&1 & \
 	  pids="$$pids $$!"; \
 	done; \
@@ -177,8 +181,9 @@ integration-cluster: check-deps $(BIN) $(CLI_BIN) $(BUILD)/tests/test_cron_oracl
 # The same suites under AddressSanitizer and UndefinedBehaviorSanitizer, with
 # UBSan's float checks too (not in `undefined`): an out-of-range float to
 # integer conversion, and a float division by zero.
+SANITIZE_VARS := SANITIZER=address,undefined,float-cast-overflow,float-divide-by-zero OPT="-O1 -g"
 test-sanitize:
-	$(MAKE) SANITIZER=address,undefined,float-cast-overflow,float-divide-by-zero OPT="-O1 -g" unit integration-cluster
+	$(MAKE) $(SANITIZE_VARS) unit integration-cluster
 
 # The fuzz target: every kept input once (regressions), then 60 s of fuzzing.
 test-fuzz: fuzz-regress fuzz-ci
@@ -189,14 +194,19 @@ test-compose:
 	PYTHON=$(PYTHON) tests/compose/run.sh
 
 # The compose test waits mostly on debootstrap, apt and dockerd: it runs
-# beside the unit tests and the fuzzer, and its output is printed after.
+# beside the unit tests, the fuzzer and the sanitizer build with its unit
+# tests, and its output is printed after.
 unit-fuzz-compose:
 	@mkdir -p $(BUILD); $(MAKE) --no-print-directory test-compose > $(BUILD)/compose.log 2>&1 & pid=$$!; \
-	$(MAKE) --no-print-directory unit test-fuzz; rc=$$?; \
+	$(MAKE) --no-print-directory unit test-fuzz && $(MAKE) --no-print-directory $(SANITIZE_VARS) all unit; rc=$$?; \
 	wait $$pid; crc=$$?; echo "== make test-compose"; cat $(BUILD)/compose.log; \
 	[ $$rc -eq 0 ] && [ $$crc -eq 0 ]
 
-test: deps lint-openapi unit-fuzz-compose integration test-sanitize
+# make test: test_cluster.py runs once, in the sanitizer pass (the whole
+# suite runs on a Cluster there); the sanitized unit tests ran beside compose.
+test: deps lint-openapi unit-fuzz-compose
+	$(MAKE) --no-print-directory integration INTEGRATION_IGNORE=test_cluster.py
+	$(MAKE) --no-print-directory $(SANITIZE_VARS) integration-cluster
 
 # check-run-deps and deps-run: the same for RUN_PKGS alone.
 .PHONY: check-run-deps deps-run
