@@ -367,6 +367,16 @@ static int has_part(CURLU *u, CURLUPart part)
     return rc == CURLUE_OK;
 }
 
+/* A URL may name port 0 (curl parses it), but every connect to it fails. */
+static int port_is_zero(CURLU *u)
+{
+    char *p = NULL;
+    int zero = curl_url_get(u, CURLUPART_PORT, &p, CURLU_NO_DEFAULT_PORT) == CURLUE_OK && strtoul(p, NULL, 10) == 0;
+
+    curl_free(p);
+    return zero;
+}
+
 /* Uses curl's own parser so that what passes here is exactly what the
  * dispatcher's curl will accept. */
 /* The text itself must read scheme://authority: curl alone would take
@@ -458,6 +468,8 @@ int spec_check_url(spec_error *err, const char *field, const char *url, const st
         fail(err, field, "%s must have a host", field);
     else if (has_part(u, CURLUPART_USER) || has_part(u, CURLUPART_PASSWORD))
         fail(err, field, "user-info in URLs is not allowed");
+    else if (port_is_zero(u))
+        fail(err, field, "%s has port 0, which no target can listen on", field);
     else
         rc = policy ? check_host(err, field, u, policy) : 0;
     curl_free(scheme);

@@ -658,6 +658,21 @@ static void test_a_url_with_user_info_is_rejected(void **state)
     assert_rejected("{'url':'http://@example.com/','delay_ms':1}", "url");
 }
 
+static void test_a_url_with_port_0_is_rejected(void **state)
+{
+    (void)state;
+    spec_error err = parse_bad("{'url':'http://example.com:0/x','delay_ms':1}");
+
+    assert_string_equal(err.field, "url");
+    assert_string_equal(err.detail, "url has port 0, which no target can listen on");
+    assert_rejected("{'url':'https://example.com:00000/','delay_ms':1}", "url");
+    const char *ok[] = {"{'url':'http://example.com:80/','delay_ms':1}",
+                        "{'url':'http://example.com:65535/','delay_ms':1}",
+                        "{'url':'http://example.com:/','delay_ms':1}"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        spec_free(parse_ok(ok[i]));
+}
+
 static void test_a_url_longer_than_the_limit_is_rejected(void **state)
 {
     (void)state;
@@ -1227,6 +1242,7 @@ int main(void)
         cmocka_unit_test(test_an_ftp_url_is_rejected),
         cmocka_unit_test(test_a_url_without_an_authority_is_rejected),
         cmocka_unit_test(test_a_url_with_user_info_is_rejected),
+        cmocka_unit_test(test_a_url_with_port_0_is_rejected),
         cmocka_unit_test(test_a_url_longer_than_the_limit_is_rejected),
         cmocka_unit_test(test_a_url_that_is_not_a_string_or_not_a_url_is_rejected),
         cmocka_unit_test(test_an_unknown_or_lowercase_method_is_rejected),
