@@ -76,6 +76,9 @@
  * its slot free. Finishes that decide what comes next (a retry, a recurring
  * timer's next run) and every finish at stop go out at once. */
 #define FINISH_LINGER_MS 10
+/* Begins held back while this instance's lease may have lapsed are tried
+ * again this much later (the watchdog renews it meanwhile, see lease_held). */
+#define LEASE_WAIT_MS 50
 
 /* The jobs of one partition whose begin (or finish) goes to Redis as one
  * call: gathered during a turn of the loop, sent at its end (flush). */
@@ -163,6 +166,8 @@ struct engine {
     int reconciling;         /* a reconciliation round runs (reconcile_start) */
     uint64_t reconcile_until; /* its claims due by then are examined */
     int lease_lost_logged;
+    uint64_t lease_waits;     /* begins held back since the lease was last surely held (lease_held) */
+    int lease_wait_logged;
 
     metrics *m;                   /* may be NULL; set before the thread starts */
     tally *tally;                 /* per-minute figures (GET /stats); may be NULL, set likewise */
@@ -473,9 +478,47 @@ static job_batch *batch_add(engine *e, job_batch **slot, uint32_t partition, job
     return *slot;
 }
 
+/* 1 while this instance's lease surely holds in Redis for as long as a
+ * begin sent now can take to run there (the Redis timeout, at most a third
+ * of the TTL). Otherwise Redis has not confirmed a renewal for most of a
+ * TTL (it was out of reach, or this process was paused): the lease may have
+ * lapsed, and another instance's reaper may be taking our claims over, an
+ * attempt begun meanwhile included, which it would make again. Begins then
+ * wait for a renewal Redis confirms (the watchdog sends one soon after a
+ * failed one); what was taken over meanwhile then fails its begin. */
+static int lease_held(engine *e)
+{
+    uint64_t margin = e->cfg->redis_timeout_ms < e->cfg->lease_ttl_ms / 3 ? e->cfg->redis_timeout_ms
+                                                                          : e->cfg->lease_ttl_ms / 3;
+    if (!e->lease || watchdog_held(e->lease, margin)) {
+        if (e->lease_wait_logged)
+            LOG(LOG_INFO, "this instance's lease is renewed: attempts start again",
+                "\"instance\":\"%s\",\"begins_held\":%" PRIu64, e->cfg->instance_id, e->lease_waits);
+        e->lease_waits = 0;
+        e->lease_wait_logged = 0;
+        return 1;
+    }
+    if (!e->lease_wait_logged && watchdog_renewed_ms(e->lease)) { /* (not before the first renewal) */
+        LOG(LOG_WARN, "attempts wait until this instance's lease is renewed: Redis has not confirmed it for "
+                      "most of its TTL, and another instance may take its claims over",
+            "\"instance\":\"%s\",\"lease_ttl_ms\":%" PRIu64, e->cfg->instance_id, (uint64_t)e->cfg->lease_ttl_ms);
+        e->lease_wait_logged = 1;
+    }
+    return 0;
+}
+
 static void send_begins(engine *e, job_batch *b)
 {
     size_t n = b->n; /* once sent, b is the writer thread's: its callback frees it */
+    if (!lease_held(e)) {
+        for (size_t i = 0; i < n; i++) {
+            limiter_done(e->lim, &b->jobs[i]->lj);
+            schedule(e, b->jobs[i], JOB_PARKED, clock_now_ms() + LEASE_WAIT_MS);
+        }
+        e->lease_waits += n;
+        free(b);
+        return;
+    }
     timer_begin items[TIMERS_BATCH_MAX] = {{0}};
     for (size_t i = 0; i < n; i++) {
         job *j = b->jobs[i];

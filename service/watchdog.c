@@ -8,6 +8,7 @@
 
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "clock.h"
 #include "log.h"
@@ -24,8 +25,23 @@ struct wlease {
     atomic_int inflight;     /* a renewal is waiting for its reply */
     atomic_int lost;
     atomic_int lapsed;       /* a renewal found the key gone and set it again */
+    atomic_int failed;       /* a renewal got no answer: the next one follows soon */
     atomic_uint_fast64_t renewed_ms;
+    atomic_uint_fast64_t sent_mono_ms; /* the renewal in flight was sent then (monotonic) */
+    atomic_uint_fast64_t held_mono_ms; /* the last renewal Redis confirmed was sent then; 0: none */
 };
+
+/* After a renewal that got no answer (Redis out of reach, or slow past its
+ * timeout) the next is sent this soon, not a period later: once Redis
+ * answers again the lease is renewed at once, before it lapses if it can. */
+#define WATCHDOG_RETRY_MS 100
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 struct watchdog {
     store *st;
@@ -63,7 +79,10 @@ wlease *watchdog_add(watchdog *w, const char *key, const char *value, uint64_t t
     atomic_init(&l->inflight, 0);
     atomic_init(&l->lost, 0);
     atomic_init(&l->lapsed, 0);
+    atomic_init(&l->failed, 0);
     atomic_init(&l->renewed_ms, 0);
+    atomic_init(&l->sent_mono_ms, 0);
+    atomic_init(&l->held_mono_ms, 0);
     l->next = w->leases;
     w->leases = l;
     return l;
@@ -78,17 +97,25 @@ static void renew_cb(void *arg, const lease_reply *r)
             atomic_store(&l->lapsed, 1);
         else
             atomic_store(&l->renewed_ms, clock_now_ms());
-    } else if (r->outcome == LEASE_LOST && !atomic_exchange(&l->lost, 1)) {
-        LOG(LOG_WARN, "lease lost", "\"key\":\"%.200s\"", l->key);
+        /* Redis ran it after it was sent: the key holds at least a TTL from then */
+        atomic_store(&l->held_mono_ms, atomic_load(&l->sent_mono_ms));
+    } else if (r->outcome == LEASE_LOST) {
+        if (!atomic_exchange(&l->lost, 1))
+            LOG(LOG_WARN, "lease lost", "\"key\":\"%.200s\"", l->key);
+    } else {
+        atomic_store(&l->failed, 1); /* Redis did not answer, or failed: retried soon */
     }
-    atomic_store(&l->inflight, 0); /* otherwise Redis did not answer: the next tick retries */
+    atomic_store(&l->inflight, 0);
 }
 
 static void renew(watchdog *w, wlease *l)
 {
     atomic_store(&l->inflight, 1);
-    if (leases_extend(w->st, l->key, l->value, l->ttl_ms, l->recreate, renew_cb, l) < 0)
+    atomic_store(&l->sent_mono_ms, mono_ms());
+    if (leases_extend(w->st, l->key, l->value, l->ttl_ms, l->recreate, renew_cb, l) < 0) {
+        atomic_store(&l->failed, 1);
         atomic_store(&l->inflight, 0);
+    }
 }
 
 uint64_t watchdog_run(watchdog *w, uint64_t now_ms)
@@ -98,6 +125,8 @@ uint64_t watchdog_run(watchdog *w, uint64_t now_ms)
         if (l->removed || atomic_load(&l->lost))
             continue;
         uint64_t period = l->ttl_ms / 3 ? l->ttl_ms / 3 : 1;
+        if (atomic_exchange(&l->failed, 0) && l->next_ms > now_ms + WATCHDOG_RETRY_MS)
+            l->next_ms = now_ms + WATCHDOG_RETRY_MS;
         /* (a next renewal more than a period away: the wall clock stepped
          * back, and the key's PX does not wait for it to catch up) */
         if ((now_ms >= l->next_ms || l->next_ms > now_ms + period) && !atomic_load(&l->inflight)) {
@@ -146,3 +175,9 @@ int watchdog_lost(const wlease *l) { return atomic_load(&l->lost); }
 int watchdog_take_lapsed(wlease *l) { return atomic_exchange(&l->lapsed, 0); }
 
 uint64_t watchdog_renewed_ms(const wlease *l) { return atomic_load(&l->renewed_ms); }
+
+int watchdog_held(const wlease *l, uint64_t margin_ms)
+{
+    uint64_t sent = atomic_load(&l->held_mono_ms);
+    return sent && mono_ms() + margin_ms < sent + l->ttl_ms;
+}

@@ -55,4 +55,11 @@ int watchdog_take_lapsed(wlease *l);
 /* Wall-clock ms of the last renewal Redis confirmed (0: none yet). */
 uint64_t watchdog_renewed_ms(const wlease *l);
 
+/* 1 while the key surely holds for margin_ms more: the last renewal Redis
+ * confirmed was sent less than its TTL minus margin_ms ago (monotonic
+ * clock). 0 before the first renewal answered, and once renewals went
+ * unanswered for that long: the key may have lapsed in Redis, and others
+ * may act as if its holder were gone. Any thread. */
+int watchdog_held(const wlease *l, uint64_t margin_ms);
+
 #endif
