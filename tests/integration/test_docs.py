@@ -1,5 +1,6 @@
 """The README's configuration table and `hookwheel --help` name the same
-settings with the same defaults (the code's settings table is the source)."""
+settings with the same defaults and the same words (the code's settings
+table is the source)."""
 
 import re
 import subprocess
@@ -12,15 +13,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def help_settings():
     out = subprocess.run([HOOKWHEEL_BIN, "--help"], capture_output=True, text=True, check=True).stdout
-    rows = re.findall(r"^  (--[a-z-]+)\s+(HOOKWHEEL_[A-Z_]+)\s+default: (.*)$", out, re.M)
+    rows = re.findall(r"^  (--[a-z-]+)\s+(HOOKWHEEL_[A-Z_]+)\s+default: (.*)\n      (.*)$", out, re.M)
     assert len(rows) > 20, out
-    return {env: (flag, default.strip()) for flag, env, default in rows}
+    return {env: (flag, default.strip(), meaning.strip()) for flag, env, default, meaning in rows}
 
 
 def readme_settings():
     text = (ROOT / "README.md").read_text()
-    rows = re.findall(r"^\| `(HOOKWHEEL_[A-Z_]+)` \| `(--[a-z-]+)` \| ([^|]*) \|", text, re.M)
-    return {env: (flag, default.strip()) for env, flag, default in rows}
+    rows = re.findall(r"^\| `(HOOKWHEEL_[A-Z_]+)` \| `(--[a-z-]+)` \| ([^|]*) \| (.*) \|$", text, re.M)
+    return {env: (flag, default.strip(), meaning.strip()) for env, flag, default, meaning in rows}
 
 
 def test_the_readme_configuration_table_matches_help_exactly():
