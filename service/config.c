@@ -200,7 +200,10 @@ static const setting *find_flag(const char *name, size_t len)
     return NULL;
 }
 
-static int parse_args(config *cfg, int argc, char **argv)
+/* Sets what the flags say, left to right, and marks those settings in
+ * by_flag (one byte per row of settings[]). Returns 0, 1 after --help or
+ * --version (printed), or -EINVAL after one line naming the flag. */
+static int parse_args(config *cfg, int argc, char **argv, unsigned char *by_flag)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -228,6 +231,7 @@ static int parse_args(config *cfg, int argc, char **argv)
         snprintf(from, sizeof from, "--%s", s->name);
         if (set_value(cfg, s, v, from) < 0)
             return -EINVAL;
+        by_flag[s - settings] = 1;
     }
     return 0;
 }
@@ -373,22 +377,28 @@ static int check(config *cfg)
     return 0;
 }
 
+/* Flags win: the flags are read first, and a setting a flag gave is not
+ * read from the environment at all, so a stale or invalid variable that a
+ * flag overrides neither counts nor stops start-up (nor --help). */
 int config_load(config *cfg, int argc, char **argv)
 {
     memset(cfg, 0, sizeof *cfg);
-    char env[96];
-    for (size_t i = 0; i < NSETTINGS; i++) {
-        const setting *s = &settings[i];
-        if (s->def && set_value(cfg, s, s->def, "default") < 0)
+    unsigned char by_flag[NSETTINGS] = {0};
+    for (size_t i = 0; i < NSETTINGS; i++)
+        if (settings[i].def && set_value(cfg, &settings[i], settings[i].def, "default") < 0)
             return -EINVAL;
-        env_name(s, env, sizeof env);
-        const char *v = getenv(env);
-        if (v && *v && set_value(cfg, s, v, env) < 0)
-            return -EINVAL;
-    }
-    int rc = parse_args(cfg, argc, argv);
+    int rc = parse_args(cfg, argc, argv, by_flag);
     if (rc != 0)
         return rc;
+    char env[96];
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        if (by_flag[i])
+            continue;
+        env_name(&settings[i], env, sizeof env);
+        const char *v = getenv(env);
+        if (v && *v && set_value(cfg, &settings[i], v, env) < 0)
+            return -EINVAL;
+    }
     return check(cfg);
 }
 
