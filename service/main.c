@@ -226,7 +226,7 @@ int main(int argc, char **argv)
         config_free(&a.cfg);
         return 2;
     }
-    if (fd_limit_check(&a.cfg) < 0 || tls_setup(&a.cfg) < 0) {
+    if (tls_setup(&a.cfg) < 0) {
         config_free(&a.cfg);
         return 2;
     }
@@ -268,6 +268,16 @@ int main(int argc, char **argv)
             config_free(&a.cfg);
             return 2;
         }
+    }
+    /* Last of the checks: it logs the limit it found, which is no answer
+     * to a bad setting, and the line naming one must be the only line. */
+    if (fd_limit_check(&a.cfg) < 0) {
+        store_tls_cleanup();
+        auth_free(a.auth);
+        netpolicy_free(a.policy);
+        signer_free(a.sign);
+        config_free(&a.cfg);
+        return 2;
     }
     sigset_t set;
     sigemptyset(&set);

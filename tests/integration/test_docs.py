@@ -41,6 +41,20 @@ def test_a_bad_listen_address_or_redis_url_stops_start_up_with_exit_2_before_any
         assert not (tmp_path / "data").exists(), "the embedded Redis was started before the check"
 
 
+def test_a_bad_file_secret_or_allowlist_stops_start_up_with_one_line_naming_it(tmp_path):
+    # These are checked after the numbers (files read, secrets decoded), yet
+    # the answer is still the one line the README promises, nothing before it.
+    for flag, setting in [(f"--api-tokens-file={tmp_path}/none", "HOOKWHEEL_API_TOKENS_FILE"),
+                          (f"--namespace-secrets-file={tmp_path}/none", "HOOKWHEEL_NAMESPACE_SECRETS_FILE"),
+                          ("--signing-secret=nope", "HOOKWHEEL_SIGNING_SECRET"),
+                          ("--destination-allowlist=10.0.0.0/33", "HOOKWHEEL_DESTINATION_ALLOWLIST")]:
+        r = subprocess.run([HOOKWHEEL_BIN, flag, "--listen=127.0.0.1:0", f"--data-dir={tmp_path}/data"],
+                           capture_output=True, text=True, timeout=10)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and setting in lines[0], (flag, r.returncode, r.stderr)
+        assert not (tmp_path / "data").exists(), "the embedded Redis was started before the check"
+
+
 def test_an_invalid_setting_stops_start_up_with_exit_2_naming_it():
     r = subprocess.run([HOOKWHEEL_BIN, "--tick-ms", "0"], capture_output=True, text=True)
     assert r.returncode == 2
