@@ -303,7 +303,7 @@ int main(int argc, char **argv)
             if (!auth_has_namespace(a.auth, ns))
                 LOG(LOG_WARN, "namespace secrets for a namespace no API token belongs to: its line signs nothing new",
                     "\"namespace\":\"%s\"", ns);
-        if (!a.auth && strncmp(a.cfg.listen, "127.", 4) != 0 && strncmp(a.cfg.listen, "[::1]", 5) != 0)
+        if (!a.auth && !http_listen_loopback(a.cfg.listen))
             LOG(LOG_WARN, "the API is open to anyone who can reach it: set HOOKWHEEL_API_TOKENS_FILE",
                 "\"listen\":\"%s\"", a.cfg.listen);
         int sig = wait_for_signal(a.redis);
