@@ -59,6 +59,7 @@
 #define COUNTS_SCAN 1000  /* keys a slice of the counts rebuild scans (counts.h): well under 1 ms */
 #define ABSORB_MAX 256    /* claimed timers taken into the wheel per turn of the loop */
 #define START_RELEASE_RETRY_MS 1000 /* the start's hand-back, when Redis did not take it, is sent again */
+#define REBUILD_RETRY_MS 1000 /* a counts rebuild that failed (Redis unreachable) runs again this much later */
 #define SWEEP_SOON_GAP_MS 100 /* a sweep asked for (engine_sweep_soon) follows the last one by at least this */
 #define HELD_SLICE TIMERS_BATCH_MAX /* claims a reconciliation call examines (timers_held) */
 #define START_MAX 64      /* attempts handed to curl per turn of the loop */
@@ -121,6 +122,7 @@ struct engine {
     atomic_int releasing_start; /* the start's hand-back of a previous process's claims has not ended well */
     atomic_int sweep_asked; /* engine_sweep_soon: timers were made due soon in Redis */
     atomic_int rebuilding;  /* partitions whose counts rebuild is in flight (sweeps do not wait) */
+    atomic_int rebuild_failed; /* a call of the counts rebuild failed: it runs again (rebuild_counts_again) */
     atomic_long resident;   /* jobs held: bounded by max_resident */
     atomic_uint next_token; /* job tokens: random start, never 0 */
 
@@ -161,6 +163,7 @@ struct engine {
     wlease *lease;
     reaper *rp;
     uint64_t next_reap_ms;
+    uint64_t next_rebuild_ms; /* the counts rebuild runs again no sooner (rebuild_counts_again) */
     uint64_t next_holds_ms;   /* the next report of namespaces their cap held back */
     int reconciling;         /* a reconciliation round runs (reconcile_start) */
     uint64_t reconcile_until; /* its claims due by then are examined */
@@ -1494,6 +1497,8 @@ static void counted_cb(void *arg, int ok, long long counted, int more)
     if (ok && more && !atomic_load(&e->stop) &&
         counts_rebuild(e->st, c->partition, COUNTS_SCAN, counted_cb, c) == 0)
         return;
+    if (!ok)
+        atomic_store(&e->rebuild_failed, 1);
     atomic_fetch_sub(&e->rebuilding, 1);
     wake(e);
 }
@@ -1507,9 +1512,25 @@ static void rebuild_counts(engine *e)
 {
     for (uint32_t p = 0; p < e->cfg->partitions; p++) {
         atomic_fetch_add(&e->rebuilding, 1);
-        if (counts_rebuild(e->st, p, COUNTS_SCAN, counted_cb, &e->sweeps[p]) < 0)
+        if (counts_rebuild(e->st, p, COUNTS_SCAN, counted_cb, &e->sweeps[p]) < 0) {
             atomic_fetch_sub(&e->rebuilding, 1);
+            atomic_store(&e->rebuild_failed, 1);
+        }
     }
+}
+
+/* Engine thread: the counts rebuild again, every partition, once the last
+ * round ended with a failed call (Redis was unreachable at the start, or
+ * went away during the scan): else counts_exact stayed false until this
+ * instance's next start. A partition already done answers its first call
+ * at once; one stopped half-way resumes at its cursor. */
+static void rebuild_counts_again(engine *e, uint64_t now)
+{
+    if (atomic_load(&e->rebuilding) || now < e->next_rebuild_ms || !atomic_load(&e->rebuild_failed))
+        return;
+    atomic_store(&e->rebuild_failed, 0);
+    e->next_rebuild_ms = now + REBUILD_RETRY_MS;
+    rebuild_counts(e);
 }
 
 /* Hands every claim of this instance back to due, in every partition. */
@@ -2039,6 +2060,7 @@ static uint64_t housekeeping(engine *e, uint64_t now)
         e->next_holds_ms = now + HOLDS_REPORT_MS;
     }
     poll_queue_settings(e, now);
+    rebuild_counts_again(e, now);
     if (e->next_queues_ms < next)
         next = e->next_queues_ms;
     renew_permits(e, now);
@@ -2184,6 +2206,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     atomic_init(&e->pending_ops, 0);
     atomic_init(&e->release_failed, 0);
     atomic_init(&e->releasing_start, 0);
+    atomic_init(&e->rebuild_failed, 0);
     atomic_init(&e->rebuilding, 0);
     atomic_init(&e->queues_polling, 0);
     atomic_init(&e->permits_asking, 0);
