@@ -1289,6 +1289,17 @@ int http_listen_valid(const char *listen)
     return listen_parse(listen, &ss, &v6) == 0;
 }
 
+int http_listen_loopback(const char *listen)
+{
+    struct sockaddr_storage ss;
+    bool v6;
+    if (listen_parse(listen, &ss, &v6) != 0)
+        return 0;
+    if (v6)
+        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)&ss)->sin6_addr);
+    return (ntohl(((const struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+}
+
 static void server_free(http_server *s)
 {
     pthread_cond_destroy(&s->watch_wake);

@@ -65,6 +65,9 @@ typedef struct http_config {
 /* 1 when listen is an address http_start takes: "a.b.c.d:port",
  * "localhost:port", ":port" or "[v6]:port", the port 0 to 65535. */
 int http_listen_valid(const char *listen);
+/* 1 when listen is valid and binds a loopback address only (127.0.0.0/8,
+ * "localhost", ::1): nothing but this machine reaches the API. */
+int http_listen_loopback(const char *listen);
 /* Binds and starts serving. routes (n entries) and app must outlive the
  * server. Returns NULL after logging one error line (bad address, port in
  * use). */

@@ -58,6 +58,8 @@
 #define MIGRATE_SLICE 256 /* keys of an earlier layout moved per call */
 #define COUNTS_SCAN 1000  /* keys a slice of the counts rebuild scans (counts.h): well under 1 ms */
 #define ABSORB_MAX 256    /* claimed timers taken into the wheel per turn of the loop */
+#define START_RELEASE_RETRY_MS 1000 /* the start's hand-back, when Redis did not take it, is sent again */
+#define REBUILD_RETRY_MS 1000 /* a counts rebuild that failed (Redis unreachable) runs again this much later */
 #define SWEEP_SOON_GAP_MS 100 /* a sweep asked for (engine_sweep_soon) follows the last one by at least this */
 #define HELD_SLICE TIMERS_BATCH_MAX /* claims a reconciliation call examines (timers_held) */
 #define START_MAX 64      /* attempts handed to curl per turn of the loop */
@@ -119,9 +121,11 @@ struct engine {
     atomic_int stop;
     atomic_int accepting;
     atomic_int pending_ops; /* sweeps and releases in flight */
-    atomic_int release_failed; /* a partition's release at stop did not end (logged) */
+    atomic_int release_failed; /* a partition's release did not end: logged at a stop, sent again at start */
+    atomic_int releasing_start; /* the start's hand-back of a previous process's claims has not ended well */
     atomic_int sweep_asked; /* engine_sweep_soon: timers were made due soon in Redis */
     atomic_int rebuilding;  /* partitions whose counts rebuild is in flight (sweeps do not wait) */
+    atomic_int rebuild_failed; /* a call of the counts rebuild failed: it runs again (rebuild_counts_again) */
     atomic_long resident;   /* jobs held: bounded by max_resident */
     atomic_uint next_token; /* job tokens: random start, never 0 */
 
@@ -162,12 +166,14 @@ struct engine {
     wlease *lease;
     reaper *rp;
     uint64_t next_reap_ms;
+    uint64_t next_rebuild_ms; /* the counts rebuild runs again no sooner (rebuild_counts_again) */
     uint64_t next_holds_ms;   /* the next report of namespaces their cap held back */
     int reconciling;         /* a reconciliation round runs (reconcile_start) */
     uint64_t reconcile_until; /* its claims due by then are examined */
     int lease_lost_logged;
     uint64_t lease_waits;     /* begins held back since the lease was last surely held (lease_held) */
     int lease_wait_logged;
+    int start_release_retried; /* the start's hand-back failed once (logged) and is being sent again */
 
     metrics *m;                   /* may be NULL; set before the thread starts */
     tally *tally;                 /* per-minute figures (GET /stats); may be NULL, set likewise */
@@ -1485,9 +1491,11 @@ static void sweep(engine *e, uint64_t now)
 static void release_cb(void *arg, int status, long long n)
 {
     engine *e = arg;
-    if (status != TIMERS_OK) { /* (the rest wait for a reaper, or this instance's next start) */
+    if (status != TIMERS_OK) { /* at a stop the rest wait for a reaper; at start, start_release_done */
         atomic_store(&e->release_failed, 1);
-        LOG(LOG_WARN, "could not hand claims back", "\"instance\":\"%s\",\"timers\":%lld", e->cfg->instance_id, n);
+        if (!atomic_load(&e->releasing_start))
+            LOG(LOG_WARN, "could not hand claims back", "\"instance\":\"%s\",\"timers\":%lld", e->cfg->instance_id,
+                n);
     } else if (n > 0)
         LOG(LOG_INFO, "claims handed back", "\"instance\":\"%s\",\"timers\":%lld", e->cfg->instance_id, n);
     atomic_fetch_sub(&e->pending_ops, 1);
@@ -1532,6 +1540,8 @@ static void counted_cb(void *arg, int ok, long long counted, int more)
     if (ok && more && !atomic_load(&e->stop) &&
         counts_rebuild(e->st, c->partition, COUNTS_SCAN, counted_cb, c) == 0)
         return;
+    if (!ok)
+        atomic_store(&e->rebuild_failed, 1);
     atomic_fetch_sub(&e->rebuilding, 1);
     wake(e);
 }
@@ -1545,9 +1555,25 @@ static void rebuild_counts(engine *e)
 {
     for (uint32_t p = 0; p < e->cfg->partitions; p++) {
         atomic_fetch_add(&e->rebuilding, 1);
-        if (counts_rebuild(e->st, p, COUNTS_SCAN, counted_cb, &e->sweeps[p]) < 0)
+        if (counts_rebuild(e->st, p, COUNTS_SCAN, counted_cb, &e->sweeps[p]) < 0) {
             atomic_fetch_sub(&e->rebuilding, 1);
+            atomic_store(&e->rebuild_failed, 1);
+        }
     }
+}
+
+/* Engine thread: the counts rebuild again, every partition, once the last
+ * round ended with a failed call (Redis was unreachable at the start, or
+ * went away during the scan): else counts_exact stayed false until this
+ * instance's next start. A partition already done answers its first call
+ * at once; one stopped half-way resumes at its cursor. */
+static void rebuild_counts_again(engine *e, uint64_t now)
+{
+    if (atomic_load(&e->rebuilding) || now < e->next_rebuild_ms || !atomic_load(&e->rebuild_failed))
+        return;
+    atomic_store(&e->rebuild_failed, 0);
+    e->next_rebuild_ms = now + REBUILD_RETRY_MS;
+    rebuild_counts(e);
 }
 
 /* Hands every claim of this instance back to due, in every partition. */
@@ -1557,6 +1583,38 @@ static void release_all(engine *e)
     atomic_fetch_add(&e->pending_ops, (int)parts);
     uint32_t sent = timers_release(e->tm, e->cfg->instance_id, "the instance stopped", clock_now_ms(), release_cb, e);
     atomic_fetch_sub(&e->pending_ops, (int)(parts - sent));
+    if (sent < parts) /* those partitions' claims stay, as if their call had failed */
+        atomic_store(&e->release_failed, 1);
+}
+
+/* Engine thread, with no sweep or release in flight: 1 once the start's
+ * hand-back of the claims a previous process with this id left (it was
+ * killed) has ended well. Until then (Redis was unreachable at the start,
+ * or refused the writes) it is sent again every START_RELEASE_RETRY_MS and
+ * nothing is swept: no other instance's reaper takes the claims of an id
+ * whose lease lives, so without it they would wait in Redis for this
+ * instance's next start. A timer this instance claimed meanwhile (at its
+ * create) is handed back too; its begin then fails and the next sweep
+ * claims it again, as after a lapsed lease. */
+static int start_release_done(engine *e, uint64_t now)
+{
+    if (!atomic_load(&e->releasing_start))
+        return 1;
+    if (!atomic_exchange(&e->release_failed, 0)) {
+        atomic_store(&e->releasing_start, 0);
+        if (e->start_release_retried)
+            LOG(LOG_INFO, "the claims a previous process of this instance left are handed back",
+                "\"instance\":\"%s\"", e->cfg->instance_id);
+        return 1;
+    }
+    if (!e->start_release_retried)
+        LOG(LOG_WARN, "could not hand back the claims a previous process of this instance left; "
+            "trying again every second, and claiming nothing until then", "\"instance\":\"%s\"",
+            e->cfg->instance_id);
+    e->start_release_retried = 1;
+    release_all(e);
+    e->next_sweep_ms = now + START_RELEASE_RETRY_MS;
+    return 0;
 }
 
 /* Engine thread: the next sweep comes now, or SWEEP_SOON_GAP_MS after the
@@ -1697,7 +1755,8 @@ static void run(engine *e)
         uint64_t chores = housekeeping(e, now);
         if (atomic_load_explicit(&e->sweep_asked, memory_order_relaxed) && atomic_exchange(&e->sweep_asked, 0))
             sweep_soon(e, now);
-        if ((now >= e->next_sweep_ms || e->sweep_more) && atomic_load(&e->pending_ops) == 0 && !e->backlog) {
+        if ((now >= e->next_sweep_ms || e->sweep_more) && atomic_load(&e->pending_ops) == 0 && !e->backlog &&
+            start_release_done(e, now)) {
             sweep(e, now);
             e->last_sweep_ms = now;
             e->next_sweep_ms = now + e->cfg->window_ms / 2;
@@ -2044,6 +2103,7 @@ static uint64_t housekeeping(engine *e, uint64_t now)
         e->next_holds_ms = now + HOLDS_REPORT_MS;
     }
     poll_queue_settings(e, now);
+    rebuild_counts_again(e, now);
     if (e->next_queues_ms < next)
         next = e->next_queues_ms;
     renew_permits(e, now);
@@ -2131,6 +2191,8 @@ static void shutdown_engine(engine *e)
     }
     dispatch_abort_all(e->d, abandon_cb, e);
     ask_permits(e, clock_now_ms(), 1);
+    atomic_store(&e->releasing_start, 0); /* (a start's failure is no stop's) */
+    atomic_store(&e->release_failed, 0);
     release_all(e);
     /* Claims go back a slice a call: the wait goes on while calls answer. */
     uint64_t calls = timers_release_calls(e->tm);
@@ -2157,7 +2219,8 @@ static void *engine_main(void *arg)
     engine *e = arg;
     pthread_setname_np(pthread_self(), "hw-engine");
     register_instance(e); /* before any claim, so a crash leaves claims the reaper finds */
-    release_all(e);       /* claims a previous process with our id left behind */
+    atomic_store(&e->releasing_start, 1);
+    release_all(e);       /* claims a previous process with our id left behind (start_release_done) */
     migrate_all(e);
     rebuild_counts(e);
     e->next_sweep_ms = 0;
@@ -2185,6 +2248,8 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     atomic_init(&e->accepting, 1);
     atomic_init(&e->pending_ops, 0);
     atomic_init(&e->release_failed, 0);
+    atomic_init(&e->releasing_start, 0);
+    atomic_init(&e->rebuild_failed, 0);
     atomic_init(&e->rebuilding, 0);
     atomic_init(&e->queues_polling, 0);
     atomic_init(&e->permits_asking, 0);

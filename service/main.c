@@ -226,7 +226,7 @@ int main(int argc, char **argv)
         config_free(&a.cfg);
         return 2;
     }
-    if (fd_limit_check(&a.cfg) < 0 || tls_setup(&a.cfg) < 0) {
+    if (tls_setup(&a.cfg) < 0) {
         config_free(&a.cfg);
         return 2;
     }
@@ -269,6 +269,16 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* Last of the checks: it logs the limit it found, which is no answer
+     * to a bad setting, and the line naming one must be the only line. */
+    if (fd_limit_check(&a.cfg) < 0) {
+        store_tls_cleanup();
+        auth_free(a.auth);
+        netpolicy_free(a.policy);
+        signer_free(a.sign);
+        config_free(&a.cfg);
+        return 2;
+    }
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
@@ -293,7 +303,7 @@ int main(int argc, char **argv)
             if (!auth_has_namespace(a.auth, ns))
                 LOG(LOG_WARN, "namespace secrets for a namespace no API token belongs to: its line signs nothing new",
                     "\"namespace\":\"%s\"", ns);
-        if (!a.auth && strncmp(a.cfg.listen, "127.", 4) != 0 && strncmp(a.cfg.listen, "[::1]", 5) != 0)
+        if (!a.auth && !http_listen_loopback(a.cfg.listen))
             LOG(LOG_WARN, "the API is open to anyone who can reach it: set HOOKWHEEL_API_TOKENS_FILE",
                 "\"listen\":\"%s\"", a.cfg.listen);
         int sig = wait_for_signal(a.redis);

@@ -7,7 +7,7 @@ start-up. Real redis-server, real hookwheel processes, a real receiver."""
 import struct
 import time
 
-from conftest import Reply, RespClient, create_many, now_ms, scaled, wait_until
+from conftest import Hookwheel, Reply, RespClient, create_many, free_port, now_ms, scaled, wait_until
 
 LEASE = ["--lease-ttl-ms", "1500"]
 HEAD = 51
@@ -218,3 +218,36 @@ def test_timers_stored_without_counts_are_counted_by_the_rebuild_at_start(redis,
     hw3 = hookwheel_factory(redis)
     time.sleep(0.5)
     assert assert_counts_equal_scan(redis, hw3.api, "old")["timers"]["scheduled"] == 280
+
+
+def test_counts_become_exact_when_the_only_instance_started_before_redis(tmp_path, request, redis,
+                                                                          hookwheel_factory):
+    # The count rebuild of the start fails while Redis is unreachable (a
+    # compose deployment whose hookwheel comes up before its Redis); it is
+    # run again once Redis answers, or counts_exact would stay false until
+    # the instance's next start.
+    redis.stop()
+    hw = Hookwheel(tmp_path, redis.url, name="early")
+    hw.port = free_port()
+    request.node._hookwheels.append(hw)  # stopped and checked by the factory's teardown
+    hw._spawn()  # not start(): it cannot be ready without Redis
+
+    def up():
+        try:
+            return hw.request("GET", "/healthz", timeout=1.0)[0] == 200
+        except OSError:
+            return False
+
+    assert wait_until(up, scaled(10), interval=0.1), hw.log_tail()
+    time.sleep(0.5)  # its start's rebuild has failed by now
+    redis.restart()
+    assert hw._wait_ready(scaled(15)) == "ready", hw.log_tail()
+    status, _, body = hw.create({"id": "early-1", "url": "http://127.0.0.1:9/x", "delay_ms": 600_000,
+                                 "queue": "early"})
+    assert status == 201, body
+
+    def exact():
+        status, _, q = hw.request("GET", "/queues/early")
+        return status == 200 and q["counts_exact"] is True and q["timers"]["scheduled"] == 1
+
+    assert wait_until(exact, scaled(10), interval=0.2), hw.request("GET", "/queues/early")

@@ -1,5 +1,6 @@
 """The README's configuration table and `hookwheel --help` name the same
-settings with the same defaults (the code's settings table is the source)."""
+settings with the same defaults and the same words (the code's settings
+table is the source)."""
 
 import re
 import subprocess
@@ -12,15 +13,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def help_settings():
     out = subprocess.run([HOOKWHEEL_BIN, "--help"], capture_output=True, text=True, check=True).stdout
-    rows = re.findall(r"^  (--[a-z-]+)\s+(HOOKWHEEL_[A-Z_]+)\s+default: (.*)$", out, re.M)
+    rows = re.findall(r"^  (--[a-z-]+)\s+(HOOKWHEEL_[A-Z_]+)\s+default: (.*)\n      (.*)$", out, re.M)
     assert len(rows) > 20, out
-    return {env: (flag, default.strip()) for flag, env, default in rows}
+    return {env: (flag, default.strip(), meaning.strip()) for flag, env, default, meaning in rows}
 
 
 def readme_settings():
     text = (ROOT / "README.md").read_text()
-    rows = re.findall(r"^\| `(HOOKWHEEL_[A-Z_]+)` \| `(--[a-z-]+)` \| ([^|]*) \|", text, re.M)
-    return {env: (flag, default.strip()) for env, flag, default in rows}
+    rows = re.findall(r"^\| `(HOOKWHEEL_[A-Z_]+)` \| `(--[a-z-]+)` \| ([^|]*) \| (.*) \|$", text, re.M)
+    return {env: (flag, default.strip(), meaning.strip()) for env, flag, default, meaning in rows}
 
 
 def test_the_readme_configuration_table_matches_help_exactly():
@@ -37,6 +38,20 @@ def test_a_bad_listen_address_or_redis_url_stops_start_up_with_exit_2_before_any
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and setting in lines[0], (flag, r.returncode, r.stderr)
         assert "s3cret" not in r.stderr  # a URL may hold a password: it is not echoed
+        assert not (tmp_path / "data").exists(), "the embedded Redis was started before the check"
+
+
+def test_a_bad_file_secret_or_allowlist_stops_start_up_with_one_line_naming_it(tmp_path):
+    # These are checked after the numbers (files read, secrets decoded), yet
+    # the answer is still the one line the README promises, nothing before it.
+    for flag, setting in [(f"--api-tokens-file={tmp_path}/none", "HOOKWHEEL_API_TOKENS_FILE"),
+                          (f"--namespace-secrets-file={tmp_path}/none", "HOOKWHEEL_NAMESPACE_SECRETS_FILE"),
+                          ("--signing-secret=nope", "HOOKWHEEL_SIGNING_SECRET"),
+                          ("--destination-allowlist=10.0.0.0/33", "HOOKWHEEL_DESTINATION_ALLOWLIST")]:
+        r = subprocess.run([HOOKWHEEL_BIN, flag, "--listen=127.0.0.1:0", f"--data-dir={tmp_path}/data"],
+                           capture_output=True, text=True, timeout=10)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and setting in lines[0], (flag, r.returncode, r.stderr)
         assert not (tmp_path / "data").exists(), "the embedded Redis was started before the check"
 
 

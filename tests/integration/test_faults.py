@@ -14,7 +14,8 @@ from datetime import datetime
 
 import pytest
 
-from conftest import CLUSTER_MODE, SLOW, Reply, create_many, now_ms, rss_kib, scaled, wait_until
+from conftest import (CLUSTER_MODE, SLOW, Hookwheel, Reply, create_many, free_port, now_ms, rss_kib, scaled,
+                      wait_until)
 
 LEASE = ["--lease-ttl-ms", "1500"]
 
@@ -180,6 +181,42 @@ def test_after_kill_9_of_the_only_instance_a_new_one_fires_every_pending_and_cla
     for r in receiver.requests("/restart"):
         assert r.wall_ms >= fire_at[r.timer_id] - 1.0, f"{r!r} early"
     assert second.alive()
+
+
+def test_claims_a_killed_process_left_go_back_when_its_successor_started_while_redis_was_down(
+        tmp_path, request, redis, receiver, hookwheel_factory):
+    """The claims a killed process left in Redis are handed back by the
+    next process with its id, at its start. When Redis is unreachable at
+    that start, the hand-back is made once Redis answers: no other instance
+    takes claims of an id whose lease lives, so without it these timers
+    would wait in Redis until the instance's next start."""
+    args = LEASE + ["--window-ms", "30000"]
+    first = hookwheel_factory(redis, args=args, instance_id="restarted")
+    ids = [f"left-{i}" for i in range(5)]
+    for t in ids:  # due within the window: claimed at their create
+        status, _, body = first.create({"id": t, "url": receiver.url("/left"), "delay_ms": 3000})
+        assert status == 201, body
+    assert redis.keys("hw:{*}:cl:*"), "the timers were not claimed at their create"
+    assert first.kill9() == -9
+    redis.stop()
+    second = Hookwheel(tmp_path, redis.url, instance_id="restarted", args=args, name="second")
+    second.port = free_port()
+    request.node._hookwheels.append(second)  # stopped and checked by the factory's teardown
+    second._spawn()  # not start(): it cannot be ready without Redis
+
+    def up():
+        try:
+            return second.request("GET", "/healthz", timeout=1.0)[0] == 200
+        except OSError:
+            return False
+
+    assert wait_until(up, scaled(10), interval=0.1), second.log_tail()
+    time.sleep(0.5)  # its start's hand-back has failed by now
+    redis.restart()
+    counts = wait_all_arrived(receiver, "/left", ids, timeout=scaled(15))
+    assert sorted(counts) == ids, second.log_tail(30)
+    assert max(counts.values()) == 1
+    assert redis.keys("hw:{*}:cl:*") == set()
 
 
 def test_past_the_write_queue_cap_creates_get_429_memory_stays_bounded_and_service_goes_on(

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <cmocka.h>
@@ -74,6 +75,33 @@ static void test_config_deadlines_outside_their_range_are_refused(void **state)
     config_free(&cfg);
 }
 
+/* Flags win over the environment: a variable a flag overrides is not
+ * read, so its value, valid or not, neither counts nor stops start-up; and
+ * --help prints the settings whatever the environment holds. */
+static void test_config_a_flag_wins_over_an_invalid_environment_variable(void **state)
+{
+    (void)state;
+    config cfg;
+    char *flag[] = {"hookwheel", "--tick-ms", "5"};
+    char *help[] = {"hookwheel", "--help"};
+    char *none[] = {"hookwheel"};
+    setenv("HOOKWHEEL_TICK_MS", "abc", 1);
+    assert_int_equal(config_load(&cfg, 3, flag), 0);
+    assert_int_equal(cfg.tick_ms, 5);
+    config_free(&cfg);
+    FILE *out = freopen("/dev/null", "w", stdout); /* the help text */
+    assert_non_null(out);
+    assert_int_equal(config_load(&cfg, 2, help), 1);
+    config_free(&cfg);
+    assert_int_equal(config_load(&cfg, 1, none), -EINVAL); /* without the flag it counts */
+    config_free(&cfg);
+    setenv("HOOKWHEEL_TICK_MS", "7", 1);
+    assert_int_equal(config_load(&cfg, 3, flag), 0);
+    assert_int_equal(cfg.tick_ms, 5);
+    config_free(&cfg);
+    unsetenv("HOOKWHEEL_TICK_MS");
+}
+
 static void test_config_connections_and_reserve_must_fit_under_the_file_limit(void **state)
 {
     (void)state;
@@ -96,6 +124,7 @@ int main(void)
         cmocka_unit_test(test_config_new_connection_settings_have_their_defaults),
         cmocka_unit_test(test_config_namespace_caps_are_half_with_tokens_and_none_without),
         cmocka_unit_test(test_config_deadlines_outside_their_range_are_refused),
+        cmocka_unit_test(test_config_a_flag_wins_over_an_invalid_environment_variable),
         cmocka_unit_test(test_config_connections_and_reserve_must_fit_under_the_file_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

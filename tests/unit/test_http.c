@@ -441,6 +441,21 @@ static json_t *assert_problem(const reply *rp, long status, const char *title)
 
 /* ---- tests ------------------------------------------------------------------------ */
 
+static void test_only_loopback_listen_addresses_count_as_loopback(void **state)
+{
+    (void)state;
+    assert_true(http_listen_loopback("127.0.0.1:8080"));
+    assert_true(http_listen_loopback("127.3.2.1:0"));
+    assert_true(http_listen_loopback("localhost:8080"));
+    assert_true(http_listen_loopback("[::1]:8080"));
+    assert_false(http_listen_loopback(":8080"));
+    assert_false(http_listen_loopback("0.0.0.0:8080"));
+    assert_false(http_listen_loopback("10.0.0.1:8080"));
+    assert_false(http_listen_loopback("[::]:8080"));
+    assert_false(http_listen_loopback("128.0.0.1:8080"));
+    assert_false(http_listen_loopback("nope"));
+}
+
 static void test_sync_handler_answers_json(void **state)
 {
     reply rp;
@@ -983,6 +998,7 @@ int main(void)
     log_min_level = LOG_ERROR;
     curl_global_init(CURL_GLOBAL_ALL);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_only_loopback_listen_addresses_count_as_loopback),
         cmocka_unit_test(test_sync_handler_answers_json),
         cmocka_unit_test(test_head_is_served_by_the_get_route_without_a_body),
         cmocka_unit_test(test_async_answer_after_a_delay_resumes_the_connection),
