@@ -492,11 +492,15 @@ static job_batch *batch_add(engine *e, job_batch **slot, uint32_t partition, job
  * attempt begun meanwhile included, which it would make again. Begins then
  * wait for a renewal Redis confirms (the watchdog sends one soon after a
  * failed one); what was taken over meanwhile then fails its begin. */
+/* On a Redis Cluster the lease key lives on one master, and begins go to
+ * every master: while that one is away no instance can see the key gone,
+ * and the attempts on the others go on (the renewal, sent again soon after
+ * a failed one, makes the key again as soon as it answers). */
 static int lease_held(engine *e)
 {
     uint64_t margin = e->cfg->redis_timeout_ms < e->cfg->lease_ttl_ms / 3 ? e->cfg->redis_timeout_ms
                                                                           : e->cfg->lease_ttl_ms / 3;
-    if (!e->lease || watchdog_held(e->lease, margin)) {
+    if (!e->lease || store_is_cluster(e->st) || watchdog_held(e->lease, margin)) {
         if (e->lease_wait_logged)
             LOG(LOG_INFO, "this instance's lease is renewed: attempts start again",
                 "\"instance\":\"%s\",\"begins_held\":%" PRIu64, e->cfg->instance_id, e->lease_waits);
