@@ -1274,18 +1274,61 @@ static void dump_forms(parse_ctx *pc)
 
 static int parse_tree(json_t *root, const spec_limits *lim, uint64_t now_ms, timer_spec **out, spec_error *err);
 
+/* 1 when a string in v holds a NUL character (jansson's JSON_ALLOW_NUL). */
+static int holds_nul(json_t *v)
+{
+    const char *k;
+    json_t *m;
+    size_t i;
+
+    if (json_is_string(v))
+        return strlen(json_string_value(v)) != json_string_length(v);
+    if (json_is_object(v)) {
+        json_object_foreach(v, k, m)
+            if (holds_nul(m))
+                return 1;
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, m)
+            if (holds_nul(m))
+                return 1;
+    }
+    return 0;
+}
+
+/* 1 when a NUL character is anywhere but in the json member's value: the
+ * rest of a spec is read as C strings. */
+static int nul_outside_json(json_t *root)
+{
+    const char *k;
+    json_t *m;
+
+    if (!json_is_object(root))
+        return 1;
+    json_object_foreach(root, k, m)
+        if (strcmp(k, "json") != 0 && holds_nul(m))
+            return 1;
+    return 0;
+}
+
 int spec_parse(const char *json, size_t len, const spec_limits *lim, uint64_t now_ms,
                timer_spec **out, spec_error *err)
 {
     json_error_t jerr;
     json_t *root = json_load_fast(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
     /* A stored spec (no limits) may hold \u0000 that no client sent: a
-     * callback's report embeds last_attempt, whose response_snippet keeps a
-     * NUL byte of the target's answer (a binary body) as \u0000. Clients
-     * are still refused one; stored specs are read again allowing it, only
-     * then, as jansson's NUL-allowing parse is not the fast one. */
-    if (!root && !lim && json_error_code(&jerr) == json_error_null_character)
-        root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+     * callback's report (its json member) embeds last_attempt, whose
+     * response_snippet keeps a NUL byte of the target's answer (a binary
+     * body) as \u0000. Clients are still refused one; stored specs are read
+     * again allowing it there only, and only then, as jansson's
+     * NUL-allowing parse is not the fast one. */
+    if (!root && !lim && json_error_code(&jerr) == json_error_null_character) {
+        json_error_t again;
+        root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &again);
+        if (root && nul_outside_json(root)) {
+            json_decref(root);
+            root = NULL;
+        }
+    }
     if (!root)
         return fail(err, "", "malformed JSON: %s at line %d, column %d", jerr.text, jerr.line,
                     jerr.column);

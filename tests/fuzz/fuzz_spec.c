@@ -85,9 +85,11 @@ static void check_error(int rc, const timer_spec *out, const timer_spec *sentine
 }
 
 /* Parses text (NUL-terminated) as a JSON object, or returns NULL. */
+/* (JSON_ALLOW_NUL: a stored spec's json member may hold \u0000, see
+ * spec_parse; a client's never passes) */
 static json_t *load_object(const char *text)
 {
-    json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+    json_t *j = json_loads(text, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
 
     if (j && !json_is_object(j)) {
         json_decref(j);

@@ -490,6 +490,18 @@ static void test_a_stored_spec_with_a_nul_in_its_json_parses_and_a_client_s_does
     s = NULL;
     assert_int_not_equal(spec_parse(text, strlen(text), &lim, NOW, &s, &err), 0);
     assert_null(s);
+    /* anywhere else it would be cut off where the spec is read as C strings */
+    static const char *const elsewhere[] = {
+        "{\"url\":\"http://127.0.0.1:9/x\\u0000y\",\"json\":{\"s\":\"a\\u0000b\"}}",
+        "{\"url\":\"http://127.0.0.1:9/x\",\"body\":\"a\\u0000b\"}",
+        "{\"url\":\"http://127.0.0.1:9/x\",\"headers\":{\"X-A\":\"a\\u0000b\"}}",
+        "{\"url\":\"http://127.0.0.1:9/x\",\"id\":\"a\\u0000b\"}",
+    };
+    for (size_t i = 0; i < sizeof elsewhere / sizeof elsewhere[0]; i++) {
+        assert_int_equal(spec_parse(elsewhere[i], strlen(elsewhere[i]), NULL, NOW, &s, &err), -EINVAL);
+        assert_null(s);
+        assert_non_null(strstr(err.detail, "malformed JSON"));
+    }
 }
 
 /* curl converts a non-ASCII host through the locale, which is "C" in
