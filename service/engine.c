@@ -491,16 +491,25 @@ static job_batch *batch_add(engine *e, job_batch **slot, uint32_t partition, job
  * lapsed, and another instance's reaper may be taking our claims over, an
  * attempt begun meanwhile included, which it would make again. Begins then
  * wait for a renewal Redis confirms (the watchdog sends one soon after a
- * failed one); what was taken over meanwhile then fails its begin. */
-/* On a Redis Cluster the lease key lives on one master, and begins go to
- * every master: while that one is away no instance can see the key gone,
- * and the attempts on the others go on (the renewal, sent again soon after
- * a failed one, makes the key again as soon as it answers). */
+ * failed one); what was taken over meanwhile then fails its begin.
+ *
+ * A reaper asks whether a lease lives, then hands the claims back in calls
+ * of their own: one that saw our lease gone just before a renewal made it
+ * again still hands our claims back after. So once a renewal found the key
+ * gone, begins wait a Redis timeout more (those calls answer or fail
+ * within it).
+ *
+ * On a Redis Cluster the lease key lives on one master, and begins go to
+ * every master: while that one is away no instance can read the key either,
+ * and the attempts on the others go on; only the wait after the key was
+ * made again applies. */
 static int lease_held(engine *e)
 {
     uint64_t margin = e->cfg->redis_timeout_ms < e->cfg->lease_ttl_ms / 3 ? e->cfg->redis_timeout_ms
                                                                           : e->cfg->lease_ttl_ms / 3;
-    if (!e->lease || store_is_cluster(e->st) || watchdog_held(e->lease, margin)) {
+    int silent = e->lease && !store_is_cluster(e->st) && !watchdog_held(e->lease, margin);
+    int remade = e->lease && watchdog_remade_within(e->lease, e->cfg->redis_timeout_ms);
+    if (!silent && !remade) {
         if (e->lease_wait_logged)
             LOG(LOG_INFO, "this instance's lease is renewed: attempts start again",
                 "\"instance\":\"%s\",\"begins_held\":%" PRIu64, e->cfg->instance_id, e->lease_waits);
@@ -508,10 +517,12 @@ static int lease_held(engine *e)
         e->lease_wait_logged = 0;
         return 1;
     }
-    if (!e->lease_wait_logged && watchdog_renewed_ms(e->lease)) { /* (not before the first renewal) */
-        LOG(LOG_WARN, "attempts wait until this instance's lease is renewed: Redis has not confirmed it for "
-                      "most of its TTL, and another instance may take its claims over",
-            "\"instance\":\"%s\",\"lease_ttl_ms\":%" PRIu64, e->cfg->instance_id, (uint64_t)e->cfg->lease_ttl_ms);
+    if (!e->lease_wait_logged && (remade || watchdog_renewed_ms(e->lease))) { /* (not before the first renewal) */
+        if (silent)
+            LOG(LOG_WARN, "attempts wait until this instance's lease is renewed: Redis has not confirmed it for "
+                          "most of its TTL, and another instance may take its claims over",
+                "\"instance\":\"%s\",\"lease_ttl_ms\":%" PRIu64, e->cfg->instance_id,
+                (uint64_t)e->cfg->lease_ttl_ms);
         e->lease_wait_logged = 1;
     }
     return 0;

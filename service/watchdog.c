@@ -29,6 +29,7 @@ struct wlease {
     atomic_uint_fast64_t renewed_ms;
     atomic_uint_fast64_t sent_mono_ms; /* the renewal in flight was sent then (monotonic) */
     atomic_uint_fast64_t held_mono_ms; /* the last renewal Redis confirmed was sent then; 0: none */
+    atomic_uint_fast64_t remade_mono_ms; /* a renewal found the key gone and made it again then; 0: never */
 };
 
 /* After a renewal that got no answer (Redis out of reach, or slow past its
@@ -83,6 +84,7 @@ wlease *watchdog_add(watchdog *w, const char *key, const char *value, uint64_t t
     atomic_init(&l->renewed_ms, 0);
     atomic_init(&l->sent_mono_ms, 0);
     atomic_init(&l->held_mono_ms, 0);
+    atomic_init(&l->remade_mono_ms, 0);
     l->next = w->leases;
     w->leases = l;
     return l;
@@ -93,9 +95,10 @@ static void renew_cb(void *arg, const lease_reply *r)
     wlease *l = arg;
     if (r->outcome == LEASE_RENEWED || r->outcome == LEASE_RECREATED) {
         /* The first renewal makes the key: only one after a renewal lapsed */
-        if (r->outcome == LEASE_RECREATED && atomic_exchange(&l->renewed_ms, clock_now_ms()) != 0)
+        if (r->outcome == LEASE_RECREATED && atomic_exchange(&l->renewed_ms, clock_now_ms()) != 0) {
+            atomic_store(&l->remade_mono_ms, mono_ms());
             atomic_store(&l->lapsed, 1);
-        else
+        } else
             atomic_store(&l->renewed_ms, clock_now_ms());
         /* Redis ran it after it was sent: the key holds at least a TTL from then */
         atomic_store(&l->held_mono_ms, atomic_load(&l->sent_mono_ms));
@@ -180,4 +183,10 @@ int watchdog_held(const wlease *l, uint64_t margin_ms)
 {
     uint64_t sent = atomic_load(&l->held_mono_ms);
     return sent && mono_ms() + margin_ms < sent + l->ttl_ms;
+}
+
+int watchdog_remade_within(const wlease *l, uint64_t ms)
+{
+    uint64_t at = atomic_load(&l->remade_mono_ms);
+    return at && mono_ms() < at + ms;
 }

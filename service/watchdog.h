@@ -62,4 +62,9 @@ uint64_t watchdog_renewed_ms(const wlease *l);
  * may act as if its holder were gone. Any thread. */
 int watchdog_held(const wlease *l, uint64_t margin_ms);
 
+/* 1 when a renewal found the key gone and made it again less than ms ago
+ * (monotonic clock): an instance that saw it gone may still be acting on
+ * that. Any thread. */
+int watchdog_remade_within(const wlease *l, uint64_t ms);
+
 #endif
