@@ -1145,6 +1145,26 @@ def receiver():
         r.close()
 
 
+def spawn_while_redis_is_down(request, tmp_path, redis_url, **kwargs):
+    """A Hookwheel started while its Redis is down: spawned, not started (it
+    cannot be ready without Redis), once it answers /healthz. The
+    hookwheel_factory's teardown (the test must use that fixture) stops and
+    checks it."""
+    hw = Hookwheel(tmp_path, redis_url, **kwargs)
+    hw.port = free_port()
+    request.node._hookwheels.append(hw)
+    hw._spawn()
+
+    def up():
+        try:
+            return hw.request("GET", "/healthz", timeout=1.0)[0] == 200
+        except OSError:
+            return False
+
+    assert wait_until(up, scaled(10), interval=0.1), hw.log_tail()
+    return hw
+
+
 @pytest.fixture
 def hookwheel_factory(tmp_path, request):
     """start(redis=None|RedisServer|url, args=(), env=None, instance_id=None)

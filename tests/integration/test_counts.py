@@ -7,7 +7,7 @@ start-up. Real redis-server, real hookwheel processes, a real receiver."""
 import struct
 import time
 
-from conftest import Hookwheel, Reply, RespClient, create_many, free_port, now_ms, scaled, wait_until
+from conftest import Reply, RespClient, create_many, now_ms, scaled, spawn_while_redis_is_down, wait_until
 
 LEASE = ["--lease-ttl-ms", "1500"]
 HEAD = 51
@@ -227,18 +227,7 @@ def test_counts_become_exact_when_the_only_instance_started_before_redis(tmp_pat
     # run again once Redis answers, or counts_exact would stay false until
     # the instance's next start.
     redis.stop()
-    hw = Hookwheel(tmp_path, redis.url, name="early")
-    hw.port = free_port()
-    request.node._hookwheels.append(hw)  # stopped and checked by the factory's teardown
-    hw._spawn()  # not start(): it cannot be ready without Redis
-
-    def up():
-        try:
-            return hw.request("GET", "/healthz", timeout=1.0)[0] == 200
-        except OSError:
-            return False
-
-    assert wait_until(up, scaled(10), interval=0.1), hw.log_tail()
+    hw = spawn_while_redis_is_down(request, tmp_path, redis.url, name="early")
     time.sleep(0.5)  # its start's rebuild has failed by now
     redis.restart()
     assert hw._wait_ready(scaled(15)) == "ready", hw.log_tail()

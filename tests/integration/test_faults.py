@@ -14,7 +14,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import (CLUSTER_MODE, SLOW, Hookwheel, Reply, create_many, free_port, now_ms, rss_kib, scaled,
+from conftest import (CLUSTER_MODE, SLOW, Reply, create_many, now_ms, rss_kib, scaled, spawn_while_redis_is_down,
                       wait_until)
 
 LEASE = ["--lease-ttl-ms", "1500"]
@@ -199,18 +199,8 @@ def test_claims_a_killed_process_left_go_back_when_its_successor_started_while_r
     assert redis.keys("hw:{*}:cl:*"), "the timers were not claimed at their create"
     assert first.kill9() == -9
     redis.stop()
-    second = Hookwheel(tmp_path, redis.url, instance_id="restarted", args=args, name="second")
-    second.port = free_port()
-    request.node._hookwheels.append(second)  # stopped and checked by the factory's teardown
-    second._spawn()  # not start(): it cannot be ready without Redis
-
-    def up():
-        try:
-            return second.request("GET", "/healthz", timeout=1.0)[0] == 200
-        except OSError:
-            return False
-
-    assert wait_until(up, scaled(10), interval=0.1), second.log_tail()
+    second = spawn_while_redis_is_down(request, tmp_path, redis.url, instance_id="restarted", args=args,
+                                       name="second")
     time.sleep(0.5)  # its start's hand-back has failed by now
     redis.restart()
     counts = wait_all_arrived(receiver, "/left", ids, timeout=scaled(15))
