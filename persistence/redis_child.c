@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -120,17 +121,34 @@ static int make_dir(const char *path)
     return rc;
 }
 
+/* 1 when a listener holds sock: a connect that is not refused (a full
+ * backlog answers EAGAIN on a Unix socket, a live listener's too). */
+static int listened(const char *sock)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(sock) > SUN_PATH_MAX)
+        return 1; /* (the caller's path was checked; never taken for stale) */
+    memcpy(sa.sun_path, sock, strlen(sock) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 1;
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof sa), err = errno;
+    close(fd);
+    return rc == 0 || (err != ECONNREFUSED && err != ENOENT);
+}
+
 /* Connects to sock and sends PING. PROBE_NONE: nobody is listening (a
- * stale socket refuses the connection); PROBE_BUSY: something accepted the
- * connection but did not answer PONG in time (-LOADING, or a busy server:
- * still alive, so its socket must not be taken away). */
+ * stale socket refuses the connection); PROBE_BUSY: something listens but
+ * did not answer PONG in time (-LOADING, a busy server, one shutting down,
+ * or a backlog full: still alive, so its socket must not be taken away). */
 static enum probe probe(const char *sock, int timeout_ms)
 {
+    if (!listened(sock))
+        return PROBE_NONE;
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     redisContext *ctx = redisConnectUnixWithTimeout(sock, tv);
-    enum probe result = PROBE_NONE;
+    enum probe result = PROBE_BUSY;
     if (ctx && !ctx->err) {
-        result = PROBE_BUSY;
         redisReply *r = redisSetTimeout(ctx, tv) == REDIS_OK ? redisCommand(ctx, "PING") : NULL;
         if (r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0)
             result = PROBE_PONG;
@@ -155,22 +173,22 @@ static int clear_stale_socket(const redis_child *c)
             ESC(c->sock, e1));
         return -EEXIST;
     }
-    /* A redis that answers PONG may be the child of a hookwheel just
-     * killed: it got SIGTERM with its parent's death and goes within
-     * milliseconds, so a start made at once (a supervisor's restart) waits
-     * for it a while before it takes the data dir for another hookwheel's.
-     * One that accepts but never answered is refused at once: probes left
-     * in its backlog would fill it, and a full backlog refuses connections
-     * as a socket nobody listens on does. */
+    /* A redis that answers on the socket may be the child of a hookwheel
+     * just killed: it got SIGTERM with its parent's death and goes within
+     * milliseconds, or, busy with its shutdown (the last AOF writes), no
+     * longer answers meanwhile; so a start made at once (a supervisor's
+     * restart) waits for it a while before it takes the data dir for
+     * another hookwheel's. A busy one is probed every PROBE_MS only: each
+     * probe it never accepted stays in its backlog (a few, of hundreds), and
+     * a full backlog still counts as a listener (listened). */
     int64_t deadline = mono_ms() + OWNER_WAIT_MS;
-    enum probe first = probe(c->sock, PROBE_MS);
-    for (enum probe p = first; p != PROBE_NONE; p = probe(c->sock, PROBE_MS)) {
-        if (first == PROBE_BUSY || mono_ms() >= deadline) {
+    for (enum probe p = probe(c->sock, PROBE_MS); p != PROBE_NONE; p = probe(c->sock, PROBE_MS)) {
+        if (mono_ms() >= deadline) {
             LOG(LOG_ERROR, "data dir already in use", "\"data_dir\":\"%s\",\"socket\":\"%s\"",
                 ESC(c->dir, e1), ESC(c->sock, e2));
             return -EBUSY;
         }
-        sleep_ms(POLL_MS);
+        sleep_ms(p == PROBE_BUSY ? PROBE_MS : POLL_MS);
     }
     if (unlink(c->sock) != 0 && errno != ENOENT) {
         int err = errno;

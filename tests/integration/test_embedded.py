@@ -5,9 +5,11 @@ goes away while it runs. Real redis-server, real hookwheel, real receiver."""
 import json
 import os
 import signal
+import socket
+import threading
 import time
 
-from conftest import now_ms, scaled, wait_until
+from conftest import Hookwheel, free_port, now_ms, scaled, stop_process, wait_until
 
 
 def embedded_redis_pid(hw):
@@ -49,6 +51,50 @@ def test_an_embedded_redis_that_dies_is_started_again_and_its_timers_still_fire(
     assert children == [str(embedded_redis_pid(hw))]
     assert hw.stop() == 0
     assert wait_until(lambda: not os.path.exists(f"/proc/{embedded_redis_pid(hw)}"), scaled(5))
+
+
+def silent_listener(path):
+    """A Unix socket at path that something listens on and never answers
+    (a redis busy with its shutdown): connections wait in its backlog."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.listen(64)
+    return s
+
+
+def test_a_redis_that_no_longer_answers_on_the_socket_but_goes_is_waited_for(tmp_path, hookwheel_factory):
+    """The redis of a hookwheel just killed gets SIGTERM and, busy with its
+    shutdown, may accept connections without answering before it goes: a
+    start made at once waits for it, as for one that still answers."""
+    listener = silent_listener(str(tmp_path / "data-1" / "redis.sock"))
+    timer = threading.Timer(1.0, listener.close)  # gone; its socket file stays, as a killed redis's
+    timer.start()
+    try:
+        hw = hookwheel_factory(None)
+    finally:
+        timer.join()
+    assert "data dir already in use" not in hw.log_tail(400), hw.log_tail()
+    assert hw.create({"id": "after-a-busy-owner", "url": "http://127.0.0.1:9/x", "delay_ms": 60000})[0] == 201
+
+
+def test_a_data_dir_whose_socket_something_listens_on_without_answering_is_refused(tmp_path):
+    """A listener that never answers and never goes (another hookwheel's
+    redis, stuck) keeps its data dir: refused after the wait, its socket
+    left in place, however many probes its backlog holds."""
+    sock = tmp_path / "data-x" / "redis.sock"
+    listener = silent_listener(str(sock))
+    hw = Hookwheel(tmp_path, None, name="x")
+    hw.port = free_port()
+    hw._spawn()
+    try:
+        code = hw.proc.wait(timeout=scaled(20))
+    finally:
+        if hw.proc.poll() is None:
+            stop_process(hw.proc, signal.SIGKILL, timeout=5)
+        listener.close()
+    assert code != 0 and "data dir already in use" in hw.log_tail(), (code, hw.log_tail())
+    assert sock.is_socket(), "the socket of a listener was taken away"
 
 
 def test_an_instance_killed_with_sigkill_and_started_again_at_once_delivers_its_timers(
