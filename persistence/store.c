@@ -39,6 +39,7 @@
 
 #define RECONNECT_MIN_MS 50
 #define RECONNECT_MAX_MS 2000
+#define SENTINEL_POLL_MS 500 /* how often the sentinels are asked where the master is */
 #define KEY_GUARD_MAX 160
 
 typedef struct cmd {
@@ -96,6 +97,11 @@ struct store {
     int nnodes;
     int cluster;               /* redis+cluster:// */
     char *sentinel;            /* redis+sentinel://: the master's name; s->host is where it is */
+    pthread_t watcher;         /* sentinel: asks the sentinels every SENTINEL_POLL_MS (watch_main) */
+    int watching;              /* the watcher thread runs */
+    pthread_cond_t watch_cv;   /* wakes the watcher when the store stops */
+    char named_host[CLUSTER_HOST_MAX]; /* under mu: the master the sentinels named */
+    int named_port;            /* when the watcher last asked (0: none answered) */
     cluster_node *seeds;       /* cluster: the URL's nodes */
     int nseeds;
     cluster_map *map;          /* cluster: slot -> master; NULL until learned */
@@ -454,6 +460,7 @@ store *store_create(const char *url, uint32_t timeout_ms, uint32_t max_queued)
         s->held_slots = xcalloc(CLUSTER_SLOTS, sizeof *s->held_slots);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->watch_cv, NULL);
     return s;
 }
 
@@ -706,30 +713,37 @@ static int open_ctx(store *s, const char *host, int port, int *warned, conn *k)
     return 0;
 }
 
-/* Sentinel: asks each sentinel in turn where the master is
- * (SENTINEL get-master-addr-by-name) and points n there. */
+/* Asks the sentinel k is connected to where the master is (SENTINEL
+ * get-master-addr-by-name): its port, with its host in host[CLUSTER_HOST_MAX],
+ * or 0 when the sentinel does not name one. */
+static int sentinel_ask(store *s, conn *k, char *host)
+{
+    redisReply *r = conn_command(k, "SENTINEL get-master-addr-by-name %s", s->sentinel);
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_STRING &&
+             r->element[1]->type == REDIS_REPLY_STRING && r->element[0]->len < CLUSTER_HOST_MAX;
+    int port = ok ? atoi(r->element[1]->str) : 0;
+    if (port > 0 && port < 65536)
+        snprintf(host, CLUSTER_HOST_MAX, "%s", r->element[0]->str);
+    freeReplyObject(r);
+    return port > 0 && port < 65536 ? port : 0;
+}
+
+/* Sentinel: asks each sentinel in turn where the master is and points n
+ * there. */
 static int sentinel_resolve(store *s, node *n)
 {
     for (int i = 0; i < s->nseeds; i++) {
         conn k;
         int quiet = 1; /* a sentinel that does not answer is told by the warning below */
-        redisReply *r = conn_open(s, s->seeds[i].host, s->seeds[i].port, &quiet, &k) == 0
-                            ? conn_command(&k, "SENTINEL get-master-addr-by-name %s", s->sentinel)
-                            : NULL;
-        int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-                 r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING &&
-                 r->element[0]->len < CLUSTER_HOST_MAX;
-        int port = ok ? atoi(r->element[1]->str) : 0;
-        if (ok && port > 0 && port < 65536) {
-            if (strcmp(s->host, r->element[0]->str) != 0 || s->port != port)
-                LOG(LOG_INFO, "Redis Sentinel names the master", "\"master\":\"%s\",\"node\":\"%s:%d\"",
-                    s->sentinel, r->element[0]->str, port);
-            snprintf(s->host, CLUSTER_HOST_MAX, "%s", r->element[0]->str);
-            s->port = port;
-        }
-        freeReplyObject(r);
+        char host[CLUSTER_HOST_MAX];
+        int port = conn_open(s, s->seeds[i].host, s->seeds[i].port, &quiet, &k) == 0 ? sentinel_ask(s, &k, host) : 0;
         conn_close(&k);
-        if (ok && port > 0 && port < 65536) {
+        if (port) {
+            if (strcmp(s->host, host) != 0 || s->port != port)
+                LOG(LOG_INFO, "Redis Sentinel names the master", "\"master\":\"%s\",\"node\":\"%s:%d\"",
+                    s->sentinel, host, port);
+            snprintf(s->host, CLUSTER_HOST_MAX, "%s", host);
+            s->port = port;
             n->host = s->host;
             n->port = s->port;
             return 0;
@@ -1242,6 +1256,80 @@ static void read_replies(store *s, int i, cmd ***redo, redisReply ***rr, int **f
     }
 }
 
+/* ---- the sentinel watcher ----
+ *
+ * A planned failover (SENTINEL FAILOVER) promotes the replica at once, but
+ * the old master stays a master, taking writes, until the sentinels make
+ * it a replica (some 10 s later: they wait before reconfiguring a node
+ * that still says it is the master), and its resync then drops all it
+ * took. Its connections are not closed meanwhile and it answers no
+ * READONLY, so the writer would follow only then. The watcher thread asks
+ * the sentinels where the master is every SENTINEL_POLL_MS, on a
+ * connection it keeps (to the first sentinel in the URL's order that
+ * answers), and the writer drops its connection when they name another
+ * node: the next batch connects to the master they name. */
+
+/* The master the sentinels name, asked on *k (opened to the first sentinel
+ * that answers, from the URL's first, when closed): its port with its host
+ * in host, or 0 when none answers. */
+static int watch_ask(store *s, conn *k, char *host)
+{
+    for (int i = 0; i < s->nseeds; i++) {
+        int quiet = 1; /* the writer's own connects say when nothing answers */
+        if (!k->ctx && conn_open(s, s->seeds[i].host, s->seeds[i].port, &quiet, k) < 0)
+            continue;
+        int port = sentinel_ask(s, k, host);
+        if (port)
+            return port;
+        conn_close(k); /* the next round starts from the first sentinel again */
+    }
+    return 0;
+}
+
+static void *watch_main(void *arg)
+{
+    store *s = arg;
+    pthread_setname_np(pthread_self(), "hw-sentinel");
+    conn k = {NULL, NULL};
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        char host[CLUSTER_HOST_MAX];
+        int port = watch_ask(s, &k, host);
+        pthread_mutex_lock(&s->mu);
+        if (port)
+            memcpy(s->named_host, host, sizeof host);
+        s->named_port = port; /* none answered: the writer keeps its master, acting on no older answer */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + SENTINEL_POLL_MS * 1000000u;
+        ts.tv_sec += (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        if (!s->stopping)
+            pthread_cond_timedwait(&s->watch_cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+    conn_close(&k);
+    return NULL;
+}
+
+/* Writer: drops the connection to the master when the sentinels, as the
+ * watcher last asked them, name another node. */
+static void follow_sentinels(store *s)
+{
+    node *n = &s->nodes[0];
+    char host[CLUSTER_HOST_MAX];
+    pthread_mutex_lock(&s->mu);
+    int port = s->named_port;
+    memcpy(host, s->named_host, sizeof host);
+    pthread_mutex_unlock(&s->mu);
+    if (!port || !n->conn.ctx || (port == n->port && strcmp(host, n->host) == 0))
+        return;
+    LOG(LOG_WARN, "Redis Sentinel names another master: the connection to the old one is dropped",
+        "\"master\":\"%s\",\"node\":\"%s:%d\",\"named\":\"%s:%d\"", s->sentinel, n->host, n->port, host, port);
+    drop_node(n);
+}
+
 /* One batch: every command goes to the master of its slot (the only
  * Redis, when not a cluster), each master's share is written in one go and
  * its replies read in order, so commands to one slot keep their order.
@@ -1251,6 +1339,8 @@ static void run_batch(store *s, cmd *batch)
 {
     if (s->cluster && (!s->map || s->map_stale))
         refresh_map(s);
+    if (s->watching)
+        follow_sentinels(s);
     if (s->held && clock_now_ms() >= s->held_until) { /* held calls go first, in their order */
         *s->held_tail = batch;
         batch = s->held;
@@ -1383,6 +1473,12 @@ int store_start(store *s)
     if (rc)
         return -rc;
     s->started = 1;
+    if (s->sentinel) {
+        rc = pthread_create(&s->watcher, NULL, watch_main, s);
+        if (rc) /* then a failover is followed when the old master is lost or demoted */
+            LOG(LOG_WARN, "the Redis Sentinel watcher could not start", "\"error\":%d", rc);
+        s->watching = rc == 0;
+    }
     return 0;
 }
 
@@ -1394,12 +1490,16 @@ void store_free(store *s)
         pthread_mutex_lock(&s->mu);
         s->stopping = 1;
         pthread_cond_signal(&s->cv);
+        pthread_cond_signal(&s->watch_cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->thread, NULL);
+        if (s->watching)
+            pthread_join(s->watcher, NULL);
     }
     if (s->tail) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
+        pthread_cond_destroy(&s->watch_cv);
     }
     for (int i = 0; i < s->nnodes; i++)
         drop_node(&s->nodes[i]);

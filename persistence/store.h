@@ -82,7 +82,9 @@ int store_url_valid(const char *url);
  *       one Redis whose master Redis Sentinel names: before every connect
  *       the writer asks the sentinels (in the URL's order) where <master>
  *       is and checks ROLE; a lost connection or a READONLY answer (a
- *       demoted master) makes it ask again, so a failover is followed
+ *       demoted master) makes it ask again, and so does a watcher thread
+ *       that asks them every 500 ms and has the writer leave a master they
+ *       no longer name, so a failover, planned ones too, is followed
  *       without a restart. The user part is the data nodes'.
  *   rediss://..., rediss+cluster://..., rediss+sentinel://...
  *       the same over TLS to every node (sentinels included), with the

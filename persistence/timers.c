@@ -740,13 +740,14 @@ int timers_begin(timers *t, uint32_t partition, size_t n, const timer_begin *ite
     if (n == 0 || n > TIMERS_BATCH_MAX)
         return -EINVAL;
     args a;
-    args_init(&a, (int)(1 + 4 * n), n * (KEYS_MAX + 3 * 24) + 64);
+    args_init(&a, (int)(1 + 5 * n), n * (KEYS_MAX + 4 * 24) + 64);
     arg_timer_keys(&a, partition, n, items, sizeof *items);
     arg_str(&a, t->tag);
     for (size_t i = 0; i < n; i++) {
         arg_u64(&a, items[i].version);
         arg_u64(&a, items[i].token);
         arg_str(&a, items[i].recurring ? "1" : "0");
+        arg_u64(&a, items[i].due_ms);
     }
     return submit_batch(t, SCRIPT_BEGIN, (int)n, &a, begin_done, batch_new((void *)cb, arg, n));
 }

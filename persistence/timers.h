@@ -278,19 +278,29 @@ int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t li
 /* Begins the attempts of n timers of one partition (at most
  * TIMERS_BATCH_MAX): results[i].attempt is the attempt number (>= 1) of
  * items[i] when it may start, else one of enum timers_refusal; then its run
- * number (>= 1) and when that run was due. */
+ * number (>= 1) and when that run was due. TIMERS_NOT_DUE: the timer is
+ * due later than items[i].due_ms (it was made again after a create whose
+ * write a failover lost); run_due_ms is then its due time, and nothing
+ * changed. */
 #define TIMERS_BATCH_MAX 256
 typedef struct timer_begin {
     const char *id;
     uint64_t version;  /* the version its run was claimed under */
     uint32_t token;    /* unique among this instance's jobs */
     int recurring;
+    uint64_t due_ms;   /* the due time the job holds for this attempt */
 } timer_begin;
-enum timers_refusal { TIMERS_GONE = 0, TIMERS_NOT_WAITING = -1, TIMERS_NOT_OURS = -2, TIMERS_MOVED = -3 };
+enum timers_refusal {
+    TIMERS_GONE = 0,
+    TIMERS_NOT_WAITING = -1,
+    TIMERS_NOT_OURS = -2,
+    TIMERS_MOVED = -3,
+    TIMERS_NOT_DUE = -4
+};
 typedef struct timer_begun {
     int32_t attempt;    /* >= 1, or enum timers_refusal */
     uint32_t run;       /* the run this attempt belongs to (1: the first) */
-    int64_t run_due_ms; /* when that run was due */
+    int64_t run_due_ms; /* when that run was due (TIMERS_NOT_DUE: when the timer is due) */
 } timer_begun;
 typedef void (*timers_begin_cb)(void *arg, int status, size_t n, const timer_begun *results);
 int timers_begin(timers *t, uint32_t partition, size_t n, const timer_begin *items, timers_begin_cb cb, void *arg)

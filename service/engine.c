@@ -462,6 +462,9 @@ static void begun_cb(void *arg, int status, size_t n, const timer_begun *res)
             j->attempts = (uint32_t)res[i].attempt;
             j->run = res[i].run;
             j->run_due_ms = res[i].run_due_ms;
+        } else if (j->reply_ok && res[i].attempt == TIMERS_NOT_DUE && res[i].run_due_ms > 0) {
+            j->reply_code = 2;
+            j->next_fire_ms = (uint64_t)res[i].run_due_ms;
         }
         j->msg = MSG_BEGUN;
         j->inbox_next = i + 1 < b->n ? b->jobs[i + 1] : NULL;
@@ -543,7 +546,7 @@ static void send_begins(engine *e, job_batch *b)
     timer_begin items[TIMERS_BATCH_MAX] = {{0}};
     for (size_t i = 0; i < n; i++) {
         job *j = b->jobs[i];
-        items[i] = (timer_begin){j->id, j->version, j->token, spec_recurring(j->spec)};
+        items[i] = (timer_begin){j->id, j->version, j->token, spec_recurring(j->spec), j->due_ms};
     }
     if (timers_begin(e->tm, b->partition, n, items, begun_cb, b) < 0) {
         for (size_t i = 0; i < n; i++) {
@@ -983,6 +986,14 @@ static void on_begun(engine *e, job *j)
     if (!j->reply_ok) { /* Redis unreachable: nothing started, try again later */
         limiter_done(e->lim, &j->lj);
         park(e, j);
+        pump(e);
+        return;
+    }
+    if (j->reply_code == 2) { /* due later in Redis than here: waits for that time, never early */
+        job_log(LOG_DEBUG, "attempt not started: the timer is due later", j, "\"fire_at_ms\":%" PRIu64,
+                j->next_fire_ms);
+        limiter_done(e->lim, &j->lj);
+        schedule(e, j, JOB_WHEEL, j->next_fire_ms);
         pump(e);
         return;
     }

@@ -5,17 +5,23 @@
 -- run void) may start; it becomes 'firing', so a cancel from now on answers
 -- 409 (this is what makes cancel exact) and a fire is kept for after the run.
 -- KEYS: the timer keys
--- ARGV: 1 this instance's owner tag, then for the i-th timer (from 2 + 3(i-1)):
+-- ARGV: 1 this instance's owner tag, then for the i-th timer (from 2 + 4(i-1)):
 --       the version its run was claimed under, the job's token (unique per
 --       job of the instance), recurring ("1"; a one-shot timer has one
 --       run, so a fire, reschedule or pause between its retries starts its
---       attempts again as run 1, not a second run)
+--       attempts again as run 1, not a second run), and the due time (ms)
+--       the job holds for this attempt
 -- Returns three numbers per timer: its attempt number (>= 1) when it may
 -- start, else 0 gone, -1 not waiting (paused, cancelled, finished), -2 not
--- claimed by this instance, -3 moved (a newer version); then its run number
--- (1 for the first run; a manual retry of a dead letter replays the run it
--- failed in) and when that run was due (ms; a retry's deadline counts from
--- it), both 0 when it may not start. Repeating it is safe: a timer this
+-- claimed by this instance, -3 moved (a newer version), -4 not due yet;
+-- then its run number (1 for the first run; a manual retry of a dead
+-- letter replays the run it failed in) and when that run was due (ms; a
+-- retry's deadline counts from it), both 0 when it may not start, except
+-- that -4 gives the timer's due time as the third number. -4 is a timer
+-- due later than the job asking holds: a create whose write a failover
+-- lost, made again under the same id and version, due later; the job held
+-- since the lost create must not start the new one early (it waits for
+-- the due time given). Repeating it is safe: a timer this
 -- instance already marked firing for the same job (token) answers its
 -- attempt again, so a begin whose reply was lost is sent again and the
 -- attempt still happens; another job of the same timer (held twice after a
@@ -24,11 +30,11 @@ local out = {}
 local function answer(att, r)
   out[#out + 1] = att
   out[#out + 1] = att >= 1 and r.runs or 0
-  out[#out + 1] = att >= 1 and r.plan or 0
+  out[#out + 1] = att >= 1 and r.plan or att == -4 and r.fire or 0
 end
 for i = 1, batch_keys(KEYS) do
   local tk = KEYS[i]
-  local a = 2 + 3 * (i - 1)
+  local a = 2 + 4 * (i - 1)
   local r = head_get(tk)
   local tok = tonumber(ARGV[a + 1])
   if not r then
@@ -41,6 +47,8 @@ for i = 1, batch_keys(KEYS) do
     answer(-2)
   elseif r.ver ~= tonumber(ARGV[a]) then
     answer(-3)
+  elseif r.fire > tonumber(ARGV[a + 3]) then
+    answer(-4, r)
   else
     r.att = r.att + 1
     if r.att == 1 then -- a new run: its number, and when it was due

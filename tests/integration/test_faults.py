@@ -656,6 +656,37 @@ def test_a_timer_whose_begin_a_failover_lost_is_attempted_again(tmp_path, receiv
         assert hw.wait_state("fo-1", ("delivered",), scaled(10))["state"] == "delivered"
 
 
+def test_a_create_a_failover_lost_and_made_again_later_is_not_delivered_before_its_new_due_time(
+        tmp_path, receiver, hookwheel_factory):
+    """A create claims its timer into the instance's memory as it writes
+    it. When a failover loses that write, the client that got no answer
+    makes the timer again (same id) on the new master, due later, and the
+    instance claims that one too: it now holds two jobs of one id under the
+    same version. The first one's due time passing must not start the new
+    record's attempt: it is delivered once, at its own due time, not
+    before."""
+    with failover_pair(tmp_path) as (master, replica, endpoint):
+        hw = hookwheel_factory(f"redis://127.0.0.1:{endpoint.port}",
+                               args=["--partitions", "1", "--window-ms", "5000", *LEASE])
+        cut_replica_once_caught_up(master, replica)  # the replica will miss the create
+        spec = {"id": "made-again", "url": receiver.url("/again"), "delay_ms": 1000}
+        status, _, body = hw.create(spec)
+        assert status == 201, body
+        endpoint.switch(replica.port)  # the failover: the create is lost
+        def create_again():
+            status, _, body = hw.create({**spec, "delay_ms": 4000})
+            return body if status == 201 else None
+        timer = wait_until(create_again, scaled(5), interval=0.05)
+        assert timer, "the timer could not be made again on the new master"
+        got = receiver.wait_for(1, scaled(15), path="/again")
+        assert got, f"never delivered; it reads: {hw.get('made-again')[2]}"
+        early = timer["fire_at_ms"] - got[0].wall_ms
+        assert early <= 0, f"delivered {early:.0f} ms before its due time {timer['fire_at_ms']}"
+        time.sleep(1.0)
+        assert len(receiver.requests("/again")) == 1
+        assert hw.wait_state("made-again", ("delivered",), scaled(5))["state"] == "delivered"
+
+
 def test_timers_whose_finish_a_failover_lost_are_handed_back_and_run_again(tmp_path, receiver, hookwheel_factory):
     """A failover may also lose the finish of an attempt while the replica
     has its begin: the new master shows the timer firing, held by this live

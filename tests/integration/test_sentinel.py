@@ -6,6 +6,7 @@ creates: the sentinels promote the replica, hookwheel follows without a
 restart, requests in between get 503 or succeed, and every acknowledged
 timer exists afterwards and is delivered."""
 import signal
+import time
 
 import pytest
 
@@ -91,3 +92,28 @@ def test_without_a_replica_to_acknowledge_creates_answer_503_and_a_retry_succeed
     # 200 when the first one had reached the master)
     assert wait_until(lambda: hw.create(spec)[0] in (200, 201), scaled(15), interval=0.3)
     assert receiver.wait_for(1, scaled(10), path="/r")
+
+
+def test_a_planned_failover_is_followed_when_the_sentinels_switch_not_when_the_old_master_is_demoted(
+        sentinels, hookwheel_factory, receiver):
+    """SENTINEL FAILOVER (a planned switch) promotes the replica at once,
+    but the old master stays a master, and takes writes, until the
+    sentinels make it a replica some 10 s later, which drops all it took
+    meanwhile: acknowledged creates, claims, outcomes, the instances'
+    leases. hookwheel must follow the sentinels' switch, not wait for the
+    old master's demotion: a timer created 3 s after the switch is on the
+    new master."""
+    hw = hookwheel_factory(sentinels.url)
+    old, new = sentinels.master, sentinels.replicas[0]
+    assert hw.create({"id": "before-switch", "url": receiver.url("/sw"), "delay_ms": 60000})[0] == 201
+    sentinels.sentinels[0].cmd("SENTINEL", "FAILOVER", sentinels.name)
+    assert wait_until(lambda: all(sentinels.sentinel_master(s) == new.port for s in sentinels.sentinels),
+                      scaled(10), interval=0.05)
+    time.sleep(3.0)
+    assert old.cmd("ROLE")[0] == "master", "the old master was demoted already: this test needs it not to be"
+    status, _, body = hw.create({"id": "after-switch", "url": receiver.url("/sw"), "delay_ms": 500})
+    assert status == 201, body
+    assert new.keys("hw:*after-switch*"), "the create was written to the old master, which will drop it"
+    assert receiver.wait_for(1, scaled(10), path="/sw")
+    assert any("Redis Sentinel names another master" in line
+               for line in hw.log.read_text(errors="replace").splitlines())

@@ -325,6 +325,10 @@ static void get(timers *t, const char *id)
     wait_done();
 }
 
+/* A due time for a begin whose item is not about it: no timer is due later
+ * (begin.lua refuses a job that holds an earlier due time than the timer's). */
+#define DUE_ANY ((uint64_t)1 << 52)
+
 static void begin(timers *t, size_t n, const timer_begin *items)
 {
     assert_int_equal(timers_begin(t, timers_partition(t, items[0].id), n, items, begin_cb, NULL), 0);
@@ -400,7 +404,7 @@ static void test_a_batch_begin_answers_each_timer_begun_cancelled_or_held_elsewh
     wait_done();
     assert_int_equal(res.status, TIMERS_OK);
     assert_int_equal(res.flag, 1);
-    timer_begin items[3] = {{ids[0], 0, 11, 0}, {ids[1], 0, 12, 0}, {ids[2], 0, 13, 0}};
+    timer_begin items[3] = {{ids[0], 0, 11, 0, DUE_ANY}, {ids[1], 0, 12, 0, DUE_ANY}, {ids[2], 0, 13, 0, DUE_ANY}};
     begin(f->a, 3, items);
     assert_int_equal(res.begun[0], 1);
     assert_int_equal(res.begun[1], TIMERS_NOT_WAITING);
@@ -409,7 +413,7 @@ static void test_a_batch_begin_answers_each_timer_begun_cancelled_or_held_elsewh
      * attempt; by another job of the same timer: refused */
     begin(f->a, 1, items);
     assert_int_equal(res.begun[0], 1);
-    timer_begin other = {ids[0], 0, 99, 0};
+    timer_begin other = {ids[0], 0, 99, 0, DUE_ANY};
     begin(f->a, 1, &other);
     assert_int_equal(res.begun[0], TIMERS_NOT_WAITING);
     /* the cancel that comes after the begin is too late */
@@ -430,10 +434,29 @@ static void test_a_begin_under_an_older_version_is_refused_as_moved(void **state
     assert_int_equal(res.status, TIMERS_OK);
     assert_int_equal(res.flag, 1); /* due within the horizon: held again */
     assert_int_equal(res.v.version, 1);
-    timer_begin old = {"t-moved", 0, 5, 0}, cur = {"t-moved", 1, 6, 0};
+    timer_begin old = {"t-moved", 0, 5, 0, DUE_ANY}, cur = {"t-moved", 1, 6, 0, DUE_ANY};
     begin(f->a, 1, &old);
     assert_int_equal(res.begun[0], TIMERS_MOVED);
     begin(f->a, 1, &cur);
+    assert_int_equal(res.begun[0], 1);
+}
+
+static void test_a_begin_by_a_job_that_holds_an_earlier_due_time_is_refused_as_not_due(void **state)
+{
+    /* The job of a create whose write a failover lost, while the timer was
+     * made again under its id, due later, and claimed by the same instance:
+     * same owner, same version, but not due yet. */
+    fixture *f = *state;
+    int64_t lost = (int64_t)clock_now_ms() - 5, again = (int64_t)clock_now_ms() + 3000;
+    create(f->a, "t-again", again, 1, NULL, TIMERS_OK);
+    timer_begin stale = {"t-again", 0, 8, 0, (uint64_t)lost}, own = {"t-again", 0, 9, 0, (uint64_t)again};
+    begin(f->a, 1, &stale);
+    assert_int_equal(res.begun[0], TIMERS_NOT_DUE);
+    assert_int_equal(res.run_due[0], again); /* when it is due: the job waits for it */
+    get(f->a, "t-again");
+    assert_string_equal(res.v.state, "scheduled"); /* nothing changed */
+    assert_int_equal(res.v.attempts, 0);
+    begin(f->a, 1, &own);
     assert_int_equal(res.begun[0], 1);
 }
 
@@ -445,7 +468,7 @@ static void test_a_batch_finish_records_each_outcome_and_a_repeat_answers_the_sa
     int64_t fire = (int64_t)clock_now_ms();
     for (int i = 0; i < 3; i++)
         create(f->a, ids[i], fire, 1, NULL, TIMERS_OK);
-    timer_begin b[3] = {{ids[0], 0, 1, 0}, {ids[1], 0, 2, 0}, {ids[2], 0, 3, 0}};
+    timer_begin b[3] = {{ids[0], 0, 1, 0, DUE_ANY}, {ids[1], 0, 2, 0, DUE_ANY}, {ids[2], 0, 3, 0, DUE_ANY}};
     begin(f->a, 3, b);
     int64_t retry_at = (int64_t)clock_now_ms() + 600000; /* beyond the horizon: back to the index */
     timer_finish fin[3] = {
@@ -481,7 +504,7 @@ static void test_an_attempt_that_never_left_is_requeued_without_counting(void **
 {
     fixture *f = *state;
     create(f->a, "t-requeue", (int64_t)clock_now_ms(), 1, NULL, TIMERS_OK);
-    timer_begin b = {"t-requeue", 0, 31, 0};
+    timer_begin b = {"t-requeue", 0, 31, 0, DUE_ANY};
     begin(f->a, 1, &b);
     assert_int_equal(res.begun[0], 1);
     int64_t again = (int64_t)clock_now_ms() + 1500;
@@ -505,7 +528,7 @@ static void test_a_dead_letter_retried_runs_again_as_the_run_it_failed_in(void *
     fixture *f = *state;
     int64_t due = (int64_t)clock_now_ms() - 5;
     create(f->a, "t-run", due, 1, NULL, TIMERS_OK);
-    timer_begin b = {"t-run", 0, 41, 0};
+    timer_begin b = {"t-run", 0, 41, 0, DUE_ANY};
     begin(f->a, 1, &b);
     assert_int_equal(res.begun[0], 1);
     assert_int_equal(res.run[0], 1);
@@ -568,7 +591,7 @@ static void test_the_history_keeps_the_newest_attempts_only(void **state)
     create(f->a, "t-hist", (int64_t)clock_now_ms(), 1, NULL, TIMERS_OK);
     char json[5][16];
     for (uint32_t i = 0; i < 5; i++) {
-        timer_begin b = {"t-hist", 0, 100 + i, 0};
+        timer_begin b = {"t-hist", 0, 100 + i, 0, DUE_ANY};
         begin(f->a, 1, &b);
         assert_int_equal(res.begun[0], (int32_t)i + 1);
         assert_int_equal(res.run[0], 1); /* the retries of one run */
@@ -602,7 +625,7 @@ static void test_a_claim_takes_due_timers_soonest_first_and_release_hands_them_b
     assert_true((!strcmp(seen[0], "c-late") && !strcmp(seen[1], "c-early")) ||
                 (!strcmp(seen[1], "c-late") && !strcmp(seen[0], "c-early")));
     /* held by b: a's begin is refused; after b's release, a's sweep gets them */
-    timer_begin x = {"c-early", 0, 7, 0};
+    timer_begin x = {"c-early", 0, 7, 0, DUE_ANY};
     begin(f->a, 1, &x);
     assert_int_equal(res.begun[0], TIMERS_NOT_OURS);
     memset(&res, 0, sizeof res);
@@ -1060,7 +1083,7 @@ static void test_a_firing_timer_its_holder_no_longer_runs_is_listed_and_handed_b
     create(f->a, "hb-1", now + 1000, 0, NULL, TIMERS_OK);
     uint32_t p = timers_partition(f->a, "hb-1");
     claim(f->b, "hb-1", 10);
-    timer_begin x = {"hb-1", 0, 21, 0};
+    timer_begin x = {"hb-1", 0, 21, 0, DUE_ANY};
     begin(f->b, 1, &x);
     assert_int_equal(res.begun[0], 1);
     /* only claims due by the bound are read */
@@ -1370,6 +1393,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_batch_begin_answers_each_timer_begun_cancelled_or_held_elsewhere, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_a_begin_by_a_job_that_holds_an_earlier_due_time_is_refused_as_not_due,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_begin_under_an_older_version_is_refused_as_moved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_batch_finish_records_each_outcome_and_a_repeat_answers_the_same, setup,
                                         teardown),
