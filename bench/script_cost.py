@@ -116,7 +116,7 @@ def one_run(lua, n, batch, claim_batch, create_batch, general):
         groups = [range(i, min(i + batch, n)) for i in range(0, n, batch)]
         c.call("CONFIG", "RESETSTAT")
         r = pipeline([["FCALL", sha["begin"], len(g), *[tk(i) for i in g], TAG,
-                       *[a for i in g for a in (0, i + 1, 0)]] for g in groups], k=50)
+                       *[a for i in g for a in (0, i + 1, 0, 2 ** 53)]] for g in groups], k=50)
         assert all(x[0::3] == [1] * len(g) for x, g in zip(r, groups)), r[:3]
         begin = fcall_usec(c) / n
         c.call("CONFIG", "RESETSTAT")

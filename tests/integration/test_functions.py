@@ -167,8 +167,8 @@ def test_a_firing_timer_no_job_holds_is_handed_back_only_while_in_the_attempt_it
         redis.cmd("FCALL", claim, 3, f"hw:{{{p}}}:nss", f"hw:{{{p}}}:cl:{tag}", f"hw:{{{p}}}:lc:{tag}",
                   due + 10, limit, tag, prefix, "0")
     assert sorted(redis.cmd("ZRANGE", mine, 0, -1)) == sorted([a, b]) and redis.cmd("ZRANGE", others, 0, -1) == [c]
-    assert redis.cmd("FCALL", begin, 2, key[a], key[b], me, 0, 11, "0", 0, 12, "0")[::3] == [1, 1]
-    assert redis.cmd("FCALL", begin, 1, key[c], other, 0, 13, "0")[0] == 1
+    assert redis.cmd("FCALL", begin, 2, key[a], key[b], me, 0, 11, "0", due, 0, 12, "0", due + 1)[::3] == [1, 1]
+    assert redis.cmd("FCALL", begin, 1, key[c], other, 0, 13, "0", due + 2)[0] == 1
     # Only claims due by `until` are read; the rest of the call's limit is not what stops it.
     assert redis.cmd("FCALL", held, 1, mine, prefix, me, due - 1, 0, 10) == [0]
     listed = redis.cmd("FCALL", held, 1, mine, prefix, me, due + 10, 0, 10)
@@ -181,7 +181,7 @@ def test_a_firing_timer_no_job_holds_is_handed_back_only_while_in_the_attempt_it
     kept = redis.cmd("FCALL", finish, 1, key[b], me, now, 60000, due + 100_000, 5,
                      b, "retry", '{"status":500}', due + 5, "1", 0, "0", 0, -1)
     assert kept[0] == 1 and kept[3] == 1
-    assert redis.cmd("FCALL", begin, 1, key[b], me, 0, 12, "0")[0] == 2
+    assert redis.cmd("FCALL", begin, 1, key[b], me, 0, 12, "0", due + 5)[0] == 2
     lost = '{"error":"attempt interrupted: its finish was lost"}'
     out = redis.cmd("FCALL", handback, 3, key[a], key[b], key[c], me, now, lost, 60000, 5,
                     a, 11, 1, 1, b, 12, 1, 1, c, 13, 1, 1)
