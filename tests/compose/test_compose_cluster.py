@@ -27,6 +27,11 @@ def test_timers_spread_over_the_three_masters_are_delivered(cluster_stack):
     for node in ("redis-1", "redis-2", "redis-3"):
         keys = int(docker("exec", s.container(node), "redis-cli", "dbsize").strip())
         assert keys > 0, node
+    # watchdog leases work too (the file sets a lease prefix with a hash tag)
+    status, body = s.http("POST", "/leases", {"key": "cl-lock", "owner": "w-1", "ttl_ms": 30000})
+    assert status == 201, body
+    status, body = s.http("GET", "/leases/cl-lock")
+    assert status == 200 and json.loads(body)["owner"] == "w-1", body
 
 
 def test_a_master_killed_is_replaced_and_timers_go_on(cluster_stack):
