@@ -88,6 +88,7 @@
 #include <microhttpd.h>
 
 #include "auth.h"
+#include "clock.h"
 #include "hex.h"
 
 #include "list.h"
@@ -173,13 +174,6 @@ struct http_req {
     char rid[HTTP_REQUEST_ID_MAX + 1]; /* the request id (http_req_id) */
     struct kv kvs[];            /* headers, then query, then all the strings */
 };
-
-static uint64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* ---- percent-decoding, paths and routes ---------------------------------- */
 
@@ -431,7 +425,7 @@ static http_req *req_create(http_server *s, struct MHD_Connection *conn, const c
                                  hs.bytes + qs.bytes);
     r->srv = s;
     r->conn = conn;
-    r->start_us = mono_us();
+    r->start_us = clock_mono_us();
     list_init(&r->link);
     list_init(&r->stop_link);
     atomic_init(&r->claimed, false);
@@ -506,7 +500,7 @@ static void request_id_set(http_req *r)
 static bool client_error_line_allowed(void)
 {
     static atomic_uint_fast64_t window_s, in_window, suppressed;
-    uint64_t now_s = mono_us() / 1000000u, w = atomic_load(&window_s);
+    uint64_t now_s = clock_mono_us() / 1000000u, w = atomic_load(&window_s);
     if (now_s != w && atomic_compare_exchange_strong(&window_s, &w, now_s)) {
         atomic_store(&in_window, 0);
         uint64_t n = atomic_exchange(&suppressed, 0);
@@ -547,7 +541,7 @@ static void log_request(const http_req *r, enum MHD_RequestTerminationCode toe)
         "\"completed\":%s,\"request_id\":\"%s\"",
         log_json_escape(r->method, method, sizeof method),
         log_json_escape(r->path, path, sizeof path), r->status,
-        (unsigned long long)(mono_us() - r->start_us), completed ? "true" : "false", r->rid);
+        (unsigned long long)(clock_mono_us() - r->start_us), completed ? "true" : "false", r->rid);
 }
 
 /* ---- responses ----------------------------------------------------------- */
@@ -749,7 +743,7 @@ static void deadline_set(const http_server *s, struct MHD_Connection *conn, uint
 {
     struct http_conn *c = s->head_us ? conn_of(conn) : NULL;
     if (c)
-        atomic_store(&c->deadline_us, us ? mono_us() + us : 0);
+        atomic_store(&c->deadline_us, us ? clock_mono_us() + us : 0);
 }
 
 /* libmicrohttpd's connection notifications: link a new connection, with
@@ -765,7 +759,7 @@ static void notify_connection_cb(void *cls, struct MHD_Connection *conn, void **
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         c = xcalloc(1, sizeof *c);
         c->fd = ci ? ci->connect_fd : -1;
-        atomic_init(&c->deadline_us, s->head_us ? mono_us() + s->head_us : 0);
+        atomic_init(&c->deadline_us, s->head_us ? clock_mono_us() + s->head_us : 0);
         pthread_mutex_lock(&s->conn_lock);
         list_insert_tail(&s->conns, &c->link);
         pthread_mutex_unlock(&s->conn_lock);
@@ -791,7 +785,7 @@ static void *uri_log_cb(void *cls, const char *uri, struct MHD_Connection *conn)
     struct http_conn *c = s->head_us ? conn_of(conn) : NULL;
     (void)uri;
     if (c) {
-        uint64_t d = mono_us() + s->head_us, cur = atomic_load(&c->deadline_us);
+        uint64_t d = clock_mono_us() + s->head_us, cur = atomic_load(&c->deadline_us);
         if (cur == 0 || d < cur)
             atomic_store(&c->deadline_us, d);
     }
@@ -853,7 +847,7 @@ static void *watch_main(void *arg)
         ts.tv_sec += (time_t)(ns / 1000000000u);
         ts.tv_nsec = (long)(ns % 1000000000u);
         pthread_cond_timedwait(&s->watch_wake, &s->conn_lock, &ts);
-        unsigned n = s->watch_stop ? 0 : watch_sweep(s, mono_us());
+        unsigned n = s->watch_stop ? 0 : watch_sweep(s, clock_mono_us());
         if (n) {
             pthread_mutex_unlock(&s->conn_lock);
             LOG(LOG_INFO, "closed API connections whose request was not in by its deadline",
@@ -861,10 +855,10 @@ static void *watch_main(void *arg)
                 (unsigned long long)(s->head_us / 1000u), (unsigned long long)(s->body_us / 1000u));
             pthread_mutex_lock(&s->conn_lock);
         }
-        shed_flush(mono_us(), &last_shed_us, false);
+        shed_flush(clock_mono_us(), &last_shed_us, false);
     }
     pthread_mutex_unlock(&s->conn_lock);
-    shed_flush(mono_us(), &last_shed_us, true);
+    shed_flush(clock_mono_us(), &last_shed_us, true);
     return NULL;
 }
 
@@ -1351,7 +1345,7 @@ http_server *http_start(const http_config *cfg, const http_route *routes, size_t
     }
     http_server *s = server_create(cfg, routes, n, app);
     if (getrandom(&s->rid_prefix, sizeof s->rid_prefix, 0) != sizeof s->rid_prefix)
-        s->rid_prefix = (uint32_t)mono_us(); /* cannot happen on Linux >= 3.17 for 4 bytes */
+        s->rid_prefix = (uint32_t)clock_mono_us(); /* cannot happen on Linux >= 3.17 for 4 bytes */
     if (listen_parse(cfg->listen, &s->addr, &v6) != 0) {
         LOG(LOG_ERROR, "invalid listen address", "\"listen\":\"%s\"",
             log_json_escape(cfg->listen ? cfg->listen : "", esc, sizeof esc));

@@ -1,4 +1,4 @@
-/* clock.h - wall-clock time in milliseconds.
+/* clock.h - wall-clock time in milliseconds, and the monotonic clock.
  *
  * Due times are wall-clock epoch milliseconds because they are shared through
  * Redis by every instance; each instance must run with a synchronised clock
@@ -20,6 +20,22 @@ static inline uint64_t clock_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* The monotonic clock: for durations and deadlines within this process,
+ * which a step of the wall clock (NTP, an operator's date) must not move. */
+static inline uint64_t clock_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static inline uint64_t clock_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 

@@ -413,15 +413,6 @@ static void release_attempt(dispatch *d, job *j)
     d->running--;
 }
 
-/* The monotonic clock in microseconds: an attempt's duration does not
- * follow a step of the wall clock (NTP, an operator's date) made during it. */
-static uint64_t mono_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 int dispatch_start(dispatch *d, job *j)
 {
     CURL *e = easy_get(d);
@@ -465,7 +456,7 @@ int dispatch_start(dispatch *d, job *j)
         curl_easy_setopt(e, CURLOPT_USERAGENT, "hookwheel/" HOOKWHEEL_VERSION);
     set_method(e, s);
     j->started_us = clock_now_us();
-    j->started_mono_us = mono_now_us();
+    j->started_mono_us = clock_mono_us();
     uint32_t i = 0; /* the first shard with room (shard 0 at low concurrency) */
     while (i + 1 < d->nsh && d->sh[i].running >= SHARD_RUNNING)
         i++;
@@ -527,7 +518,7 @@ static void complete(dispatch *d, job *j, CURLcode rc)
     attempt_result res = {0};
     long status = 0;
     curl_easy_getinfo(j->easy, CURLINFO_RESPONSE_CODE, &status);
-    uint64_t took_us = mono_now_us() - j->started_mono_us;
+    uint64_t took_us = clock_mono_us() - j->started_mono_us;
     res.started_ms = j->started_us / 1000u;
     res.duration_ms = (uint32_t)(took_us / 1000u);
     res.duration_us = took_us;

@@ -534,29 +534,26 @@ static int lease_held(engine *e)
 static void send_begins(engine *e, job_batch *b)
 {
     size_t n = b->n; /* once sent, b is the writer thread's: its callback frees it */
-    if (!lease_held(e)) {
+    uint64_t later_ms = LEASE_WAIT_MS;
+    if (lease_held(e)) {
+        timer_begin items[TIMERS_BATCH_MAX] = {{0}};
         for (size_t i = 0; i < n; i++) {
-            limiter_done(e->lim, &b->jobs[i]->lj);
-            schedule(e, b->jobs[i], JOB_PARKED, clock_now_ms() + LEASE_WAIT_MS);
+            job *j = b->jobs[i];
+            items[i] = (timer_begin){j->id, j->version, j->token, spec_recurring(j->spec), j->due_ms};
         }
+        if (timers_begin(e->tm, b->partition, n, items, begun_cb, b) >= 0) {
+            e->store_jobs += (uint32_t)n;
+            return;
+        }
+        later_ms = PARK_MS; /* not sent: Redis is out of reach */
+    } else {
         e->lease_waits += n;
-        free(b);
-        return;
     }
-    timer_begin items[TIMERS_BATCH_MAX] = {{0}};
     for (size_t i = 0; i < n; i++) {
-        job *j = b->jobs[i];
-        items[i] = (timer_begin){j->id, j->version, j->token, spec_recurring(j->spec), j->due_ms};
+        limiter_done(e->lim, &b->jobs[i]->lj);
+        schedule(e, b->jobs[i], JOB_PARKED, clock_now_ms() + later_ms);
     }
-    if (timers_begin(e->tm, b->partition, n, items, begun_cb, b) < 0) {
-        for (size_t i = 0; i < n; i++) {
-            limiter_done(e->lim, &b->jobs[i]->lj);
-            park(e, b->jobs[i]);
-        }
-        free(b);
-        return;
-    }
-    e->store_jobs += (uint32_t)n;
+    free(b);
 }
 
 /* Gathers j's begin into its partition's batch (sent by flush, or now when

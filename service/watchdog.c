@@ -8,7 +8,6 @@
 
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "clock.h"
 #include "log.h"
@@ -36,13 +35,6 @@ struct wlease {
  * timeout) the next is sent this soon, not a period later: once Redis
  * answers again the lease is renewed at once, before it lapses if it can. */
 #define WATCHDOG_RETRY_MS 100
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 struct watchdog {
     store *st;
@@ -96,7 +88,7 @@ static void renew_cb(void *arg, const lease_reply *r)
     if (r->outcome == LEASE_RENEWED || r->outcome == LEASE_RECREATED) {
         /* The first renewal makes the key: only one after a renewal lapsed */
         if (r->outcome == LEASE_RECREATED && atomic_exchange(&l->renewed_ms, clock_now_ms()) != 0) {
-            atomic_store(&l->remade_mono_ms, mono_ms());
+            atomic_store(&l->remade_mono_ms, clock_mono_ms());
             atomic_store(&l->lapsed, 1);
         } else
             atomic_store(&l->renewed_ms, clock_now_ms());
@@ -114,7 +106,7 @@ static void renew_cb(void *arg, const lease_reply *r)
 static void renew(watchdog *w, wlease *l)
 {
     atomic_store(&l->inflight, 1);
-    atomic_store(&l->sent_mono_ms, mono_ms());
+    atomic_store(&l->sent_mono_ms, clock_mono_ms());
     if (leases_extend(w->st, l->key, l->value, l->ttl_ms, l->recreate, renew_cb, l) < 0) {
         atomic_store(&l->failed, 1);
         atomic_store(&l->inflight, 0);
@@ -182,11 +174,11 @@ uint64_t watchdog_renewed_ms(const wlease *l) { return atomic_load(&l->renewed_m
 int watchdog_held(const wlease *l, uint64_t margin_ms)
 {
     uint64_t sent = atomic_load(&l->held_mono_ms);
-    return sent && mono_ms() + margin_ms < sent + l->ttl_ms;
+    return sent && clock_mono_ms() + margin_ms < sent + l->ttl_ms;
 }
 
 int watchdog_remade_within(const wlease *l, uint64_t ms)
 {
     uint64_t at = atomic_load(&l->remade_mono_ms);
-    return at && mono_ms() < at + ms;
+    return at && clock_mono_ms() < at + ms;
 }
