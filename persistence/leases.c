@@ -329,7 +329,7 @@ int leases_acquire(store *st, const lease_acquire_req *q, lease_reply_cb cb, voi
     size_t lens[ARGC];
     for (int i = 0; i < ARGC; i++)
         lens[i] = i == SPEC ? q->on_expire_len : strlen(argv[i]);
-    return submit(st, SCRIPT_LEASE, OP_ACQUIRE, 5, ARGC, argv, lens, cb, NULL, arg);
+    return submit(st, SCRIPT_LEASE_ACQUIRE, OP_ACQUIRE, 5, ARGC, argv, lens, cb, NULL, arg);
 }
 
 int leases_heartbeat(store *st, const char *prefix, const char *lid, const char *owner, uint64_t token,

@@ -19,6 +19,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -118,6 +119,7 @@ struct store {
     volatile int ready;     /* written by the writer, read by anyone */
     volatile uint64_t oom_ms; /* when Redis last refused a write (0: since then one passed) */
     volatile int refusal;     /* why: STORE_REFUSES_MEMORY or STORE_REFUSES_DISK */
+    atomic_int probing;       /* store_probe_writes' call waits for its reply */
     store_stats stats;      /* written by the writer (relaxed atomics), read by anyone */
 };
 
@@ -130,16 +132,30 @@ struct store {
  * sharing a Redis each call their own.
  *
  * A function registered without flags is refused with OOM while Redis is at
- * its maxmemory (noeviction), readers too. The readers behind GET
- * /timers/{id} and GET /timers may still write (get upgrades a record of an
- * older layout in place, list drops index entries of expired timers), so
- * they are registered allow-oom: while Redis refuses creates, what it holds
- * stays readable. held only reads. A failed AOF write or RDB save (MISCONF:
- * a full disk) makes Redis refuse every function that may write, allow-oom
- * or not, before it runs: get and list have no-writes twins for that time
- * and so have the other readers (store_eval_read): the same code, whose
- * prelude is told not to write (READ_ONLY). no-writes implies allow-oom. */
-#define READ_FLAGS "{'allow-oom'}"
+ * its maxmemory (noeviction). Only what adds work is: a create, a batch, a
+ * lease's acquire (its own registration of lease.lua, SCRIPT_LEASE_ACQUIRE),
+ * a queue's controls, the counts rebuild and the start-up move of an older
+ * layout. Everything that carries on with what Redis already holds is
+ * registered allow-oom: the claims, begins and finishes that deliver due
+ * timers, the hand-backs, cancels, instructions, selectors and dead-letter
+ * replays and purges, the renewals of leases (the instance's and every
+ * watchdog lease: Redis at maxmemory must not end a lock whose holder
+ * lives), heartbeats and releases, permits and figures. They change records
+ * in place or delete; what they add (an attempt's outcome, a callback timer,
+ * a minute's figures) follows deliveries, whose records then expire, so
+ * Redis goes past maxmemory by little while it refuses new work, as it lets
+ * DEL and EXPIRE do. The readers behind GET /timers/{id} and GET /timers
+ * may write too (get upgrades a record of an older layout in place, list
+ * drops index entries of expired timers): allow-oom, so what Redis holds
+ * stays readable. held only reads. SCRIPT_WRITABLE writes nothing and has no
+ * flags: Redis refuses it exactly when it refuses new work, which is what
+ * store_probe_writes asks. A failed AOF write or RDB save (MISCONF: a full
+ * disk) makes Redis refuse every function that may write, allow-oom or not,
+ * before it runs: get and list have no-writes twins for that time and so
+ * have the other readers (store_eval_read): the same code, whose prelude is
+ * told not to write (READ_ONLY). no-writes implies allow-oom. */
+#define GOES_ON "{'allow-oom'}"
+#define READ_FLAGS GOES_ON
 static const struct {
     const char *name, *src;
     const char *flags; /* register_function's, as a Lua table; NULL: none */
@@ -147,30 +163,32 @@ static const struct {
 } scripts[SCRIPT_COUNT] = {
     [SCRIPT_CREATE] = {"create", lua_create},
     [SCRIPT_CREATE_BATCH] = {"create_batch", lua_create_batch},
-    [SCRIPT_SELECT] = {"select", lua_select},
+    [SCRIPT_SELECT] = {"select", lua_select, GOES_ON},
     [SCRIPT_GET] = {"get", lua_get, READ_FLAGS},
     [SCRIPT_MIGRATE] = {"migrate", lua_migrate},
-    [SCRIPT_CLAIM] = {"claim", lua_claim},
-    [SCRIPT_BEGIN] = {"begin", lua_begin},
-    [SCRIPT_FINISH] = {"finish", lua_finish},
-    [SCRIPT_CANCEL] = {"cancel", lua_cancel},
-    [SCRIPT_RELEASE] = {"release", lua_release},
-    [SCRIPT_CONTROL] = {"control", lua_control},
+    [SCRIPT_CLAIM] = {"claim", lua_claim, GOES_ON},
+    [SCRIPT_BEGIN] = {"begin", lua_begin, GOES_ON},
+    [SCRIPT_FINISH] = {"finish", lua_finish, GOES_ON},
+    [SCRIPT_CANCEL] = {"cancel", lua_cancel, GOES_ON},
+    [SCRIPT_RELEASE] = {"release", lua_release, GOES_ON},
+    [SCRIPT_CONTROL] = {"control", lua_control, GOES_ON},
     [SCRIPT_LIST] = {"list", lua_list, READ_FLAGS},
-    [SCRIPT_DEADLETTERS] = {"deadletters", lua_deadletters},
-    [SCRIPT_RENEW] = {"renew", lua_renew},
-    [SCRIPT_UNLOCK] = {"unlock", lua_unlock},
-    [SCRIPT_LEASE] = {"lease", lua_lease},
+    [SCRIPT_DEADLETTERS] = {"deadletters", lua_deadletters, GOES_ON},
+    [SCRIPT_RENEW] = {"renew", lua_renew, GOES_ON},
+    [SCRIPT_UNLOCK] = {"unlock", lua_unlock, GOES_ON},
+    [SCRIPT_LEASE] = {"lease", lua_lease, GOES_ON},
     [SCRIPT_QUEUES] = {"queues", lua_queues},
-    [SCRIPT_PERMITS] = {"permits", lua_permits},
+    [SCRIPT_PERMITS] = {"permits", lua_permits, GOES_ON},
     [SCRIPT_COUNTS] = {"counts", lua_counts},
-    [SCRIPT_STATS] = {"stats", lua_stats},
+    [SCRIPT_STATS] = {"stats", lua_stats, GOES_ON},
     [SCRIPT_HELD] = {"held", lua_held, "{'no-writes'}"},
-    [SCRIPT_HANDBACK] = {"handback", lua_handback},
+    [SCRIPT_HANDBACK] = {"handback", lua_handback, GOES_ON},
     [SCRIPT_GET_RO] = {"get_ro", lua_get, "{'no-writes'}", 1},
     [SCRIPT_LIST_RO] = {"list_ro", lua_list, "{'no-writes'}", 1},
     [SCRIPT_COUNTS_RO] = {"counts_ro", lua_counts, "{'no-writes'}", 1},
     [SCRIPT_LEASE_RO] = {"lease_ro", lua_lease, "{'no-writes'}", 1},
+    [SCRIPT_LEASE_ACQUIRE] = {"lease_acquire", lua_lease},
+    [SCRIPT_WRITABLE] = {"writable", "return 1\n"},
 };
 /* A reader's no-writes twin (store_eval_read); SCRIPT_COUNT: none. */
 static enum store_script twin_of(enum store_script s)
@@ -966,8 +984,8 @@ static int calls_oom_exempt(const cmd *c)
 /* Notes whether Redis refuses writes: an OOM error (maxmemory reached with
  * noeviction) or a MISCONF one (its last AOF write or RDB save failed: a
  * full or failing disk) marks it, a call of a function Redis refuses at
- * maxmemory that succeeds clears it. The engine calls one every lease tick,
- * so the mark stays current. */
+ * maxmemory that succeeds clears it. The engine probes every second
+ * (store_probe_writes), so the mark stays current. */
 static void note_writable(store *s, const cmd *c, const redisReply *r)
 {
     int refusal = store_reply_refusal(r);
@@ -1549,6 +1567,22 @@ int store_refusing_writes(const store *s)
     return t && clock_now_ms() - t < STORE_OOM_HOLD_MS ? s->refusal : 0;
 }
 
+static void probed_cb(void *arg, const redisReply *r)
+{
+    (void)r; /* note_writable read it */
+    atomic_store((atomic_int *)arg, 0);
+}
+
+int store_probe_writes(store *s)
+{
+    if (atomic_exchange(&s->probing, 1))
+        return 0;
+    int rc = store_eval(s, SCRIPT_WRITABLE, 0, 0, NULL, NULL, probed_cb, &s->probing);
+    if (rc < 0)
+        atomic_store(&s->probing, 0);
+    return rc;
+}
+
 uint32_t store_queued(store *s)
 {
     pthread_mutex_lock(&s->mu);
@@ -1692,7 +1726,7 @@ static int eval(store *s, enum store_script script, int nkeys, int argc, const c
      * replica is away. */
     int writes = script == SCRIPT_CREATE || script == SCRIPT_CREATE_BATCH || script == SCRIPT_SELECT ||
                  script == SCRIPT_CANCEL || script == SCRIPT_CONTROL || script == SCRIPT_QUEUES ||
-                 script == SCRIPT_LEASE || script == SCRIPT_DEADLETTERS;
+                 script == SCRIPT_LEASE || script == SCRIPT_LEASE_ACQUIRE || script == SCRIPT_DEADLETTERS;
     /* The engine claims one partition at a time, each claim sent once the
      * one before answered: a claim held while its slot migrates would hold
      * back the claims of every partition after it. It fails soon instead

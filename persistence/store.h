@@ -52,6 +52,8 @@ enum store_script {
     SCRIPT_LIST_RO,
     SCRIPT_COUNTS_RO,
     SCRIPT_LEASE_RO,
+    SCRIPT_LEASE_ACQUIRE, /* lease.lua's acquire: the one lease operation Redis refuses at maxmemory */
+    SCRIPT_WRITABLE,      /* writes nothing, refused when Redis refuses writes (store_probe_writes) */
     SCRIPT_COUNT
 };
 
@@ -134,6 +136,13 @@ int store_ready(const store *s);
 #define STORE_OOM_HOLD_MS 2000
 enum { STORE_REFUSES_MEMORY = 1, STORE_REFUSES_DISK = 2 };
 int store_refusing_writes(const store *s);
+/* Asks Redis whether it takes new work (a create, a lease's acquire), with
+ * a call that writes nothing and that Redis refuses when it would refuse
+ * those, so that store_refusing_writes says so without waiting for a
+ * refused request, and stops saying so once Redis takes them again. At
+ * most one such call waits at a time (a second ask meanwhile returns 0).
+ * Returns 0, or what store_eval returns. Any thread. */
+int store_probe_writes(store *s);
 
 /* Why Redis refused the call whose reply is r before running it:
  * STORE_REFUSES_MEMORY for an OOM error (maxmemory reached, noeviction),

@@ -68,6 +68,7 @@
  * that, and asked for at once no more often than every PERMITS_GAP_MS. */
 #define PERMITS_RENEW_MS 250
 #define HOLDS_REPORT_MS 10000 /* a namespace held back by its cap is logged at most this often */
+#define WRITES_PROBE_MS 1000 /* Redis is asked this often whether it takes new work (readiness) */
 #define PERMITS_TTL_MS 3000
 #define PERMITS_MARGIN_MS 500
 #define PERMITS_GAP_MS 20
@@ -168,6 +169,7 @@ struct engine {
     uint64_t next_reap_ms;
     uint64_t next_rebuild_ms; /* the counts rebuild runs again no sooner (rebuild_counts_again) */
     uint64_t next_holds_ms;   /* the next report of namespaces their cap held back */
+    uint64_t next_probe_ms;   /* the next ask whether Redis takes new work (store_probe_writes) */
     int reconciling;         /* a reconciliation round runs (reconcile_start) */
     uint64_t reconcile_until; /* its claims due by then are examined */
     int lease_lost_logged;
@@ -2125,6 +2127,13 @@ static uint64_t housekeeping(engine *e, uint64_t now)
         }
         e->next_holds_ms = now + HOLDS_REPORT_MS;
     }
+    if (now >= e->next_probe_ms || e->next_probe_ms > now + WRITES_PROBE_MS) {
+        /* /readyz says whether Redis takes creates even when none comes */
+        (void)store_probe_writes(e->st);
+        e->next_probe_ms = now + WRITES_PROBE_MS;
+    }
+    if (e->next_probe_ms < next)
+        next = e->next_probe_ms;
     poll_queue_settings(e, now);
     rebuild_counts_again(e, now);
     if (e->next_queues_ms < next)

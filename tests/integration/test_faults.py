@@ -14,8 +14,8 @@ from datetime import datetime
 
 import pytest
 
-from conftest import (CLUSTER_MODE, SLOW, Reply, create_many, now_ms, rss_kib, scaled, spawn_while_redis_is_down,
-                      wait_until)
+from conftest import (CLUSTER_MODE, SLOW, Reply, create_many, let_bgsave_succeed, make_bgsave_fail, now_ms, rss_kib,
+                      scaled, spawn_while_redis_is_down, wait_until)
 
 LEASE = ["--lease-ttl-ms", "1500"]
 
@@ -116,28 +116,52 @@ def test_an_instance_that_stopped_cleanly_is_forgotten_without_a_takeover_line(r
     receiver.wait_for(20, timeout=scaled(15), path="/clean")
 
 
+@pytest.mark.skipif(CLUSTER_MODE, reason="makes its one Redis fail a save")
 def test_claims_redis_refused_to_take_back_at_a_stop_are_taken_over_by_a_survivor(
         redis, receiver, hookwheel_factory):
-    # At maxmemory Redis refuses the stop's release (a function that may
-    # write): the claims stay in Redis, and a live instance's reaper hands
-    # them back once the stopped instance's lease is gone.
+    # With a full disk (MISCONF) Redis refuses the stop's release (a
+    # function that may write): the claims stay in Redis, and a live
+    # instance's reaper hands them back once the stopped instance's lease is
+    # gone.
     a = hookwheel_factory(redis, args=LEASE)
     for i in range(20):
         status, _, _ = a.api.create({"id": f"kept-{i}", "url": receiver.url("/kept"), "delay_ms": 2500 + 20 * i})
         assert status == 201
-    redis.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
-    redis.cmd("CONFIG", "SET", "maxmemory", "1")
+    make_bgsave_fail(redis)
     try:
         assert a.stop() == 0
         log = a.log.read_text(errors="replace")
         assert "could not hand claims back" in log and "claims were left in Redis" in log, a.log_tail(10)
         assert a.instance_id in redis.cmd("SMEMBERS", "hw:instances")  # what a reaper goes through
     finally:
-        redis.cmd("CONFIG", "SET", "maxmemory", "0")
+        let_bgsave_succeed(redis)
     b = hookwheel_factory(redis, args=LEASE)
     got = receiver.wait_for(20, timeout=scaled(20), path="/kept")
     assert sorted(r.timer_id for r in got) == sorted(f"kept-{i}" for i in range(20))
     assert "took over the claims of a lapsed instance" in b.log.read_text(errors="replace")
+
+
+def test_at_maxmemory_a_stop_still_hands_its_claims_back(redis, receiver, hookwheel_factory):
+    # Redis at maxmemory refused the stop's release as it refuses a create:
+    # the claims stayed in Redis until a reaper took them, a lease later.
+    # A hand-back adds nothing to Redis: it is taken.
+    a = hookwheel_factory(redis, args=LEASE)
+    for i in range(20):
+        status, _, _ = a.api.create({"id": f"back-{i}", "url": receiver.url("/back"), "delay_ms": 2500 + 20 * i})
+        assert status == 201
+    redis.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    redis.cmd("CONFIG", "SET", "maxmemory", "1")
+    try:
+        assert a.stop() == 0
+        log = a.log.read_text(errors="replace")
+        assert "claims were left in Redis" not in log and "could not hand claims back" not in log, a.log_tail(10)
+        assert redis.keys("hw:{*}:cl:*") == set()
+    finally:
+        redis.cmd("CONFIG", "SET", "maxmemory", "0")
+    b = hookwheel_factory(redis, args=LEASE)
+    got = receiver.wait_for(20, timeout=scaled(20), path="/back")
+    assert sorted(r.timer_id for r in got) == sorted(f"back-{i}" for i in range(20))
+    assert "took over the claims of a lapsed instance" not in b.log.read_text(errors="replace")
 
 
 @pytest.mark.skipif(CLUSTER_MODE or SLOW, reason="300,000 creates on one Redis, run once")
@@ -443,8 +467,9 @@ class ClaimFaults:
     """A TCP proxy in front of a real redis-server that plays two faults on
     hookwheel's claim calls, in turn: first the connection breaks right after
     Redis ran the claim that took timer `victim` (its reply is lost); then,
-    on the next connection, Redis itself refuses the next claim (maxmemory is
-    set to 1 byte around it, so Redis answers OOM), and then accepts again."""
+    on the next connection, Redis itself refuses the next claim (a failed
+    save is on record and a save point is set around it, so Redis answers
+    MISCONF, as with a full disk), and then accepts again."""
 
     def __init__(self, redis_port, victim):
         from conftest import free_port
@@ -489,7 +514,7 @@ class ClaimFaults:
                 with self.lock:
                     if claim and self.state == "refuse":
                         self.state = "refusing"
-                        self._side("CONFIG", "SET", "maxmemory", "1")
+                        self._side("CONFIG", "SET", "save", "3600 1")
                         entry[1] = True
                     pending.append(entry)
                 up.sendall(raw)
@@ -509,7 +534,7 @@ class ClaimFaults:
                             s.shutdown(socket.SHUT_RDWR)
                         return
                     if refused:
-                        self._side("CONFIG", "SET", "maxmemory", "0")
+                        self._side("CONFIG", "SET", "save", "")
                         self.refused_reply = raw
                         self.state = "done"
                 client.sendall(raw)
@@ -538,6 +563,8 @@ def test_timers_of_a_claim_whose_reply_was_lost_still_fire_when_the_next_claim_i
     attempted."""
     from conftest import RedisServer
     server = RedisServer(tmp_path / "redis").start()
+    make_bgsave_fail(server)  # writes refused (MISCONF) whenever a save point is set
+    server.cmd("CONFIG", "SET", "save", "")
     proxy = ClaimFaults(server.port, "lost-claim")
     try:
         hw = hookwheel_factory(f"redis://127.0.0.1:{proxy.port}",
@@ -545,7 +572,7 @@ def test_timers_of_a_claim_whose_reply_was_lost_still_fire_when_the_next_claim_i
         status, _, body = hw.create({"id": "lost-claim", "url": receiver.url("/lost"), "delay_ms": 3500})
         assert status == 201, body
         assert wait_until(lambda: proxy.state == "done", scaled(15)), proxy.state
-        assert proxy.refused_reply.startswith(b"-OOM"), proxy.refused_reply
+        assert proxy.refused_reply.startswith(b"-MISCONF"), proxy.refused_reply
         assert receiver.wait_for(1, scaled(15), path="/lost"), \
             "a timer claimed by a claim whose reply was lost was never attempted"
     finally:

@@ -403,12 +403,15 @@ def test_lease_and_queue_writes_redis_refuses_are_told_so_and_change_nothing(red
     st, _, held = hookwheel.request("POST", "/leases", json_body={"key": "held", "owner": "o", "ttl_ms": 600000})
     assert st == 201, held
     assert hookwheel.request("PUT", "/queues/kept", json_body={"parallelism": 3})[0] == 200
+    # At maxmemory Redis refuses new work only: a heartbeat and a release
+    # go on there (test_at_maxmemory_what_redis_holds_goes_on...).
+    held_calls = [("POST", "/leases/held/heartbeat", {"owner": "o", "token": held["token"]},
+                   "the heartbeat was not recorded"),
+                  ("DELETE", "/leases/held?owner=o", None, "the lease was not released")]
     with redis_refusing(redis, refusal):
         assert_refused(hookwheel, [
             ("POST", "/leases", {"key": "refused", "owner": "o", "ttl_ms": 600000}, "the lease was not acquired"),
-            ("POST", "/leases/held/heartbeat", {"owner": "o", "token": held["token"]},
-             "the heartbeat was not recorded"),
-            ("DELETE", "/leases/held?owner=o", None, "the lease was not released"),
+            *(held_calls if refusal == "disk" else []),
             ("PUT", "/queues/refused", {"parallelism": 2}, "the queue's controls were not changed"),
             ("PATCH", "/queues/kept", {"paused": True}, "the queue's controls were not changed"),
             ("DELETE", "/queues/kept", None, "the queue's controls were not deleted")], refusal)
@@ -421,13 +424,13 @@ def test_lease_and_queue_writes_redis_refuses_are_told_so_and_change_nothing(red
     assert st == 200 and q["configured"] is True and q["paused"] is False and q["parallelism"] == 3, q
 
 
-@pytest.mark.parametrize("refusal", ["maxmemory", "disk"])
-def test_timer_writes_redis_refuses_are_told_so_and_change_nothing(redis, hookwheel, refusal):
+@pytest.mark.skipif(CLUSTER_MODE, reason="makes its one Redis fail a save")
+def test_timer_writes_redis_refuses_are_told_so_and_change_nothing(redis, hookwheel):
     # As the lease and queue writes above: a cancel, an instruction, a
     # selector and a dead-letter replay or purge refused by Redis said it
-    # "did not answer" and that the write might have been made.
-    if refusal == "disk" and CLUSTER_MODE:
-        pytest.skip("makes its one Redis fail a save")
+    # "did not answer" and that the write might have been made. (At
+    # maxmemory Redis takes them: the next test.)
+    refusal = "disk"
     st, _, t = hookwheel.create({"id": "kept-timer", "url": "http://127.0.0.1:9/x", "delay_ms": 600000,
                                  "labels": {"team": "x"}})
     assert st == 201, t
@@ -443,6 +446,71 @@ def test_timer_writes_redis_refuses_are_told_so_and_change_nothing(redis, hookwh
     st, _, now = hookwheel.get("kept-timer")
     assert st == 200 and now["state"] == "scheduled" and now["version"] == 0, now
     assert now["fire_at_ms"] == t["fire_at_ms"], (now, t)
+
+
+def test_at_maxmemory_what_redis_holds_goes_on_and_only_new_work_is_refused(redis, receiver, hookwheel_factory):
+    """Redis at maxmemory (noeviction) refused every call of hookwheel's but
+    the readers: no due timer was delivered, the watchdog renewed no lease
+    (a lock whose holder lived and heartbeated expired: another could take
+    it), the instance's own lease lapsed, and a cancel, a heartbeat or a
+    release answered 503. Redis itself lets DEL and EXPIRE through at
+    maxmemory; hookwheel now refuses only new work (creates, acquires, queue
+    controls) and carries on with what Redis holds."""
+    hw = hookwheel_factory(redis, args=["--lease-ttl-ms", "1500"])
+    url = receiver.url("/goes-on")
+    receiver.default("/dead", Reply(500))
+    st, _, lock = hw.request("POST", "/leases", json_body={"key": "lock", "owner": "w", "ttl_ms": 1500})
+    assert st == 201, lock
+    for tid in ("kept", "paused", "fired", "moved", "cancelled"):
+        assert hw.create({"id": tid, "url": url, "delay_ms": 600000, "labels": {"set": tid}})[0] == 201
+    assert hw.create({"id": "by-label", "url": url, "delay_ms": 600000, "labels": {"set": "selected"}})[0] == 201
+    assert hw.create({"id": "dead", "url": receiver.url("/dead"), "delay_ms": 10,
+                      "retry": {"max_attempts": 1}})[0] == 201
+    assert hw.api.wait_state("dead", "failed", timeout=scaled(10))["state"] == "failed"
+    due = [f"due-{i}" for i in range(20)]
+    for i, tid in enumerate(due):  # fall due while Redis is full
+        assert hw.create({"id": tid, "url": url, "delay_ms": 1500 + 50 * i})[0] == 201
+    with redis_refusing(redis, "maxmemory"):
+        deadline = time.monotonic() + 4.5  # three lease TTLs
+        while time.monotonic() < deadline:
+            st, _, b = hw.request("POST", "/leases/lock/heartbeat", json_body={"owner": "w", "token": lock["token"]})
+            assert st == 200 and b["token"] == lock["token"], b
+            time.sleep(0.3)
+        st, _, b = hw.request("GET", "/leases/lock")
+        assert st == 200 and b["token"] == lock["token"] and b["last_renewed_at"], b
+        st, _, b = hw.request("DELETE", "/leases/lock?owner=w")
+        assert st in (200, 204), b
+        assert hw.request("GET", "/leases/lock")[0] == 404
+        got = receiver.wait_for(len(due), timeout=scaled(10), path="/goes-on")
+        assert sorted(r.timer_id for r in got) == sorted(due)
+        assert hw.request("DELETE", "/timers/cancelled")[0] in (200, 204)
+        assert hw.request("POST", "/timers/paused/pause")[0] == 200
+        assert hw.request("POST", "/timers/moved/reschedule", json_body={"delay_ms": 300000})[0] == 200
+        st, _, b = hw.request("POST", "/timers/cancel", json_body={"labels": {"set": "selected"}})
+        assert st == 200 and b["cancelled"] == ["by-label"], b
+        st, _, b = hw.request("POST", "/dead-letters/replay")
+        assert st == 200 and b["replayed"] == 1, b
+        assert hw.request("POST", "/timers/fired/fire")[0] == 200
+        assert wait_until(lambda: receiver.requests("/goes-on", timer_id="fired"), scaled(10))
+        # new work is refused, and /readyz says so without a refused create
+        # in the last seconds (it asks Redis every second)
+        st, _, b = hw.create({"id": "new", "url": url, "delay_ms": 1000})
+        assert st == 503 and "maxmemory" in b["detail"] and "not stored" in b["detail"], b
+        st, _, b = hw.request("POST", "/leases", json_body={"key": "other", "owner": "w", "ttl_ms": 1500})
+        assert st == 503 and "maxmemory" in b["detail"], b
+        time.sleep(2.5)  # a refusal marks Redis as refusing for 2 s (STORE_OOM_HOLD_MS)
+        st, _, b = hw.api.request("GET", "/readyz")
+        assert st == 503 and "maxmemory" in b.get("detail", ""), b
+    assert wait_until(lambda: hw.api.request("GET", "/readyz")[0] == 200, scaled(10))
+    assert hw.create({"id": "new", "url": url, "delay_ms": 600000})[0] == 201
+    states = {t: hw.get(t)[2]["state"] for t in ("kept", "paused", "moved", "cancelled", "by-label", "fired")}
+    assert states == {"kept": "scheduled", "paused": "paused", "moved": "scheduled", "cancelled": "cancelled",
+                      "by-label": "cancelled", "fired": "delivered"}, states
+    log = hw.log.read_text(errors="replace")
+    assert "lease had lapsed" not in log, hw.log_tail(20)
+    refused = [json.loads(line)["call"] for line in log.splitlines()
+               if line.startswith("{") and '"Redis refused a timer call"' in line]
+    assert refused and set(refused) <= {"create", "create_batch"}, refused
 
 
 def test_a_timer_id_in_the_lease_expiry_form_is_refused(hookwheel):

@@ -1297,6 +1297,35 @@ static void counts_call(fixture *f, int read)
     wait_done();
 }
 
+/* Polls store_refusing_writes for up to 3 s until it answers want. */
+static int refusing_becomes(store *st, int want)
+{
+    for (int i = 0; i < 150; i++) {
+        (void)store_probe_writes(st);
+        if (store_refusing_writes(st) == want)
+            return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
+static void test_the_probe_says_whether_redis_takes_new_work_with_no_refused_call_before(void **state)
+{
+    fixture *f = *state;
+    redisContext *c = raw(f);
+    assert_int_equal(store_refusing_writes(f->st), 0);
+    freeReplyObject(redisCommand(c, "CONFIG SET maxmemory-policy noeviction"));
+    freeReplyObject(redisCommand(c, "CONFIG SET maxmemory 1"));
+    assert_true(refusing_becomes(f->st, STORE_REFUSES_MEMORY));
+    /* a create is refused, as the probe said */
+    create(f->a, "t-probe", (int64_t)clock_now_ms() + 60000, 0, NULL, TIMERS_NO_MEMORY);
+    assert_int_equal(store_refusing_writes(f->st), STORE_REFUSES_MEMORY);
+    freeReplyObject(redisCommand(c, "CONFIG SET maxmemory 0"));
+    assert_true(refusing_becomes(f->st, 0));
+    create(f->a, "t-probe", (int64_t)clock_now_ms() + 60000, 0, NULL, TIMERS_OK);
+    redisFree(c);
+}
+
 static void test_a_reader_redis_refuses_for_its_writes_goes_again_as_its_no_writes_twin(void **state)
 {
     fixture *f = *state;
@@ -1425,6 +1454,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_creates_from_many_threads_are_each_answered_once_and_each_id_created_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_reader_redis_refuses_for_its_writes_goes_again_as_its_no_writes_twin,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_probe_says_whether_redis_takes_new_work_with_no_refused_call_before,
                                         setup, teardown),
         cmocka_unit_test(test_a_request_id_field_splits_at_its_blanks_only_into_whole_parts),
         cmocka_unit_test(test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable),
