@@ -193,7 +193,7 @@ static void acquire_cb(void *arg, const lease_reply *reply)
                              "on_expire). Release it first to change them.", NULL, extra, 0);
     } else {
         char eb[256];
-        if (reply->outcome == LEASE_FAILED)
+        if (reply->outcome == LEASE_FAILED && !reply->refused) /* a refusal: the store says it once */
             LOG(LOG_ERROR, "lease acquire failed", "\"error\":\"%s\"", log_json_escape(reply->error, eb, sizeof eb));
         respond_failed(c->r, reply, "the lease was not acquired");
     }

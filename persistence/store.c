@@ -986,16 +986,35 @@ static int calls_oom_exempt(const cmd *c)
  * full or failing disk) marks it, a call of a function Redis refuses at
  * maxmemory that succeeds clears it. The engine probes every second
  * (store_probe_writes), so the mark stays current. */
+static atomic_int refusal_said; /* the refusal last logged, for the process (its stores share a Redis) */
+
 static void note_writable(store *s, const cmd *c, const redisReply *r)
 {
     int refusal = store_reply_refusal(r);
     if (refusal) {
+        /* said once a refusal, not once a refused call: a client retrying
+         * its creates would flood the log (each is answered 503) */
+        if (atomic_exchange(&refusal_said, refusal) != refusal) {
+            char eb[256];
+            LOG(LOG_WARN,
+                refusal == STORE_REFUSES_MEMORY
+                    ? "Redis refuses new work (maxmemory reached): creates, lease acquires and queue changes "
+                      "answer 503; due timers are still delivered and leases renewed"
+                    : "Redis refuses writes (it could not write its AOF or RDB file: a full or failing disk): "
+                      "every write answers 503 and no attempt starts",
+                "\"error\":\"%s\"", log_json_escape(r->str, eb, sizeof eb));
+        }
         s->refusal = refusal;
         s->oom_ms = clock_now_ms();
     }
     else if (r->type != REDIS_REPLY_ERROR && s->oom_ms && c->len > 16 && memmem(c->buf, 16, "FCALL", 5) &&
-             !calls_oom_exempt(c))
+             !calls_oom_exempt(c)) {
         s->oom_ms = 0;
+        int said = atomic_exchange(&refusal_said, 0);
+        if (said)
+            LOG(LOG_INFO, "Redis takes writes again", "\"refused_for\":\"%s\"",
+                said == STORE_REFUSES_MEMORY ? "maxmemory" : "a failed AOF write or RDB save");
+    }
 }
 
 #define DOWN_LOG_MS 10000 /* a node's CLUSTERDOWN answers are logged once in this time */

@@ -292,8 +292,9 @@ static int reply_status(const redisReply *r, const char *verb)
         return TIMERS_UNREACHABLE;
     if (r->type == REDIS_REPLY_ERROR) {
         char eb[256];
-        LOG(LOG_ERROR, "Redis refused a timer call", "\"call\":\"%s\",\"error\":\"%s\"", verb,
-            log_json_escape(r->str, eb, sizeof eb));
+        if (!store_reply_refusal(r)) /* a refusal (OOM, MISCONF): the store says it once */
+            LOG(LOG_ERROR, "Redis refused a timer call", "\"call\":\"%s\",\"error\":\"%s\"", verb,
+                log_json_escape(r->str, eb, sizeof eb));
         return TIMERS_FAILED;
     }
     return r->type == REDIS_REPLY_ARRAY ? TIMERS_OK : TIMERS_FAILED;

@@ -446,6 +446,10 @@ def test_timer_writes_redis_refuses_are_told_so_and_change_nothing(redis, hookwh
     st, _, now = hookwheel.get("kept-timer")
     assert st == 200 and now["state"] == "scheduled" and now["version"] == 0, now
     assert now["fire_at_ms"] == t["fire_at_ms"], (now, t)
+    # the refusal is logged once, not once a refused call
+    log = hookwheel.log.read_text(errors="replace")
+    assert log.count('"Redis refuses writes (it could not write its AOF or RDB file') == 1, hookwheel.log_tail(20)
+    assert "Redis refused a timer call" not in log, hookwheel.log_tail(20)
 
 
 def test_at_maxmemory_what_redis_holds_goes_on_and_only_new_work_is_refused(redis, receiver, hookwheel_factory):
@@ -508,9 +512,11 @@ def test_at_maxmemory_what_redis_holds_goes_on_and_only_new_work_is_refused(redi
                       "by-label": "cancelled", "fired": "delivered"}, states
     log = hw.log.read_text(errors="replace")
     assert "lease had lapsed" not in log, hw.log_tail(20)
-    refused = [json.loads(line)["call"] for line in log.splitlines()
-               if line.startswith("{") and '"Redis refused a timer call"' in line]
-    assert refused and set(refused) <= {"create", "create_batch"}, refused
+    msgs = [json.loads(line)["msg"] for line in log.splitlines() if line.startswith("{")]
+    # the refusal is said once (at warn), and its end; not once a refused call
+    assert sum(m.startswith("Redis refuses new work (maxmemory reached)") for m in msgs) == 1, hw.log_tail(20)
+    assert msgs.count("Redis takes writes again") == 1, hw.log_tail(20)
+    assert "Redis refused a timer call" not in msgs and "lease acquire failed" not in msgs, hw.log_tail(20)
 
 
 def test_a_timer_id_in_the_lease_expiry_form_is_refused(hookwheel):
