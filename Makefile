@@ -152,29 +152,27 @@ integration: check-deps $(BIN) $(CLI_BIN) $(BUILD)/tests/test_cron_oracle
 # after on one Redis, so every test runs once. test-sanitize runs it under
 # the sanitizers (the suite runs once plain, on one Redis, and once here).
 # The cluster pass runs as INTEGRATION_SHARDS processes like the plain suite,
-# each on a cluster of its own; the one-Redis remainder runs after them, in
-# as many processes.
+# each on a cluster of its own, and each runs the tests its cluster skipped
+# on one Redis as soon as its cluster part ends (a part that ends first does
+# not wait for the others).
 integration-cluster: check-deps $(BIN) $(CLI_BIN) $(BUILD)/tests/test_cron_oracle
 	@set -u; n=$(INTEGRATION_SHARDS); out=$(abspath $(BUILD)); pids=""; \
 	rm -f $$out/cluster-skipped*.txt; \
 	for k in $$(seq 1 $$n); do \
-	  (cd tests/integration && HOOKWHEEL_SHARD=$$k/$$n HOOKWHEEL_TEST_REDIS=cluster HOOKWHEEL_BIN=$(abspath $(BIN)) \
+	  (cd tests/integration; rc=0; \
+	   HOOKWHEEL_SHARD=$$k/$$n HOOKWHEEL_TEST_REDIS=cluster HOOKWHEEL_BIN=$(abspath $(BIN)) \
 	    HOOKWHEEL_SKIPPED_FILE=$$out/cluster-skipped-$$k.txt $(PYTHON) -m pytest -q -p no:cacheprovider \
-	    --basetemp=$$out/pytest-cluster-$$k . > $$out/integration-cluster-$$k.log 2>&1) & \
+	    --basetemp=$$out/pytest-cluster-$$k . > $$out/integration-cluster-$$k.log 2>&1 || rc=1; \
+	   touch $$out/cluster-skipped-$$k.txt; \
+	   HOOKWHEEL_BIN=$(abspath $(BIN)) HOOKWHEEL_ONLY_FILE=$$out/cluster-skipped-$$k.txt \
+	    $(PYTHON) -m pytest -q -rs -p no:cacheprovider --basetemp=$$out/pytest-cluster-only-$$k . \
+	    > $$out/integration-cluster-only-$$k.log 2>&1 || [ $$? -eq 5 ] || rc=1; exit $$rc) & \
 	  pids="$$pids $$!"; \
 	done; \
 	rc=0; for p in $$pids; do wait $$p || rc=1; done; \
 	for k in $$(seq 1 $$n); do echo "== integration on a Redis Cluster, part $$k of $$n"; \
-	  cat $$out/integration-cluster-$$k.log; touch $$out/cluster-skipped-$$k.txt; done; \
-	cat $$out/cluster-skipped-*.txt > $$out/cluster-skipped.txt; pids=""; \
-	for k in $$(seq 1 $$n); do \
-	  (cd tests/integration && HOOKWHEEL_SHARD=$$k/$$n HOOKWHEEL_BIN=$(abspath $(BIN)) \
-	    HOOKWHEEL_ONLY_FILE=$$out/cluster-skipped.txt $(PYTHON) -m pytest -q -rs -p no:cacheprovider \
-	    --basetemp=$$out/pytest-cluster-only-$$k . > $$out/integration-cluster-only-$$k.log 2>&1 || [ $$? -eq 5 ]) & \
-	  pids="$$pids $$!"; \
-	done; \
-	for p in $$pids; do wait $$p || rc=1; done; \
-	for k in $$(seq 1 $$n); do echo "== the tests the cluster skipped, on one Redis, part $$k of $$n"; \
+	  cat $$out/integration-cluster-$$k.log; \
+	  echo "== the tests part $$k of the cluster pass skipped, on one Redis"; \
 	  cat $$out/integration-cluster-only-$$k.log; done; \
 	exit $$rc
 
