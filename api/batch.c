@@ -194,12 +194,11 @@ static void slice_cb(void *arg, int status, size_t n, const timer_created *res)
         } else if (st == TIMERS_NOT_STORED) {
             item_fail(it, 424, NULL,
                       "Not stored: the batch is atomic and another item of its partition conflicts (409).");
-        } else if (st == TIMERS_NO_MEMORY) {
-            item_fail(it, 503, NULL, "Redis refuses writes (maxmemory reached): the timer was not stored.");
-        } else if (st == TIMERS_NO_DISK) {
-            item_fail(it, 503, NULL,
-                      "Redis refuses writes (it could not write its AOF or RDB file: a full or failing disk): the "
-                      "timer was not stored.");
+        } else if (timers_refusal(st)) {
+            char detail[160];
+            snprintf(detail, sizeof detail, "Redis refuses writes (%s): the timer was not stored.",
+                     store_refusal_text(timers_refusal(st)));
+            item_fail(it, 503, NULL, detail);
         } else {
             item_fail(it, 503, NULL,
                       "Redis did not answer; the timer may or may not be stored. Repeat the batch: a timer with "

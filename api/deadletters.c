@@ -33,7 +33,7 @@ typedef struct dl_ctx {
     const char *op;      /* "replay" or "purge" */
     atomic_int refs;     /* one per partition command, one for the submitter */
     atomic_int failed;   /* a partition got no reply, or a command was not queued */
-    atomic_int refused;  /* a partition's call Redis refused (TIMERS_NO_MEMORY, _NO_DISK); 0 none */
+    atomic_int refused;  /* a partition's call Redis refused (a status timers_refusal names); 0 none */
     atomic_llong done;
     atomic_int more;
 } dl_ctx;
@@ -65,7 +65,7 @@ static void dl_unref(dl_ctx *c)
 static void dl_cb(void *arg, int status, long long done, int more)
 {
     dl_ctx *c = arg;
-    if (status == TIMERS_NO_MEMORY || status == TIMERS_NO_DISK) {
+    if (timers_refusal(status)) {
         atomic_store(&c->refused, status);
     } else if (status != TIMERS_OK) {
         atomic_store(&c->failed, 1);

@@ -220,9 +220,7 @@ void api_respond_unavailable(http_req *r)
 
 int api_respond_refused(http_req *r, int refusal, const char *not_done)
 {
-    const char *why = refusal == STORE_REFUSES_MEMORY ? "maxmemory reached"
-                      : refusal == STORE_REFUSES_DISK ? "it could not write its AOF or RDB file: a full or failing disk"
-                                                      : NULL;
+    const char *why = store_refusal_text(refusal);
     if (!why)
         return 0;
     char detail[256];
@@ -233,8 +231,7 @@ int api_respond_refused(http_req *r, int refusal, const char *not_done)
 
 void api_respond_timers_failed(http_req *r, int status, const char *not_done)
 {
-    int refusal = status == TIMERS_NO_MEMORY ? STORE_REFUSES_MEMORY : status == TIMERS_NO_DISK ? STORE_REFUSES_DISK : 0;
-    if (!api_respond_refused(r, refusal, not_done))
+    if (!api_respond_refused(r, timers_refusal(status), not_done))
         api_respond_unavailable(r);
 }
 
@@ -642,12 +639,12 @@ void api_readyz(http_req *r, const char *const *params, void *app)
     (void)params;
     api *a = app;
     int refusal = store_refusing_writes(a->st);
-    const char *why = !store_ready(a->st)                    ? "Redis is unreachable."
-                      : refusal == STORE_REFUSES_MEMORY     ? "Redis refuses writes (maxmemory reached)."
-                      : refusal                             ? "Redis refuses writes (it could not write its AOF or "
-                                                              "RDB file: a full or failing disk)."
-                      : !engine_running(a->eng)             ? "Shutting down."
-                                                            : NULL;
+    char refused[160];
+    snprintf(refused, sizeof refused, "Redis refuses writes (%s).", refusal ? store_refusal_text(refusal) : "");
+    const char *why = !store_ready(a->st)        ? "Redis is unreachable."
+                      : refusal                 ? refused
+                      : !engine_running(a->eng) ? "Shutting down."
+                                                : NULL;
     if (!why)
         http_respond_json(r, 200, json_pack("{s:s}", "status", "ready"), NULL);
     else

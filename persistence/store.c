@@ -118,7 +118,7 @@ struct store {
 
     volatile int ready;     /* written by the writer, read by anyone */
     volatile uint64_t oom_ms; /* when Redis last refused a write (0: since then one passed) */
-    volatile int refusal;     /* why: STORE_REFUSES_MEMORY or STORE_REFUSES_DISK */
+    volatile int refusal;     /* why: STORE_REFUSES_MEMORY, _DISK or _REPLICAS */
     atomic_int probing;       /* store_probe_writes' call waits for its reply */
     store_stats stats;      /* written by the writer (relaxed atomics), read by anyone */
 };
@@ -996,13 +996,14 @@ static void note_writable(store *s, const cmd *c, const redisReply *r)
          * its creates would flood the log (each is answered 503) */
         if (atomic_exchange(&refusal_said, refusal) != refusal) {
             char eb[256];
-            LOG(LOG_WARN,
-                refusal == STORE_REFUSES_MEMORY
-                    ? "Redis refuses new work (maxmemory reached): creates, lease acquires and queue changes "
-                      "answer 503; due timers are still delivered and leases renewed"
-                    : "Redis refuses writes (it could not write its AOF or RDB file: a full or failing disk): "
-                      "every write answers 503 and no attempt starts",
-                "\"error\":\"%s\"", log_json_escape(r->str, eb, sizeof eb));
+            if (refusal == STORE_REFUSES_MEMORY)
+                LOG(LOG_WARN, "Redis refuses new work (maxmemory reached): creates, lease acquires and queue "
+                    "changes answer 503; due timers are still delivered and leases renewed",
+                    "\"error\":\"%s\"", log_json_escape(r->str, eb, sizeof eb));
+            else
+                LOG(LOG_WARN, "Redis refuses writes: every write answers 503 and no attempt starts",
+                    "\"why\":\"%s\",\"error\":\"%s\"", store_refusal_text(refusal),
+                    log_json_escape(r->str, eb, sizeof eb));
         }
         s->refusal = refusal;
         s->oom_ms = clock_now_ms();
@@ -1012,8 +1013,7 @@ static void note_writable(store *s, const cmd *c, const redisReply *r)
         s->oom_ms = 0;
         int said = atomic_exchange(&refusal_said, 0);
         if (said)
-            LOG(LOG_INFO, "Redis takes writes again", "\"refused_for\":\"%s\"",
-                said == STORE_REFUSES_MEMORY ? "maxmemory" : "a failed AOF write or RDB save");
+            LOG(LOG_INFO, "Redis takes writes again", "\"refused_for\":\"%s\"", store_refusal_text(said));
     }
 }
 
@@ -1575,9 +1575,20 @@ int store_reply_refusal(const redisReply *r)
 {
     if (!r || r->type != REDIS_REPLY_ERROR || !r->str)
         return 0;
-    return strncmp(r->str, "OOM ", 4) == 0       ? STORE_REFUSES_MEMORY
-           : strncmp(r->str, "MISCONF ", 8) == 0 ? STORE_REFUSES_DISK
-                                                 : 0;
+    return strncmp(r->str, "OOM ", 4) == 0          ? STORE_REFUSES_MEMORY
+           : strncmp(r->str, "MISCONF ", 8) == 0    ? STORE_REFUSES_DISK
+           : strncmp(r->str, "NOREPLICAS ", 11) == 0 ? STORE_REFUSES_REPLICAS
+                                                    : 0;
+}
+
+const char *store_refusal_text(int refusal)
+{
+    switch (refusal) {
+    case STORE_REFUSES_MEMORY: return "maxmemory reached";
+    case STORE_REFUSES_DISK: return "it could not write its AOF or RDB file: a full or failing disk";
+    case STORE_REFUSES_REPLICAS: return "fewer replicas are connected than its min-replicas-to-write";
+    default: return NULL;
+    }
 }
 
 int store_refusing_writes(const store *s)

@@ -131,11 +131,14 @@ int store_ready(const store *s);
 
 /* Why Redis refuses writes, when it refused one within the last
  * STORE_OOM_HOLD_MS and no function call succeeded since: for lack of
- * memory (OOM: maxmemory reached) or of disk (MISCONF: its AOF or RDB could
- * not be written); 0 when it takes them. Any thread. */
+ * memory (OOM: maxmemory reached), of disk (MISCONF: its AOF or RDB could
+ * not be written) or of replicas (NOREPLICAS: fewer good replicas than its
+ * min-replicas-to-write); 0 when it takes them. Any thread. */
 #define STORE_OOM_HOLD_MS 2000
-enum { STORE_REFUSES_MEMORY = 1, STORE_REFUSES_DISK = 2 };
+enum { STORE_REFUSES_MEMORY = 1, STORE_REFUSES_DISK = 2, STORE_REFUSES_REPLICAS = 3 };
 int store_refusing_writes(const store *s);
+/* What a refusal means, for a person: "maxmemory reached", ...; NULL for 0. */
+const char *store_refusal_text(int refusal);
 /* Asks Redis whether it takes new work (a create, a lease's acquire), with
  * a call that writes nothing and that Redis refuses when it would refuse
  * those, so that store_refusing_writes says so without waiting for a
@@ -147,7 +150,8 @@ int store_probe_writes(store *s);
 /* Why Redis refused the call whose reply is r before running it:
  * STORE_REFUSES_MEMORY for an OOM error (maxmemory reached, noeviction),
  * STORE_REFUSES_DISK for a MISCONF one (its AOF or RDB could not be
- * written); 0 for any other reply (NULL too). Redis refuses a function
+ * written), STORE_REFUSES_REPLICAS for a NOREPLICAS one; 0 for any other
+ * reply (NULL too). Redis refuses a function
  * that may write before it runs, so nothing of a call refused so was
  * written. */
 int store_reply_refusal(const redisReply *r);

@@ -302,15 +302,28 @@ static int reply_status(const redisReply *r, const char *verb)
 
 /* A write's status: reply_status's, or TIMERS_NO_MEMORY when Redis refused
  * the call for its maxmemory, TIMERS_NO_DISK when it refuses writes after a
- * failed AOF write or RDB save (it refuses a function before it runs, so
+ * failed AOF write or RDB save, TIMERS_NO_REPLICAS when it has fewer good
+ * replicas than its min-replicas-to-write (it refuses a function before it runs, so
  * nothing of the call was written). */
 static int write_status(const redisReply *r, const char *verb)
 {
     int st = reply_status(r, verb);
     if (st != TIMERS_FAILED)
         return st;
-    int refusal = store_reply_refusal(r);
-    return refusal == STORE_REFUSES_MEMORY ? TIMERS_NO_MEMORY : refusal == STORE_REFUSES_DISK ? TIMERS_NO_DISK : st;
+    switch (store_reply_refusal(r)) {
+    case STORE_REFUSES_MEMORY: return TIMERS_NO_MEMORY;
+    case STORE_REFUSES_DISK: return TIMERS_NO_DISK;
+    case STORE_REFUSES_REPLICAS: return TIMERS_NO_REPLICAS;
+    default: return st;
+    }
+}
+
+int timers_refusal(int status)
+{
+    return status == TIMERS_NO_MEMORY     ? STORE_REFUSES_MEMORY
+           : status == TIMERS_NO_DISK     ? STORE_REFUSES_DISK
+           : status == TIMERS_NO_REPLICAS ? STORE_REFUSES_REPLICAS
+                                          : 0;
 }
 
 /* ---- set-up ---- */

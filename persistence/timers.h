@@ -25,6 +25,7 @@
 typedef struct timers timers; /* opaque */
 
 enum timers_status {
+    TIMERS_NO_REPLICAS = -5, /* a write: Redis refuses writes, too few replicas (NOREPLICAS); nothing written */
     TIMERS_NO_DISK = -4,   /* a write: Redis refuses writes, its AOF or RDB failed (MISCONF); nothing written */
     TIMERS_NO_MEMORY = -3, /* a write: Redis refused it for its maxmemory (OOM); nothing written */
     TIMERS_UNREACHABLE = -2,
@@ -37,6 +38,9 @@ enum timers_status {
     TIMERS_UNKNOWN = 5,   /* no timer has this id */
     TIMERS_NOT_STORED = 6, /* create batch, atomic: not written, as another item failed */
 };
+
+/* The store's refusal (STORE_REFUSES_*) a status says, 0 for any other. */
+int timers_refusal(int status);
 
 /* The W3C trace context a timer was created with (service/trace.h): its
  * traceparent (parent_len 0: none) and the tracestate kept (state_len 0:

@@ -366,10 +366,13 @@ def test_readyz_and_creates_say_so_while_redis_refuses_writes_after_a_failed_sav
 
 @contextlib.contextmanager
 def redis_refusing(redis, refusal):
-    """Redis refuses writes while inside: for its maxmemory (OOM), or after
-    a failed save (MISCONF, "disk")."""
+    """Redis refuses writes while inside: for its maxmemory (OOM), after a
+    failed save (MISCONF, "disk"), or for lack of replicas (NOREPLICAS:
+    min-replicas-to-write 1 and none connected)."""
     if refusal == "disk":
         make_bgsave_fail(redis)
+    elif refusal == "replicas":
+        redis.cmd("CONFIG", "SET", "min-replicas-to-write", "1")
     else:
         redis.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
         redis.cmd("CONFIG", "SET", "maxmemory", "1")
@@ -378,6 +381,8 @@ def redis_refusing(redis, refusal):
     finally:
         if refusal == "disk":
             let_bgsave_succeed(redis)
+        elif refusal == "replicas":
+            redis.cmd("CONFIG", "SET", "min-replicas-to-write", "0")
         else:
             redis.cmd("CONFIG", "SET", "maxmemory", "0")
 
@@ -393,13 +398,13 @@ def assert_refused(hookwheel, calls, refusal):
             method, path, answer)
 
 
-@pytest.mark.parametrize("refusal", ["maxmemory", "disk"])
+@pytest.mark.parametrize("refusal", ["maxmemory", "disk", "replicas"])
 def test_lease_and_queue_writes_redis_refuses_are_told_so_and_change_nothing(redis, hookwheel, refusal):
     # Redis answered OOM (or MISCONF) before running the call: the 503 said
     # "Redis did not answer: a write of this request was not made, or was
     # made and its answer lost", as if the write might have been made.
-    if refusal == "disk" and CLUSTER_MODE:
-        pytest.skip("makes its one Redis fail a save")
+    if refusal != "maxmemory" and CLUSTER_MODE:
+        pytest.skip("makes its one Redis fail a save, or asks it for replicas")
     st, _, held = hookwheel.request("POST", "/leases", json_body={"key": "held", "owner": "o", "ttl_ms": 600000})
     assert st == 201, held
     assert hookwheel.request("PUT", "/queues/kept", json_body={"parallelism": 3})[0] == 200
@@ -411,7 +416,7 @@ def test_lease_and_queue_writes_redis_refuses_are_told_so_and_change_nothing(red
     with redis_refusing(redis, refusal):
         assert_refused(hookwheel, [
             ("POST", "/leases", {"key": "refused", "owner": "o", "ttl_ms": 600000}, "the lease was not acquired"),
-            *(held_calls if refusal == "disk" else []),
+            *(held_calls if refusal != "maxmemory" else []),
             ("PUT", "/queues/refused", {"parallelism": 2}, "the queue's controls were not changed"),
             ("PATCH", "/queues/kept", {"paused": True}, "the queue's controls were not changed"),
             ("DELETE", "/queues/kept", None, "the queue's controls were not deleted")], refusal)
@@ -424,13 +429,14 @@ def test_lease_and_queue_writes_redis_refuses_are_told_so_and_change_nothing(red
     assert st == 200 and q["configured"] is True and q["paused"] is False and q["parallelism"] == 3, q
 
 
-@pytest.mark.skipif(CLUSTER_MODE, reason="makes its one Redis fail a save")
-def test_timer_writes_redis_refuses_are_told_so_and_change_nothing(redis, hookwheel):
+@pytest.mark.skipif(CLUSTER_MODE, reason="makes its one Redis fail a save, or asks it for replicas")
+@pytest.mark.parametrize("refusal", ["disk", "replicas"])
+def test_timer_writes_redis_refuses_are_told_so_and_change_nothing(redis, hookwheel, refusal):
     # As the lease and queue writes above: a cancel, an instruction, a
     # selector and a dead-letter replay or purge refused by Redis said it
     # "did not answer" and that the write might have been made. (At
-    # maxmemory Redis takes them: the next test.)
-    refusal = "disk"
+    # maxmemory Redis takes them: the next test.) A create, a batch item and
+    # /readyz say so too.
     st, _, t = hookwheel.create({"id": "kept-timer", "url": "http://127.0.0.1:9/x", "delay_ms": 600000,
                                  "labels": {"team": "x"}})
     assert st == 201, t
@@ -442,13 +448,26 @@ def test_timer_writes_redis_refuses_are_told_so_and_change_nothing(redis, hookwh
             ("POST", "/timers/kept-timer/reschedule", {"delay_ms": 1000}, "the timer was not changed"),
             ("POST", "/timers/cancel", {"labels": {"team": "x"}}, "no timer was changed"),
             ("POST", "/dead-letters/replay", None, "no dead letters were replayed"),
-            ("POST", "/dead-letters/purge", None, "no dead letters were purged")], refusal)
+            ("POST", "/dead-letters/purge", None, "no dead letters were purged"),
+            ("POST", "/timers", {"id": "refused-new", "url": "http://127.0.0.1:9/x", "delay_ms": 1000},
+             "the timer was not stored")], refusal)
+        st, _, b = hookwheel.request("POST", "/timers/batch", json_body={"timers": [
+            {"id": "refused-item", "url": "http://127.0.0.1:9/x", "delay_ms": 1000}]})
+        assert st == 200 and b["items"][0]["status"] == 503 and refusal in b["items"][0]["detail"], b
+        st, _, b = hookwheel.api.request("GET", "/readyz")
+        assert st == 503 and "Redis refuses writes" in b["detail"] and refusal in b["detail"], b
+        st, _, b = hookwheel.get("kept-timer")  # reads still answer
+        assert st == 200 and b["state"] == "scheduled", b
+        st, _, b = hookwheel.request("GET", "/timers?state=scheduled")
+        assert st == 200 and [x["id"] for x in b["items"]] == ["kept-timer"], b
+    assert wait_until(lambda: hookwheel.api.request("GET", "/readyz")[0] == 200, scaled(10))
+    assert hookwheel.get("refused-new")[0] == 404 and hookwheel.get("refused-item")[0] == 404
     st, _, now = hookwheel.get("kept-timer")
     assert st == 200 and now["state"] == "scheduled" and now["version"] == 0, now
     assert now["fire_at_ms"] == t["fire_at_ms"], (now, t)
     # the refusal is logged once, not once a refused call
     log = hookwheel.log.read_text(errors="replace")
-    assert log.count('"Redis refuses writes (it could not write its AOF or RDB file') == 1, hookwheel.log_tail(20)
+    assert log.count('"msg":"Redis refuses writes: every write answers 503') == 1, hookwheel.log_tail(20)
     assert "Redis refused a timer call" not in log, hookwheel.log_tail(20)
 
 
