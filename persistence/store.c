@@ -1801,15 +1801,10 @@ static void reader_free(reader *rd)
     free(rd);
 }
 
-static int refused_writes(const redisReply *r)
-{
-    return r && r->type == REDIS_REPLY_ERROR && (strncmp(r->str, "MISCONF ", 8) == 0 || strncmp(r->str, "OOM ", 4) == 0);
-}
-
 static void reader_cb(void *arg, const redisReply *r)
 {
     reader *rd = arg;
-    if (refused_writes(r) && rd->twin != SCRIPT_COUNT) {
+    if (store_reply_refusal(r) && rd->twin != SCRIPT_COUNT) {
         enum store_script twin = rd->twin;
         rd->twin = SCRIPT_COUNT; /* once */
         if (eval(rd->s, twin, rd->nkeys, rd->argc, rd->v, rd->len, 1, reader_cb, rd) == 0)

@@ -1326,6 +1326,24 @@ static void test_the_probe_says_whether_redis_takes_new_work_with_no_refused_cal
     redisFree(c);
 }
 
+static void test_a_reader_redis_refuses_for_lack_of_replicas_goes_again_as_its_no_writes_twin(void **state)
+{
+    fixture *f = *state;
+    create(f->a, "t-replicas", (int64_t)clock_now_ms() + 60000, 0, NULL, TIMERS_OK);
+    redisContext *c = raw(f);
+    assert_int_equal(store_refusing_writes(f->st), 0);
+    /* NOREPLICAS: Redis refuses every call that may write, before it runs */
+    freeReplyObject(redisCommand(c, "CONFIG SET min-replicas-to-write 1"));
+    get(f->a, "t-replicas"); /* refused, then sent as get_ro: the store had seen no refusal */
+    assert_int_equal(res.status, TIMERS_OK);
+    assert_string_equal(res.v.state, "scheduled");
+    assert_int_equal(store_refusing_writes(f->st), STORE_REFUSES_REPLICAS);
+    create(f->a, "t-refused", (int64_t)clock_now_ms() + 60000, 0, NULL, TIMERS_NO_REPLICAS);
+    freeReplyObject(redisCommand(c, "CONFIG SET min-replicas-to-write 0"));
+    assert_true(refusing_becomes(f->st, 0));
+    redisFree(c);
+}
+
 static void test_a_reader_redis_refuses_for_its_writes_goes_again_as_its_no_writes_twin(void **state)
 {
     fixture *f = *state;
@@ -1456,6 +1474,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_reader_redis_refuses_for_its_writes_goes_again_as_its_no_writes_twin,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_probe_says_whether_redis_takes_new_work_with_no_refused_call_before,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_reader_redis_refuses_for_lack_of_replicas_goes_again_as_its_no_writes_twin,
                                         setup, teardown),
         cmocka_unit_test(test_a_request_id_field_splits_at_its_blanks_only_into_whole_parts),
         cmocka_unit_test(test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable),
