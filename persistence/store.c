@@ -681,8 +681,32 @@ static int simple_ok(conn *k, const char *fmt, const char *a, const char *b, int
     return ok;
 }
 
+/* 1 when Redis holds the library already. Its name carries a hash of its
+ * code and flags, so the one of that name is this one. Asked first because
+ * FUNCTION LOAD is a write: Redis refuses it at maxmemory and with a full
+ * disk, where a reconnect must still find the functions that go on there
+ * (and the readers). 0 when it is missing or the question fails. */
+static int library_loaded(conn *k)
+{
+    redisReply *r = conn_command(k, "FUNCTION LIST LIBRARYNAME %s", lib_name);
+    int found = 0;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements && !found; i++) {
+        const redisReply *lib = r->element[i]; /* library_name, <name>, engine, LUA, functions, [...] */
+        for (size_t j = 0; lib->type == REDIS_REPLY_ARRAY && j + 1 < lib->elements; j += 2) {
+            const redisReply *key = lib->element[j], *val = lib->element[j + 1];
+            if (key->type == REDIS_REPLY_STRING && strcmp(key->str, "library_name") == 0 &&
+                val->type == REDIS_REPLY_STRING && strcmp(val->str, lib_name) == 0)
+                found = 1;
+        }
+    }
+    freeReplyObject(r);
+    return found;
+}
+
 static int load_scripts(conn *k, int *warned)
 {
+    if (library_loaded(k))
+        return 0;
     redisReply *r = conn_command(k, "FUNCTION LOAD REPLACE %s", lib_src);
     int ok = r && r->type == REDIS_REPLY_STRING && strcmp(r->str, lib_name) == 0;
     char eb[256];

@@ -24,7 +24,8 @@ import time
 
 import pytest
 
-from conftest import CLUSTER_MODE, Reply, let_bgsave_succeed, make_bgsave_fail, scaled, wait_until
+from conftest import (CLUSTER_MODE, Reply, let_bgsave_succeed, make_bgsave_fail, scaled, spawn_while_redis_is_down,
+                      wait_until)
 from contract import assert_matches_contract
 
 RATE_FIELD = "max_dispatches_per_second"
@@ -536,6 +537,26 @@ def test_at_maxmemory_what_redis_holds_goes_on_and_only_new_work_is_refused(redi
     assert sum(m.startswith("Redis refuses new work (maxmemory reached)") for m in msgs) == 1, hw.log_tail(20)
     assert msgs.count("Redis takes writes again") == 1, hw.log_tail(20)
     assert "Redis refused a timer call" not in msgs and "lease acquire failed" not in msgs, hw.log_tail(20)
+
+
+def test_an_instance_started_while_redis_is_at_maxmemory_delivers_what_is_due(
+        request, tmp_path, redis, receiver, hookwheel_factory):
+    """FUNCTION LOAD is a write: an instance that started (or reconnected)
+    while Redis was at maxmemory could not load its functions, even though
+    Redis held them from before, and stayed unready, delivering nothing."""
+    first = hookwheel_factory(redis)
+    due = [f"at-full-{i}" for i in range(5)]
+    for tid in due:
+        assert first.create({"id": tid, "url": receiver.url("/full"), "delay_ms": 3000})[0] == 201
+    assert first.stop() == 0
+    with redis_refusing(redis, "maxmemory"):
+        second = spawn_while_redis_is_down(request, tmp_path, redis.url, name="second")  # it cannot be ready
+        got = receiver.wait_for(len(due), timeout=scaled(15), path="/full")
+        assert sorted(r.timer_id for r in got) == due, second.log_tail(20)
+        st, _, b = second.api.request("GET", "/readyz")
+        assert st == 503 and "maxmemory" in b["detail"], b
+        assert second.create({"url": receiver.url("/full"), "delay_ms": 1000})[0] == 503
+    assert wait_until(lambda: second.api.request("GET", "/readyz")[0] == 200, scaled(10))
 
 
 def test_a_timer_id_in_the_lease_expiry_form_is_refused(hookwheel):
