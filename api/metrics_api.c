@@ -79,6 +79,7 @@ void api_metrics(http_req *r, const char *const *params, void *app)
         .in_wheel = (double)eg.in_wheel,
         .redis_queued_writes = (double)store_queued(a->st),
         .redis_up = store_ready(a->st) ? 1.0 : 0.0,
+        .redis_refusing = store_refusing_writes(a->st) ? 1.0 : 0.0,
         .lease_age_s = lease_age_s(&eg),
         .lease_ttl_s = (double)a->cfg->lease_ttl_ms / 1000.0,
         .redis_masters = store_is_cluster(a->st) ? (double)ss.masters : 1.0,

@@ -85,6 +85,7 @@ typedef struct metrics_gauges {
     double in_wheel;            /* of those, waiting in the wheel */
     double redis_queued_writes; /* commands waiting for the store's writer */
     double redis_up;            /* 1: the last contact with Redis succeeded */
+    double redis_refusing;      /* 1: Redis refuses writes (store_refusing_writes) */
     double lease_age_s;         /* seconds since the instance lease was last renewed */
     double lease_ttl_s;         /* the instance lease's TTL */
     double redis_masters;       /* masters the store routes to */

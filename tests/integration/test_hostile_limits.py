@@ -472,6 +472,16 @@ def test_timer_writes_redis_refuses_are_told_so_and_change_nothing(redis, hookwh
     assert "Redis refused a timer call" not in log, hookwheel.log_tail(20)
 
 
+def refusing_gauge(hw):
+    """hookwheel_redis_refusing_writes from GET /metrics."""
+    status, _, body = hw.request("GET", "/metrics")
+    assert status == 200, body
+    values = [line.split()[-1] for line in body.decode().splitlines()
+              if line.startswith("hookwheel_redis_refusing_writes ")]
+    assert len(values) == 1, body[:500]
+    return float(values[0])
+
+
 def test_at_maxmemory_what_redis_holds_goes_on_and_only_new_work_is_refused(redis, receiver, hookwheel_factory):
     """Redis at maxmemory (noeviction) refused every call of hookwheel's but
     the readers: no due timer was delivered, the watchdog renewed no lease
@@ -525,7 +535,9 @@ def test_at_maxmemory_what_redis_holds_goes_on_and_only_new_work_is_refused(redi
         time.sleep(2.5)  # a refusal marks Redis as refusing for 2 s (STORE_OOM_HOLD_MS)
         st, _, b = hw.api.request("GET", "/readyz")
         assert st == 503 and "maxmemory" in b.get("detail", ""), b
+        assert refusing_gauge(hw) == 1
     assert wait_until(lambda: hw.api.request("GET", "/readyz")[0] == 200, scaled(10))
+    assert refusing_gauge(hw) == 0
     assert hw.create({"id": "new", "url": url, "delay_ms": 600000})[0] == 201
     states = {t: hw.get(t)[2]["state"] for t in ("kept", "paused", "moved", "cancelled", "by-label", "fired")}
     assert states == {"kept": "scheduled", "paused": "paused", "moved": "scheduled", "cancelled": "cancelled",

@@ -21,7 +21,7 @@ CLASSES = ("2xx", "3xx", "4xx", "5xx", "timeout", "connect_error", "refused", "o
 EVENTS = ("created", "cancelled", "delivered", "retried", "failed", "stopped")
 HISTOGRAMS = ("hookwheel_firing_lateness_seconds", "hookwheel_attempt_duration_seconds")
 GAUGES = ("hookwheel_timers_claimed", "hookwheel_timers_in_wheel", "hookwheel_redis_queued_writes",
-          "hookwheel_redis_up", "hookwheel_instance_lease_age_seconds",
+          "hookwheel_redis_up", "hookwheel_redis_refusing_writes", "hookwheel_instance_lease_age_seconds",
           "hookwheel_instance_lease_ttl_seconds", "hookwheel_redis_masters")
 COUNTERS = ("hookwheel_redis_moved_total", "hookwheel_redis_ask_total", "hookwheel_redis_tryagain_total",
             "hookwheel_redis_slot_map_refreshes_total", "hookwheel_redis_replica_ack_timeouts_total")
