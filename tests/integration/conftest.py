@@ -831,6 +831,7 @@ class Hookwheel:
         self.redis_url = redis_url
         self.instance_id = instance_id or unique_instance_id()
         self.extra_args = list(args)
+        self.listen_host = "127.0.0.1"  # --listen <listen_host>:<port>
         self.extra_env = dict(env or {})
         self.tmp_path = Path(tmp_path)
         self.name = name or self.instance_id
@@ -849,6 +850,8 @@ class Hookwheel:
             self.port = free_port()
             self._spawn()
             outcome = self._wait_ready(ready_timeout)
+            if outcome == "ready":
+                outcome = self._ready_was_mine()
             if outcome == "ready":
                 return self
             if outcome == "died" and attempt < 2 and "in use" in tail(self.log, 20).lower():
@@ -869,7 +872,7 @@ class Hookwheel:
         env["HOOKWHEEL_DESTINATION_ALLOWLIST"] = "127.0.0.0/8"
         env["HOOKWHEEL_DATA_DIR"] = str(self.tmp_path / f"data-{self.name}")
         env.update(self.extra_env)
-        argv = [self.binary, "--listen", f"127.0.0.1:{self.port}"]
+        argv = [self.binary, "--listen", f"{self.listen_host}:{self.port}"]
         if self.redis_url:
             argv += ["--redis-url", self.redis_url]
         argv += ["--instance-id", self.instance_id, "--log-level", "debug", *self.extra_args]
@@ -881,6 +884,16 @@ class Hookwheel:
                                          stdin=subprocess.DEVNULL, env=env, cwd=str(self.tmp_path))
         self.api = Api(self.port)
         self.exit_code = None
+
+    def _ready_was_mine(self):
+        """A port picked free may be taken by a process of a test running
+        beside before this one binds it: the 200 came from that one, and
+        this one dies of "address in use". Ready only once this process
+        wrote its start-up line (right after it listens)."""
+        def settled():
+            return self.proc.poll() is not None or '"msg":"hookwheel started"' in tail(self.log, 200)
+        wait_until(settled, scaled(10))
+        return "ready" if self.proc.poll() is None else "died"
 
     def _wait_ready(self, timeout):
         deadline = time.monotonic() + timeout
@@ -1020,12 +1033,12 @@ def pytest_runtest_logreport(report):
 # HOOKWHEEL_SHARD=k/n runs the k-th of n parts of the suite, whole files
 # each, so that make integration runs the plain suite as parallel pytest
 # processes (most of a test's time is spent waiting for timers to fall due).
-# Files are dealt out by their expected time: about 2 s a test, plus what
-# the slowest files wait beyond that (seconds, measured on the plain build).
-SHARD_EXTRA_S = {
-    "test_runs.py": 45, "test_ui.py": 40, "test_selectors.py": 35, "test_hostile.py": 25,
-    "test_cluster.py": 25, "test_sentinel.py": 22, "test_sweep.py": 22, "test_faults.py": 15,
-}
+# Files are dealt out by their measured time (shard_seconds.json: seconds a
+# file took in make test's plain pass, and in its sanitizer Cluster pass
+# with the file's one-Redis remainder, which each part runs right after),
+# the longest first; a file not measured counts 2 s a test.
+with open(Path(__file__).with_name("shard_seconds.json")) as _f:
+    SHARD_SECONDS = json.load(_f)
 
 
 def _shard_files(items, k, n):
@@ -1033,11 +1046,15 @@ def _shard_files(items, k, n):
     for item in items:
         name = os.path.basename(str(item.fspath))
         tests[name] = tests.get(name, 0) + 1
+    measured = SHARD_SECONDS["cluster" if CLUSTER_MODE else "plain"]
+
+    def cost(name):
+        return measured.get(name, 2 * tests[name])
     load = [0.0] * n
     mine = set()
-    for name in sorted(tests, key=lambda f: (-(2 * tests[f] + SHARD_EXTRA_S.get(f, 0)), f)):
+    for name in sorted(tests, key=lambda f: (-cost(f), f)):
         i = load.index(min(load))
-        load[i] += 2 * tests[name] + SHARD_EXTRA_S.get(name, 0)
+        load[i] += cost(name)
         if i == k - 1:
             mine.add(name)
     return mine

@@ -6,7 +6,7 @@ import json
 import socket
 import re
 
-from conftest import Hookwheel, free_port, scaled, wait_until
+from conftest import Hookwheel, scaled, wait_until
 
 TIMER_LINES = {"timer created", "attempt started", "attempt finished", "outcome recorded",
                "attempt not started", "timer controlled"}
@@ -154,11 +154,9 @@ def test_an_open_api_on_localhost_is_not_warned_about_as_open_to_anyone(
     # localhost:port binds 127.0.0.1 (README, Configuration): only this
     # machine reaches it, as with 127.0.0.1:port, so no warning.
     hw = Hookwheel(tmp_path, redis.url, name="localhost")
-    hw.port = free_port()
-    hw.extra_args = ["--listen", f"localhost:{hw.port}"]  # after the 127.0.0.1 one: the last flag wins
+    hw.listen_host = "localhost"
     request.node._hookwheels.append(hw)  # stopped and checked by the factory's teardown
-    hw._spawn()
-    assert hw._wait_ready(scaled(15)) == "ready", hw.log_tail()
+    hw.start()
     started = [r for r in records(hw) if r.get("msg") == "hookwheel started"]
     assert started and started[0]["listen"] == f"localhost:{hw.port}"
     assert not [r for r in records(hw) if "open to anyone" in r.get("msg", "")]
