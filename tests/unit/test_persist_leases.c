@@ -888,6 +888,7 @@ static void test_a_verb_the_store_refuses_never_calls_back(void **state)
 
 int main(void)
 {
+    signal(SIGPIPE, SIG_IGN); /* as service/main.c: a peer gone mid-write is an error, not a death */
     const struct CMUnitTest tests[] = {
         T(test_acquire_answers_acquired_then_reacquired_then_refuses_other_settings_and_owners),
         T(test_get_shows_probe_and_on_expire_as_stored_and_a_foreign_key_without_token),
