@@ -59,7 +59,7 @@
 #define COUNTS_SCAN 1000  /* keys a slice of the counts rebuild scans (counts.h): well under 1 ms */
 #define ABSORB_MAX 256    /* claimed timers taken into the wheel per turn of the loop */
 #define START_RELEASE_RETRY_MS 1000 /* the start's hand-back, when Redis did not take it, is sent again */
-#define REBUILD_RETRY_MS 1000 /* a counts rebuild that failed (Redis unreachable) runs again this much later */
+#define REBUILD_RETRY_MS 1000 /* a counts rebuild or layout move that failed (Redis unreachable) runs again this much later */
 #define SWEEP_SOON_GAP_MS 100 /* a sweep asked for (engine_sweep_soon) follows the last one by at least this */
 #define HELD_SLICE TIMERS_BATCH_MAX /* claims a reconciliation call examines (timers_held) */
 #define START_MAX 64      /* attempts handed to curl per turn of the loop */
@@ -127,6 +127,7 @@ struct engine {
     atomic_int sweep_asked; /* engine_sweep_soon: timers were made due soon in Redis */
     atomic_int rebuilding;  /* partitions whose counts rebuild is in flight (sweeps do not wait) */
     atomic_int rebuild_failed; /* a call of the counts rebuild failed: it runs again (rebuild_counts_again) */
+    atomic_int migrate_failed; /* a call of the layout move failed: it runs again (migrate_again) */
     atomic_long resident;   /* jobs held: bounded by max_resident */
     atomic_uint next_token; /* job tokens: random start, never 0 */
 
@@ -168,6 +169,7 @@ struct engine {
     reaper *rp;
     uint64_t next_reap_ms;
     uint64_t next_rebuild_ms; /* the counts rebuild runs again no sooner (rebuild_counts_again) */
+    uint64_t next_migrate_ms; /* the layout move runs again no sooner (migrate_again) */
     uint64_t next_holds_ms;   /* the next report of namespaces their cap held back */
     uint64_t next_probe_ms;   /* the next ask whether Redis takes new work (store_probe_writes) */
     int reconciling;         /* a reconciliation round runs (reconcile_start) */
@@ -1536,8 +1538,11 @@ static void migrated_cb(void *arg, int status, long long moved, int more)
     if (moved > 0)
         LOG(LOG_INFO, "timers of an earlier layout moved", "\"partition\":%" PRIu32 ",\"timers\":%lld", c->partition,
             moved);
-    if (status == TIMERS_OK && more && timers_migrate(e->tm, c->partition, MIGRATE_SLICE, migrated_cb, c) == 0)
+    if (status == TIMERS_OK && more && !atomic_load(&e->stop) &&
+        timers_migrate(e->tm, c->partition, MIGRATE_SLICE, migrated_cb, c) == 0)
         return;
+    if (status != TIMERS_OK || more)
+        atomic_store(&e->migrate_failed, 1);
     atomic_fetch_sub(&e->pending_ops, 1);
     wake(e);
 }
@@ -1548,9 +1553,26 @@ static void migrate_all(engine *e)
 {
     for (uint32_t p = 0; p < e->cfg->partitions; p++) {
         atomic_fetch_add(&e->pending_ops, 1);
-        if (timers_migrate(e->tm, p, MIGRATE_SLICE, migrated_cb, &e->sweeps[p]) < 0)
+        if (timers_migrate(e->tm, p, MIGRATE_SLICE, migrated_cb, &e->sweeps[p]) < 0) {
             atomic_fetch_sub(&e->pending_ops, 1);
+            atomic_store(&e->migrate_failed, 1);
+        }
     }
+}
+
+/* Engine thread: the layout move again, every partition, once the last
+ * round ended with a failed call (Redis was unreachable at the start, or
+ * refused the writes): else what an earlier release left stayed until this
+ * instance's next start. A partition already moved answers at once. It
+ * goes with no sweep or release in flight, and the next sweep waits for it,
+ * as at the start. */
+static void migrate_again(engine *e, uint64_t now)
+{
+    if (atomic_load(&e->pending_ops) || now < e->next_migrate_ms || !atomic_load(&e->migrate_failed))
+        return;
+    atomic_store(&e->migrate_failed, 0);
+    e->next_migrate_ms = now + REBUILD_RETRY_MS;
+    migrate_all(e);
 }
 
 /* Store thread: one slice of a partition's counts rebuild answered; the
@@ -2136,6 +2158,7 @@ static uint64_t housekeeping(engine *e, uint64_t now)
         next = e->next_probe_ms;
     poll_queue_settings(e, now);
     rebuild_counts_again(e, now);
+    migrate_again(e, now);
     if (e->next_queues_ms < next)
         next = e->next_queues_ms;
     renew_permits(e, now);
@@ -2282,6 +2305,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     atomic_init(&e->release_failed, 0);
     atomic_init(&e->releasing_start, 0);
     atomic_init(&e->rebuild_failed, 0);
+    atomic_init(&e->migrate_failed, 0);
     atomic_init(&e->rebuilding, 0);
     atomic_init(&e->queues_polling, 0);
     atomic_init(&e->permits_asking, 0);

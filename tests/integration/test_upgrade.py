@@ -10,10 +10,12 @@ timer in hw:{P}:claimed:<instance> and that instance in hw:instances.
 Then this build starts on that Redis: every timer must behave as it would
 have under the old one. Real redis-server, real binary, real receiver."""
 import json
+import time
 
 import pytest
 
-from conftest import CLUSTER_MODE, Reply, let_bgsave_succeed, make_bgsave_fail, now_ms, partition, scaled, wait_until
+from conftest import (CLUSTER_MODE, Reply, let_bgsave_succeed, make_bgsave_fail, now_ms, partition, scaled,
+                      spawn_while_redis_is_down, wait_until)
 
 pytestmark = pytest.mark.skipif(CLUSTER_MODE, reason="layouts of builds before the Cluster support: one Redis only")
 
@@ -198,3 +200,31 @@ def test_timers_of_the_earlier_layout_are_read_while_redis_refuses_writes(redis,
     assert wait_until(lambda: hw.api.request("GET", "/readyz")[0] == 200, scaled(10))
     assert hw.get("ro-far")[2]["queue"] == "q2"
     assert redis.cmd("GETRANGE", far, "0", "0") != "s"  # converted by the first read that may write
+
+
+def test_the_layout_move_runs_again_once_redis_takes_writes(request, tmp_path, redis, receiver, hookwheel_factory):
+    """The builds before 3c9e9b9 kept every waiting timer in hw:{P}:due as
+    well as in its index, and earlier ones every dead letter in
+    hw:{P}:failed; each instance's start moves what they left (migrate.lua).
+    Started while Redis refused writes, the move failed once and was not
+    tried again: the keys stayed until the instance's next start."""
+    first = hookwheel_factory(redis)  # loads the function library; an instance started below finds it
+    assert first.stop() == 0
+    due = int(now_ms()) + 2000
+    lay_out(redis, "was-due", old_record("scheduled", due, {"url": receiver.url("/moved")}), "scheduled", due)
+    p = partition("was-due")
+    redis.cmd("ZADD", f"hw:{{{p}}}:due", str(due), "was-due")
+    redis.cmd("ZADD", f"hw:{{{p}}}:failed", str(due - 100_000), "long-gone")
+    make_bgsave_fail(redis)
+    try:
+        hw = spawn_while_redis_is_down(request, tmp_path, redis.url, name="started-refused")
+        assert wait_until(lambda: "Redis refuses writes" in hw.api.request("GET", "/readyz")[2].get("detail", ""),
+                          scaled(10)), hw.log_tail(20)
+        time.sleep(1.5)  # the move was sent and refused
+        assert redis.cmd("EXISTS", f"hw:{{{p}}}:due", f"hw:{{{p}}}:failed") == 2
+    finally:
+        let_bgsave_succeed(redis)
+    assert wait_until(lambda: redis.cmd("EXISTS", f"hw:{{{p}}}:due", f"hw:{{{p}}}:failed") == 0, scaled(10)), \
+        hw.log_tail(20)
+    got = receiver.wait_for(1, timeout=max(0.0, (due - now_ms()) / 1000) + scaled(10), path="/moved")
+    assert [r.timer_id for r in got] == ["was-due"]
