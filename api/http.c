@@ -126,7 +126,7 @@ struct http_server {
     void *app;
     size_t max_body;
     size_t max_batch_body;      /* routes with big_body */
-    const struct auth *auth;    /* NULL: no tokens, every caller is in namespace "" */
+    const struct auth *_Atomic auth; /* NULL: no tokens, every caller is in namespace "" (http_set_auth) */
     uint16_t port;
     int listen_fd;              /* shut down by http_quiesce, closed after the daemon stops */
     atomic_bool quiesced;       /* new requests get 503 */
@@ -1019,11 +1019,12 @@ static enum MHD_Result req_begin(http_server *s, http_req *r)
     if (cross_site(r))
         return problem_now(r, 403, "a change sent by another site's page is refused (Sec-Fetch-Site or Origin)");
     r->ns = "";
-    if (s->auth && !r->route->open) {
+    const struct auth *tokens = atomic_load(&s->auth);
+    if (tokens && !r->route->open) {
         /* Only one Authorization header: of several, a proxy in front may
          * have checked or added another one than the first. */
         const char *given = kv_find(r->headers, r->nheaders, "Authorization", true);
-        r->ns = single_authorization(r) ? auth_check(s->auth, given) : NULL;
+        r->ns = single_authorization(r) ? auth_check(tokens, given) : NULL;
         if (!r->ns)
             return unauthorized_now(r);
     }
@@ -1313,7 +1314,7 @@ static http_server *server_create(const http_config *cfg, const http_route *rout
     s->max_body = cfg->max_body_bytes;
     s->max_batch_body = cfg->max_batch_body_bytes > cfg->max_body_bytes ? cfg->max_batch_body_bytes
                                                                        : cfg->max_body_bytes;
-    s->auth = cfg->auth;
+    atomic_init(&s->auth, cfg->auth);
     s->listen_fd = -1;
     atomic_init(&s->quiesced, false);
     atomic_init(&s->rid_seq, 0);
@@ -1485,6 +1486,11 @@ void http_stop(http_server *s)
 uint16_t http_port(const http_server *s)
 {
     return s->port;
+}
+
+void http_set_auth(http_server *s, const struct auth *tokens)
+{
+    atomic_store(&s->auth, tokens);
 }
 
 /* ---- request accessors and answers ---------------------------------------- */

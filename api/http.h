@@ -83,6 +83,11 @@ void http_stop(http_server *s);
 /* The port actually bound (useful with port 0). */
 uint16_t http_port(const http_server *s);
 
+/* Requests from now on are checked against tokens (the tokens file read
+ * again on SIGHUP). The caller keeps the earlier table until http_stop: a
+ * request under way may still point at its namespace names. */
+void http_set_auth(http_server *s, const struct auth *tokens);
+
 /* Request accessors: valid until the request completes (handler thread or
  * any thread before the answer is given). */
 const char *http_req_body(const http_req *r, size_t *len);

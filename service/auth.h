@@ -9,8 +9,8 @@
  * constant time (CRYPTO_memcmp over all of them, no early exit), so neither
  * the token nor which entry matched shows in the timing.
  *
- * Loaded once at start (main thread); auth_check is then read-only and safe
- * from any thread. */
+ * Loaded at start and again on SIGHUP (main thread), each time a new table;
+ * auth_check is read-only and safe from any thread. */
 #ifndef HW_AUTH_H
 #define HW_AUTH_H
 

@@ -40,8 +40,8 @@ static const setting settings[] = {
     S("instance-id", instance_id, "", "this instance's id (default: hostname-pid)"),
     S("log-level", log_level, "info", "debug, info, warn or error"),
     S("api-tokens-file", api_tokens_file, NULL,
-      "file of bearer tokens, one `<namespace> <token>` or `<namespace> sha256:<hex>` per line; "
-      "unset: the API is open (one namespace)"),
+      "file of bearer tokens, one `<namespace> <token>` or `<namespace> sha256:<hex>` per line, read again "
+      "on SIGHUP; unset: the API is open (one namespace)"),
     S("signing-secret", signing_secret, NULL,
       "whsec_<base64 key>[,whsec_...]: sign every request (Standard Webhooks); two during a rotation"),
     S("namespace-secrets-file", namespace_secrets_file, NULL,

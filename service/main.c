@@ -1,5 +1,6 @@
 /* main.c - process wiring: configuration, the embedded Redis, the store, the
- * engine and the HTTP API, and the orderly stop on SIGTERM/SIGINT.
+ * engine and the HTTP API, the orderly stop on SIGTERM/SIGINT, and the
+ * tokens file read again on SIGHUP.
  *
  * Signals are blocked in every thread and taken synchronously by the main
  * thread (sigwait), so no handler runs in an arbitrary thread. */
@@ -28,6 +29,7 @@
 #include "sign.h"
 #include "store.h"
 #include "tally.h"
+#include "xalloc.h"
 
 /* Descriptors the process holds besides API connections and attempts: the
  * standard streams and the log, the engine's epoll, eventfd and timerfd,
@@ -42,6 +44,8 @@ typedef struct app {
     signer *sign;
     netpolicy *policy;
     auth *auth;
+    auth **retired;       /* tables a SIGHUP replaced: a request under way may still use one */
+    size_t nretired;
     redis_child *redis;
     store *st;
     engine *eng;
@@ -130,6 +134,9 @@ static void stop_all(app *a)
     signer_free(a->sign);
     netpolicy_free(a->policy);
     auth_free(a->auth);
+    for (size_t i = 0; i < a->nretired; i++)
+        auth_free(a->retired[i]);
+    free(a->retired);
 }
 
 /* Raises the soft open-file limit to the hard one (systemd's default soft
@@ -185,22 +192,67 @@ static int tls_setup(const config *cfg)
     return -EINVAL;
 }
 
-/* Waits for SIGTERM or SIGINT; meanwhile, every half second, starts the
- * embedded Redis again if it exited (the store reconnects on its own and
- * loads the functions again into the Redis that comes back). */
-static int wait_for_signal(redis_child *redis)
+/* A namespace secret for a namespace no token belongs to signs nothing
+ * new: a misspelt name signs nothing, and the namespace meant falls back to
+ * HOOKWHEEL_SIGNING_SECRET, which other namespaces' receivers may hold:
+ * they could then verify, and forge, its requests. */
+static void warn_unused_secrets(const app *a)
+{
+    const char *ns;
+    for (size_t i = 0; (ns = signer_namespace(a->sign, i)); i++)
+        if (!auth_has_namespace(a->auth, ns))
+            LOG(LOG_WARN, "namespace secrets for a namespace no API token belongs to: its line signs nothing new",
+                "\"namespace\":\"%s\"", ns);
+}
+
+/* SIGHUP: the tokens file is read again, and requests from now on are
+ * checked against it (rotating a token needs no restart). A file that no
+ * longer reads keeps the tokens in use. Every other setting is read at
+ * start only. */
+static void reload_tokens(app *a)
+{
+    char err[600], e1[512], e2[1024];
+    if (!a->cfg.api_tokens_file) {
+        LOG(LOG_WARN, "SIGHUP: no tokens file to read again (HOOKWHEEL_API_TOKENS_FILE is not set); other "
+            "settings are read at start only", "%s", "");
+        return;
+    }
+    auth *fresh = auth_load(a->cfg.api_tokens_file, err, sizeof err);
+    if (!fresh) {
+        LOG(LOG_ERROR, "SIGHUP: the tokens file does not read: the tokens in use stay",
+            "\"file\":\"%s\",\"error\":\"%s\"", log_json_escape(a->cfg.api_tokens_file, e1, sizeof e1),
+            log_json_escape(err, e2, sizeof e2));
+        return;
+    }
+    a->retired = xrealloc(a->retired, (a->nretired + 1) * sizeof *a->retired);
+    a->retired[a->nretired++] = a->auth;
+    a->auth = fresh;
+    http_set_auth(a->http, fresh);
+    LOG(LOG_INFO, "SIGHUP: the tokens file was read again", "\"file\":\"%s\",\"tokens\":%zu",
+        log_json_escape(a->cfg.api_tokens_file, e1, sizeof e1), auth_count(fresh));
+    warn_unused_secrets(a);
+}
+
+/* Waits for SIGTERM or SIGINT, reading the tokens file again on SIGHUP;
+ * meanwhile, every half second, starts the embedded Redis again if it
+ * exited (the store reconnects on its own and loads the functions again
+ * into the Redis that comes back). */
+static int wait_for_signal(app *a)
 {
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
     const struct timespec half_second = {0, 500000000L};
     for (;;) {
-        int sig = redis ? sigtimedwait(&set, NULL, &half_second) : sigwaitinfo(&set, NULL);
-        if (sig > 0)
+        int sig = a->redis ? sigtimedwait(&set, NULL, &half_second) : sigwaitinfo(&set, NULL);
+        if (sig == SIGHUP)
+            reload_tokens(a);
+        else if (sig > 0)
             return sig;
-        if (redis)
-            redis_child_watch(redis);
+        if (a->redis)
+            redis_child_watch(a->redis);
     }
 }
 
@@ -283,6 +335,7 @@ int main(int argc, char **argv)
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* inherited by every thread started below */
     signal(SIGPIPE, SIG_IGN);
     curl_global_init(CURL_GLOBAL_ALL);
@@ -295,18 +348,11 @@ int main(int argc, char **argv)
             HOOKWHEEL_VERSION, a.cfg.listen, http_port(a.http), a.cfg.instance_id,
             a.cfg.redis_url ? "external" : "embedded", a.auth ? "tokens" : "open", auth_count(a.auth),
             a.sign ? "true" : "false");
-        /* A misspelt name signs nothing, and the namespace meant falls back
-         * to HOOKWHEEL_SIGNING_SECRET, which other namespaces' receivers may
-         * hold: they could then verify, and forge, its requests. */
-        const char *ns;
-        for (size_t i = 0; (ns = signer_namespace(a.sign, i)); i++)
-            if (!auth_has_namespace(a.auth, ns))
-                LOG(LOG_WARN, "namespace secrets for a namespace no API token belongs to: its line signs nothing new",
-                    "\"namespace\":\"%s\"", ns);
+        warn_unused_secrets(&a);
         if (!a.auth && !http_listen_loopback(a.cfg.listen))
             LOG(LOG_WARN, "the API is open to anyone who can reach it: set HOOKWHEEL_API_TOKENS_FILE",
                 "\"listen\":\"%s\"", a.cfg.listen);
-        int sig = wait_for_signal(a.redis);
+        int sig = wait_for_signal(&a);
         LOG(LOG_INFO, "stopping", "\"signal\":\"%s\"", sig == SIGINT ? "SIGINT" : "SIGTERM");
     }
     stop_all(&a);

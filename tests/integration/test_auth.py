@@ -2,6 +2,7 @@
 endpoint but the probes needs a token, and a token's namespace sees only its
 own timers (404 for the others', never 403)."""
 import hashlib
+import signal
 from urllib.parse import quote
 
 from conftest import now_ms, owner_tag, scaled, wait_until
@@ -194,3 +195,45 @@ def test_an_open_listing_steps_over_a_namespaces_held_timers_to_its_own(tmp_path
     # it once went round on "<at>~b-09" for ever, never reaching u1 and later
     assert seen == [tid for tid, _ in own], (seen, cursors)
     assert not [c for c in cursors if "b-" in c], cursors
+
+
+def test_sighup_reads_the_tokens_file_again(tmp_path, redis, receiver, hookwheel_factory):
+    """Rotating a token needs no restart: SIGHUP reads the file again, and a
+    file that no longer reads keeps the tokens in use."""
+    hw = start(tmp_path, redis, hookwheel_factory)
+    status, _, body = hw.create({"id": "kept-a", "url": receiver.url("/kept"), "delay_ms": 600000},
+                                headers=bearer(TOKEN_A))
+    assert status == 201, body
+    new_a = "team-a-rotated-token-9d0c44e1"
+    (tmp_path / "tokens").write_text(f"team-a {new_a}\nteam-b {TOKEN_B}\n")
+    hw.proc.send_signal(signal.SIGHUP)
+    assert wait_until(lambda: hw.request("GET", "/timers/kept-a", headers=bearer(new_a))[0] == 200, scaled(10)), \
+        hw.log_tail(20)
+    assert hw.request("GET", "/timers/kept-a", headers=bearer(TOKEN_A))[0] == 401  # dropped from the file
+    assert hw.request("GET", "/timers/kept-a", headers=bearer(TOKEN_B))[0] == 404  # another namespace, as before
+    assert hw.request("GET", "/timers/kept-a", headers=bearer(TOKEN_B2))[0] == 401
+    assert wait_until(lambda: '"msg":"SIGHUP: the tokens file was read again"' in hw.log_tail(50), scaled(5))
+    assert '"tokens":2' in hw.log_tail(50)
+
+    (tmp_path / "tokens").write_text(f"team-a {new_a}\nteam/b short\n")
+    hw.proc.send_signal(signal.SIGHUP)
+    assert wait_until(lambda: "the tokens in use stay" in hw.log_tail(50), scaled(10)), hw.log_tail(20)
+    assert "line 2" in hw.log_tail(50)
+    assert hw.alive()
+    assert hw.request("GET", "/timers/kept-a", headers=bearer(new_a))[0] == 200
+    assert hw.request("GET", "/timers/x", headers=bearer(TOKEN_B))[0] == 404  # team-b's token still holds
+    log = hw.log_tail(400)
+    assert new_a not in log and TOKEN_B not in log
+
+
+def test_sighup_without_a_tokens_file_changes_nothing(hookwheel, receiver):
+    """A SIGHUP (a closed terminal, an operator's reload) used to end the
+    process at once, without handing its claims back."""
+    assert hookwheel.create({"id": "after-hup", "url": receiver.url("/hup"), "delay_ms": 1500})[0] == 201
+    hookwheel.proc.send_signal(signal.SIGHUP)
+    assert wait_until(lambda: "no tokens file to read again" in hookwheel.log_tail(20), scaled(5)), \
+        hookwheel.log_tail(20)
+    assert hookwheel.alive()
+    got = receiver.wait_for(1, timeout=scaled(10), path="/hup")
+    assert [r.timer_id for r in got] == ["after-hup"]
+    assert hookwheel.request("GET", "/readyz")[0] == 200
