@@ -77,6 +77,8 @@ typedef struct node {
     uint64_t down_calls;     /* cluster: calls it answered CLUSTERDOWN since then */
     cmd *q, **qtail;     /* this batch's commands for it, in order */
     int waited;          /* a WAIT follows them (a write among them, min_replicas > 0) */
+    int refusal;         /* why it last refused a write (STORE_REFUSES_...) */
+    uint64_t refused_ms; /* when (0: a write passed since): note_writable */
 } node;
 
 struct store {
@@ -119,7 +121,7 @@ struct store {
     volatile int ready;     /* written by the writer, read by anyone */
     volatile uint64_t oom_ms; /* when Redis last refused a write (0: since then one passed) */
     volatile int refusal;     /* why: STORE_REFUSES_MEMORY, _DISK or _REPLICAS */
-    atomic_int probing;       /* store_probe_writes' call waits for its reply */
+    atomic_int probing;       /* store_probe_writes' calls that wait for their replies */
     store_stats stats;      /* written by the writer (relaxed atomics), read by anyone */
 };
 
@@ -874,6 +876,8 @@ static void adopt_map(store *s, cluster_map *m)
                 n->warned = old[j].warned;
                 n->down_logged_ms = old[j].down_logged_ms;
                 n->down_calls = old[j].down_calls;
+                n->refusal = old[j].refusal;
+                n->refused_ms = old[j].refused_ms;
                 old[j].conn = (conn){NULL, NULL};
                 old[j].host = NULL;
             }
@@ -1005,14 +1009,35 @@ static int calls_oom_exempt(const cmd *c)
     return 0;
 }
 
-/* Notes whether Redis refuses writes: an OOM error (maxmemory reached with
- * noeviction) or a MISCONF one (its last AOF write or RDB save failed: a
- * full or failing disk) marks it, a call of a function Redis refuses at
- * maxmemory that succeeds clears it. The engine probes every second
- * (store_probe_writes), so the mark stays current. */
+/* Notes whether node n refuses writes: an OOM error (maxmemory reached
+ * with noeviction), a MISCONF one (its last AOF write or RDB save failed: a
+ * full or failing disk) or a NOREPLICAS one marks it, a call of a function
+ * Redis refuses at maxmemory that succeeds on it clears its mark. The store
+ * refuses while any node's mark is fresh: on a Redis Cluster one full master
+ * refuses the creates of its slots while the others take theirs, and their
+ * successes must not clear its mark (readiness and the metric flapped). The
+ * engine probes every partition every second (store_probe_writes), so the
+ * marks stay current. */
 static atomic_int refusal_said; /* the refusal last logged, for the process (its stores share a Redis) */
 
-static void note_writable(store *s, const cmd *c, const redisReply *r)
+/* The store's mark from its nodes': the freshest live one, or none. */
+static void sum_marks(store *s, uint64_t now)
+{
+    uint64_t at = 0;
+    int why = 0;
+    for (int i = 0; i < s->nnodes; i++) {
+        const node *n = &s->nodes[i];
+        if (n->refused_ms && now - n->refused_ms < STORE_OOM_HOLD_MS && n->refused_ms > at) {
+            at = n->refused_ms;
+            why = n->refusal;
+        }
+    }
+    if (at)
+        s->refusal = why;
+    s->oom_ms = at;
+}
+
+static void note_writable(store *s, node *n, const cmd *c, const redisReply *r)
 {
     int refusal = store_reply_refusal(r);
     if (refusal) {
@@ -1029,12 +1054,17 @@ static void note_writable(store *s, const cmd *c, const redisReply *r)
                     "\"why\":\"%s\",\"error\":\"%s\"", store_refusal_text(refusal),
                     log_json_escape(r->str, eb, sizeof eb));
         }
+        n->refusal = refusal;
+        n->refused_ms = clock_now_ms();
         s->refusal = refusal;
-        s->oom_ms = clock_now_ms();
+        s->oom_ms = n->refused_ms;
     }
-    else if (r->type != REDIS_REPLY_ERROR && s->oom_ms && c->len > 16 && memmem(c->buf, 16, "FCALL", 5) &&
+    else if (r->type != REDIS_REPLY_ERROR && n->refused_ms && c->len > 16 && memmem(c->buf, 16, "FCALL", 5) &&
              !calls_oom_exempt(c)) {
-        s->oom_ms = 0;
+        n->refused_ms = 0;
+        sum_marks(s, clock_now_ms());
+        if (s->oom_ms)
+            return; /* another node still refuses */
         int said = atomic_exchange(&refusal_said, 0);
         if (said)
             LOG(LOG_INFO, "Redis takes writes again", "\"refused_for\":\"%s\"", store_refusal_text(said));
@@ -1236,7 +1266,7 @@ static void resend(store *s, cmd *c, redisReply *r, int i)
         r = NULL;
     }
     if (r)
-        note_writable(s, c, r);
+        note_writable(s, &s->nodes[i], c, r);
     finish_cmd(c, r);
     freeReplyObject(r);
 }
@@ -1283,7 +1313,7 @@ static void read_replies(store *s, int i, cmd ***redo, redisReply ***rr, int **f
             *atail = c;
             atail = &c->next;
         } else {
-            note_writable(s, c, r);
+            note_writable(s, n, c, r);
             finish_cmd(c, r);
             freeReplyObject(r);
         }
@@ -1299,7 +1329,7 @@ static void read_replies(store *s, int i, cmd ***redo, redisReply ***rr, int **f
             acks = a->next;
             redisReply *r = a->reply;
             if (ok)
-                note_writable(s, a, r);
+                note_writable(s, n, a, r);
             finish_cmd(a, ok ? r : NULL);
             freeReplyObject(r);
         }
@@ -1624,16 +1654,25 @@ int store_refusing_writes(const store *s)
 static void probed_cb(void *arg, const redisReply *r)
 {
     (void)r; /* note_writable read it */
-    atomic_store((atomic_int *)arg, 0);
+    atomic_fetch_sub((atomic_int *)arg, 1);
 }
 
-int store_probe_writes(store *s)
+int store_probe_writes(store *s, uint32_t nkeys, const char *const *keys)
 {
-    if (atomic_exchange(&s->probing, 1))
+    int calls = s->cluster && nkeys ? (int)nkeys : 1;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&s->probing, &expected, calls))
         return 0;
-    int rc = store_eval(s, SCRIPT_WRITABLE, 0, 0, NULL, NULL, probed_cb, &s->probing);
-    if (rc < 0)
-        atomic_store(&s->probing, 0);
+    int rc = 0;
+    for (int i = 0; i < calls; i++) {
+        const char *key = s->cluster && nkeys ? keys[i] : NULL;
+        int sent = store_eval(s, SCRIPT_WRITABLE, key ? 1 : 0, key ? 1 : 0, key ? &key : NULL, NULL, probed_cb,
+                              &s->probing);
+        if (sent < 0) {
+            atomic_fetch_sub(&s->probing, 1);
+            rc = sent;
+        }
+    }
     return rc;
 }
 

@@ -129,11 +129,12 @@ void store_free(store *s);
 /* 1 when the last contact with Redis succeeded and the scripts are loaded. */
 int store_ready(const store *s);
 
-/* Why Redis refuses writes, when it refused one within the last
- * STORE_OOM_HOLD_MS and no function call succeeded since: for lack of
- * memory (OOM: maxmemory reached), of disk (MISCONF: its AOF or RDB could
- * not be written) or of replicas (NOREPLICAS: fewer good replicas than its
- * min-replicas-to-write); 0 when it takes them. Any thread. */
+/* Why Redis refuses writes, when it (on a Redis Cluster: any master)
+ * refused one within the last STORE_OOM_HOLD_MS and no function call
+ * succeeded on it since: for lack of memory (OOM: maxmemory reached), of
+ * disk (MISCONF: its AOF or RDB could not be written) or of replicas
+ * (NOREPLICAS: fewer good replicas than its min-replicas-to-write); 0 when
+ * it takes them. Any thread. */
 #define STORE_OOM_HOLD_MS 2000
 enum { STORE_REFUSES_MEMORY = 1, STORE_REFUSES_DISK = 2, STORE_REFUSES_REPLICAS = 3 };
 int store_refusing_writes(const store *s);
@@ -142,10 +143,13 @@ const char *store_refusal_text(int refusal);
 /* Asks Redis whether it takes new work (a create, a lease's acquire), with
  * a call that writes nothing and that Redis refuses when it would refuse
  * those, so that store_refusing_writes says so without waiting for a
- * refused request, and stops saying so once Redis takes them again. At
- * most one such call waits at a time (a second ask meanwhile returns 0).
- * Returns 0, or what store_eval returns. Any thread. */
-int store_probe_writes(store *s);
+ * refused request, and stops saying so once Redis takes them again. On a
+ * Redis Cluster one call per key of keys[nkeys] (one a partition: each goes
+ * to the master of its slot, so a full master is asked too); else one
+ * call. At most one round waits at a time (a second ask meanwhile returns
+ * 0). Returns 0, or what store_eval returned for a call not sent. Any
+ * thread. */
+int store_probe_writes(store *s, uint32_t nkeys, const char *const *keys);
 
 /* Why Redis refused the call whose reply is r before running it:
  * STORE_REFUSES_MEMORY for an OOM error (maxmemory reached, noeviction),

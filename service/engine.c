@@ -59,6 +59,7 @@
 #define COUNTS_SCAN 1000  /* keys a slice of the counts rebuild scans (counts.h): well under 1 ms */
 #define ABSORB_MAX 256    /* claimed timers taken into the wheel per turn of the loop */
 #define START_RELEASE_RETRY_MS 1000 /* the start's hand-back, when Redis did not take it, is sent again */
+#define PROBE_KEYS 64 /* partitions asked a round whether Redis takes new work (probe_writes) */
 #define REBUILD_RETRY_MS 1000 /* a counts rebuild or layout move that failed (Redis unreachable) runs again this much later */
 #define SWEEP_SOON_GAP_MS 100 /* a sweep asked for (engine_sweep_soon) follows the last one by at least this */
 #define HELD_SLICE TIMERS_BATCH_MAX /* claims a reconciliation call examines (timers_held) */
@@ -172,6 +173,8 @@ struct engine {
     uint64_t next_migrate_ms; /* the layout move runs again no sooner (migrate_again) */
     uint64_t next_holds_ms;   /* the next report of namespaces their cap held back */
     uint64_t next_probe_ms;   /* the next ask whether Redis takes new work (store_probe_writes) */
+    char **probe_keys;        /* a key of each partition, for that ask on a Redis Cluster (else NULL) */
+    uint32_t probe_next;      /* the partition the next ask starts at */
     int reconciling;         /* a reconciliation round runs (reconcile_start) */
     uint64_t reconcile_until; /* its claims due by then are examined */
     int lease_lost_logged;
@@ -1560,6 +1563,25 @@ static void migrate_all(engine *e)
     }
 }
 
+/* Engine thread: asks whether Redis takes new work, so that /readyz says
+ * it even when no create comes. On a Redis Cluster each master is asked:
+ * PROBE_KEYS partitions a round, the next ones the next round (with the
+ * default 64 partitions, all of them; with more, hashed over the masters,
+ * every master is asked nearly surely each round). */
+static void probe_writes(engine *e)
+{
+    if (!e->probe_keys) {
+        (void)store_probe_writes(e->st, 0, NULL);
+        return;
+    }
+    uint32_t parts = (uint32_t)e->cfg->partitions, n = parts < PROBE_KEYS ? parts : PROBE_KEYS;
+    const char *keys[PROBE_KEYS];
+    for (uint32_t i = 0; i < n; i++)
+        keys[i] = e->probe_keys[(e->probe_next + i) % parts];
+    if (store_probe_writes(e->st, n, keys) == 0)
+        e->probe_next = (e->probe_next + n) % parts;
+}
+
 /* Engine thread: the layout move again, every partition, once the last
  * round ended with a failed call (Redis was unreachable at the start, or
  * refused the writes): else what an earlier release left stayed until this
@@ -2150,8 +2172,7 @@ static uint64_t housekeeping(engine *e, uint64_t now)
         e->next_holds_ms = now + HOLDS_REPORT_MS;
     }
     if (now >= e->next_probe_ms || e->next_probe_ms > now + WRITES_PROBE_MS) {
-        /* /readyz says whether Redis takes creates even when none comes */
-        (void)store_probe_writes(e->st);
+        probe_writes(e);
         e->next_probe_ms = now + WRITES_PROBE_MS;
     }
     if (e->next_probe_ms < next)
@@ -2321,6 +2342,14 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     e->begins = xcalloc(cfg->partitions, sizeof *e->begins);
     e->finishes = xcalloc(cfg->partitions, sizeof *e->finishes);
     e->sweeps = xcalloc(cfg->partitions, sizeof *e->sweeps);
+    if (store_is_cluster(st)) {
+        e->probe_keys = xcalloc(cfg->partitions, sizeof *e->probe_keys);
+        for (uint32_t p = 0; p < cfg->partitions; p++) {
+            char key[KEYS_MAX];
+            keys_timer_prefix(key, p);
+            e->probe_keys[p] = xstrdup(key);
+        }
+    }
     for (uint32_t p = 0; p < cfg->partitions; p++) {
         e->sweeps[p].e = e;
         e->sweeps[p].partition = p;
@@ -2407,6 +2436,9 @@ void engine_free(engine *e)
     free(e->permits_pending);
     pthread_mutex_destroy(&e->mu);
     free(e->sweeps);
+    for (uint32_t p = 0; e->probe_keys && p < (uint32_t)e->cfg->partitions; p++)
+        free(e->probe_keys[p]);
+    free(e->probe_keys);
     for (uint32_t p = 0; e->begins && p < e->cfg->partitions; p++) {
         free(e->begins[p]);
         free(e->finishes[p]);

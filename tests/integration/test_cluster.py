@@ -402,3 +402,33 @@ def test_a_master_killed_under_creates_loses_no_acknowledged_timer(cluster, star
     want = set(acked)
     receiver.wait_until(lambda reqs: {r.timer_id for r in reqs if r.path == "/cfo"} >= want, scaled(40))
     cluster.wait_ok()
+
+
+def test_one_full_master_keeps_the_refusal_said_while_the_others_take_their_creates(cluster, start, receiver):
+    """A master at maxmemory refuses the creates of its slots while the
+    other masters take theirs. The refusal was one mark for the whole store:
+    each create another master took cleared it, and the probe asked one
+    master only, so /readyz and hookwheel_redis_refusing_writes flapped, or
+    said nothing when the full master was not the one asked."""
+    a = start()
+    first = cluster.slot_map()[0]
+    full = next(m for m in cluster.masters() if m.port != first)
+    full.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    full.cmd("CONFIG", "SET", "maxmemory", "1")
+    try:
+        codes, ready, gauge, k = Counter(), Counter(), Counter(), 0
+        t_start = time.monotonic()
+        while time.monotonic() < t_start + 4.0:
+            status, _, _ = a.create({"id": f"full-{k}", "url": receiver.url("/full"), "delay_ms": 600_000})
+            codes[status] += 1
+            k += 1
+            if time.monotonic() > t_start + 1.5 and k % 10 == 0:  # the probe has asked every master
+                ready[a.request("GET", "/readyz")[0]] += 1
+                gauge[metric(a, "hookwheel_redis_refusing_writes")] += 1
+        assert codes[201] > 20 and codes[503] > 20, codes  # the other masters took theirs
+        assert set(ready) == {503}, ready
+        assert set(gauge) == {1.0}, gauge
+    finally:
+        full.cmd("CONFIG", "SET", "maxmemory", "0")
+    assert wait_until(lambda: a.request("GET", "/readyz")[0] == 200, scaled(10))
+    assert metric(a, "hookwheel_redis_refusing_writes") == 0

@@ -1301,7 +1301,7 @@ static void counts_call(fixture *f, int read)
 static int refusing_becomes(store *st, int want)
 {
     for (int i = 0; i < 150; i++) {
-        (void)store_probe_writes(st);
+        (void)store_probe_writes(st, 0, NULL);
         if (store_refusing_writes(st) == want)
             return 1;
         usleep(20000);
