@@ -45,8 +45,8 @@ static const setting settings[] = {
     S("signing-secret", signing_secret, NULL,
       "whsec_<base64 key>[,whsec_...]: sign every request (Standard Webhooks); two during a rotation"),
     S("namespace-secrets-file", namespace_secrets_file, NULL,
-      "file of per-namespace signing secrets, one `<namespace> whsec_...[,whsec_...]` per line; "
-      "a namespace without one uses signing-secret"),
+      "file of per-namespace signing secrets, one `<namespace> whsec_...[,whsec_...]` per line, read again "
+      "on SIGHUP; a namespace without one uses signing-secret"),
     S("destination-allowlist", destination_allowlist, NULL,
       "CIDRs, addresses and host names (comma-separated) that timers may call although they are "
       "loopback, private, link-local or otherwise internal; unset: public addresses only"),

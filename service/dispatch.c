@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +66,7 @@ struct dispatch {
     uint32_t nsh;
     uint8_t *fd_shard;     /* socket fd -> 1 + its shard's index (0: not curl's) */
     uint32_t fd_cap;
-    const signer *sign;
+    const signer *_Atomic sign; /* dispatch_set_signer */
     const netpolicy *policy;
     CURL **pool;           /* easy handles kept for reuse (curl_easy_reset) */
     uint32_t pooled, pool_cap;
@@ -305,11 +306,12 @@ static struct curl_slist *build_headers(const dispatch *d, const job *j)
         snprintf(mid, sizeof mid, "%s", id);
     hdr_printf(&b, "webhook-id: %s", mid);
     hdr_printf(&b, "webhook-timestamp: %" PRIu64, ts);
-    if (d->sign) { /* signs exactly what is sent: webhook-id, webhook-timestamp, body */
+    const signer *sign = atomic_load(&d->sign);
+    if (sign) { /* signs exactly what is sent: webhook-id, webhook-timestamp, body */
         char sig[SIGN_HEADER_MAX];
         /* A HEAD request sends no body (set_method), whatever the timer holds. */
         const char *body = strcmp(s->method, "HEAD") == 0 ? NULL : s->body;
-        if (signer_sign(signer_for(d->sign, j->id), mid, ts, body, body ? s->body_len : 0, sig))
+        if (signer_sign(signer_for(sign, j->id), mid, ts, body, body ? s->body_len : 0, sig))
             hdr_printf(&b, "webhook-signature: %s", sig);
     }
     hdr_printf(&b, "Hookwheel-Timer-Id: %s", id);
@@ -341,6 +343,11 @@ static void set_method(CURL *e, const timer_spec *s)
     }
 }
 
+void dispatch_set_signer(dispatch *d, const signer *sign)
+{
+    atomic_store(&d->sign, sign);
+}
+
 dispatch *dispatch_create(const dispatch_config *cfg)
 {
     dispatch *d = xcalloc(1, sizeof *d);
@@ -363,7 +370,7 @@ dispatch *dispatch_create(const dispatch_config *cfg)
         curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, (long)SHARD_RUNNING);
     }
     d->epfd = cfg->epfd;
-    d->sign = cfg->sign;
+    atomic_init(&d->sign, cfg->sign);
     d->policy = cfg->policy;
     d->pool_cap = cfg->max_inflight;
     d->pool = xcalloc(d->pool_cap, sizeof *d->pool);

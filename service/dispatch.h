@@ -32,6 +32,12 @@ typedef struct dispatch_config {
 
 dispatch *dispatch_create(const dispatch_config *cfg);
 
+/* Requests built from now on are signed with sign (the namespace secrets
+ * file read again on SIGHUP; NULL: unsigned). The caller keeps the earlier
+ * signer until dispatch_free: a request being built may still use it. Any
+ * thread. */
+void dispatch_set_signer(dispatch *d, const signer *sign);
+
 /* File descriptors the dispatcher may hold at once with max_inflight
  * attempts: each multi handle's wake-up socket pair, each attempt's socket
  * and the threaded resolver's socket pair while it resolves, and the idle

@@ -2384,6 +2384,8 @@ void engine_set_metrics(engine *e, metrics *m) { e->m = m; }
 
 void engine_set_tally(engine *e, tally *t) { e->tally = t; }
 
+void engine_set_signer(engine *e, const signer *sign) { dispatch_set_signer(e->d, sign); }
+
 timers *engine_timers(engine *e) { return e->tm; }
 
 void engine_read_gauges(const engine *e, engine_gauges *g)

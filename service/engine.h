@@ -78,6 +78,10 @@ void engine_set_metrics(engine *e, metrics *m);
  * the engine's thread. Call before engine_start. */
 void engine_set_tally(engine *e, tally *t);
 
+/* Requests built from now on are signed with sign (dispatch_set_signer);
+ * the caller keeps the earlier signer until engine_free. Any thread. */
+void engine_set_signer(engine *e, const signer *sign);
+
 /* The engine's timer verbs (persistence/timers.h), for callers that create
  * timers the engine may hold (oneshot.c). Any thread. */
 timers *engine_timers(engine *e);

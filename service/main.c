@@ -1,6 +1,6 @@
 /* main.c - process wiring: configuration, the embedded Redis, the store, the
  * engine and the HTTP API, the orderly stop on SIGTERM/SIGINT, and the
- * tokens file read again on SIGHUP.
+ * tokens and namespace secrets files read again on SIGHUP.
  *
  * Signals are blocked in every thread and taken synchronously by the main
  * thread (sigwait), so no handler runs in an arbitrary thread. */
@@ -46,6 +46,8 @@ typedef struct app {
     auth *auth;
     auth **retired;       /* tables a SIGHUP replaced: a request under way may still use one */
     size_t nretired;
+    signer **retired_signers; /* the same for the signers */
+    size_t nretired_signers;
     redis_child *redis;
     store *st;
     engine *eng;
@@ -137,6 +139,9 @@ static void stop_all(app *a)
     for (size_t i = 0; i < a->nretired; i++)
         auth_free(a->retired[i]);
     free(a->retired);
+    for (size_t i = 0; i < a->nretired_signers; i++)
+        signer_free(a->retired_signers[i]);
+    free(a->retired_signers);
 }
 
 /* Raises the soft open-file limit to the hard one (systemd's default soft
@@ -192,6 +197,28 @@ static int tls_setup(const config *cfg)
     return -EINVAL;
 }
 
+/* The signer of cfg's secrets: HOOKWHEEL_SIGNING_SECRET's and the
+ * namespace secrets file's; NULL when neither is set, or with *bad naming
+ * the setting at fault and err[size] why. */
+static signer *make_signer(const config *cfg, const char **bad, char *err, size_t size)
+{
+    signer *s = NULL;
+    if (cfg->signing_secret && !(s = signer_create(cfg->signing_secret, err, size))) {
+        *bad = "HOOKWHEEL_SIGNING_SECRET";
+        return NULL;
+    }
+    if (cfg->namespace_secrets_file) {
+        if (!s)
+            s = signer_create_empty();
+        if (signer_load_namespaces(s, cfg->namespace_secrets_file, err, size) < 0) {
+            signer_free(s);
+            *bad = "HOOKWHEEL_NAMESPACE_SECRETS_FILE";
+            return NULL;
+        }
+    }
+    return s;
+}
+
 /* A namespace secret for a namespace no token belongs to signs nothing
  * new: a misspelt name signs nothing, and the namespace meant falls back to
  * HOOKWHEEL_SIGNING_SECRET, which other namespaces' receivers may hold:
@@ -205,35 +232,57 @@ static void warn_unused_secrets(const app *a)
                 "\"namespace\":\"%s\"", ns);
 }
 
-/* SIGHUP: the tokens file is read again, and requests from now on are
- * checked against it (rotating a token needs no restart). A file that no
- * longer reads keeps the tokens in use. Every other setting is read at
- * start only. */
-static void reload_tokens(app *a)
+/* SIGHUP: the tokens file and the namespace secrets file are read again,
+ * and requests from now on are checked against the one and signed with the
+ * other (rotating a token or a secret needs no restart). A file that no
+ * longer reads keeps what is in use. Every other setting is read at start
+ * only. */
+static void reload_files(app *a)
 {
     char err[600], e1[512], e2[1024];
-    if (!a->cfg.api_tokens_file) {
-        LOG(LOG_WARN, "SIGHUP: no tokens file to read again (HOOKWHEEL_API_TOKENS_FILE is not set); other "
-            "settings are read at start only", "%s", "");
+    if (!a->cfg.api_tokens_file && !a->cfg.namespace_secrets_file) {
+        LOG(LOG_WARN, "SIGHUP: no file to read again (neither HOOKWHEEL_API_TOKENS_FILE nor "
+            "HOOKWHEEL_NAMESPACE_SECRETS_FILE is set); other settings are read at start only", "%s", "");
         return;
     }
-    auth *fresh = auth_load(a->cfg.api_tokens_file, err, sizeof err);
-    if (!fresh) {
-        LOG(LOG_ERROR, "SIGHUP: the tokens file does not read: the tokens in use stay",
-            "\"file\":\"%s\",\"error\":\"%s\"", log_json_escape(a->cfg.api_tokens_file, e1, sizeof e1),
-            log_json_escape(err, e2, sizeof e2));
-        return;
+    if (a->cfg.api_tokens_file) {
+        auth *fresh = auth_load(a->cfg.api_tokens_file, err, sizeof err);
+        if (!fresh)
+            LOG(LOG_ERROR, "SIGHUP: the tokens file does not read: the tokens in use stay",
+                "\"file\":\"%s\",\"error\":\"%s\"", log_json_escape(a->cfg.api_tokens_file, e1, sizeof e1),
+                log_json_escape(err, e2, sizeof e2));
+        else {
+            a->retired = xrealloc(a->retired, (a->nretired + 1) * sizeof *a->retired);
+            a->retired[a->nretired++] = a->auth;
+            a->auth = fresh;
+            http_set_auth(a->http, fresh);
+            LOG(LOG_INFO, "SIGHUP: the tokens file was read again", "\"file\":\"%s\",\"tokens\":%zu",
+                log_json_escape(a->cfg.api_tokens_file, e1, sizeof e1), auth_count(fresh));
+        }
     }
-    a->retired = xrealloc(a->retired, (a->nretired + 1) * sizeof *a->retired);
-    a->retired[a->nretired++] = a->auth;
-    a->auth = fresh;
-    http_set_auth(a->http, fresh);
-    LOG(LOG_INFO, "SIGHUP: the tokens file was read again", "\"file\":\"%s\",\"tokens\":%zu",
-        log_json_escape(a->cfg.api_tokens_file, e1, sizeof e1), auth_count(fresh));
+    if (a->cfg.namespace_secrets_file) {
+        const char *bad = NULL;
+        signer *fresh = make_signer(&a->cfg, &bad, err, sizeof err);
+        if (bad)
+            LOG(LOG_ERROR, "SIGHUP: the namespace secrets file does not read: the secrets in use stay",
+                "\"file\":\"%s\",\"error\":\"%s\"",
+                log_json_escape(a->cfg.namespace_secrets_file, e1, sizeof e1), log_json_escape(err, e2, sizeof e2));
+        else {
+            a->retired_signers = xrealloc(a->retired_signers, (a->nretired_signers + 1) * sizeof *a->retired_signers);
+            a->retired_signers[a->nretired_signers++] = a->sign;
+            a->sign = fresh;
+            engine_set_signer(a->eng, fresh);
+            size_t n = 0;
+            while (signer_namespace(fresh, n))
+                n++;
+            LOG(LOG_INFO, "SIGHUP: the namespace secrets file was read again", "\"file\":\"%s\",\"lines\":%zu",
+                log_json_escape(a->cfg.namespace_secrets_file, e1, sizeof e1), n);
+        }
+    }
     warn_unused_secrets(a);
 }
 
-/* Waits for SIGTERM or SIGINT, reading the tokens file again on SIGHUP;
+/* Waits for SIGTERM or SIGINT, reading the files again on SIGHUP;
  * meanwhile, every half second, starts the embedded Redis again if it
  * exited (the store reconnects on its own and loads the functions again
  * into the Redis that comes back). */
@@ -248,7 +297,7 @@ static int wait_for_signal(app *a)
     for (;;) {
         int sig = a->redis ? sigtimedwait(&set, NULL, &half_second) : sigwaitinfo(&set, NULL);
         if (sig == SIGHUP)
-            reload_tokens(a);
+            reload_files(a);
         else if (sig > 0)
             return sig;
         if (a->redis)
@@ -282,25 +331,13 @@ int main(int argc, char **argv)
         config_free(&a.cfg);
         return 2;
     }
-    if (a.cfg.signing_secret) {
-        char err[160];
-        a.sign = signer_create(a.cfg.signing_secret, err, sizeof err);
-        if (!a.sign) {
-            fprintf(stderr, "hookwheel: invalid HOOKWHEEL_SIGNING_SECRET: %s\n", err);
-            config_free(&a.cfg);
-            return 2;
-        }
-    }
-    if (a.cfg.namespace_secrets_file) {
-        char err[600];
-        if (!a.sign)
-            a.sign = signer_create_empty();
-        if (signer_load_namespaces(a.sign, a.cfg.namespace_secrets_file, err, sizeof err) < 0) {
-            fprintf(stderr, "hookwheel: invalid HOOKWHEEL_NAMESPACE_SECRETS_FILE: %s\n", err);
-            signer_free(a.sign);
-            config_free(&a.cfg);
-            return 2;
-        }
+    char serr[600];
+    const char *bad = NULL;
+    a.sign = make_signer(&a.cfg, &bad, serr, sizeof serr);
+    if (bad) {
+        fprintf(stderr, "hookwheel: invalid %s: %s\n", bad, serr);
+        config_free(&a.cfg);
+        return 2;
     }
     char perr[160];
     a.policy = netpolicy_create(a.cfg.destination_allowlist, perr, sizeof perr);

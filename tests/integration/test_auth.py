@@ -231,7 +231,7 @@ def test_sighup_without_a_tokens_file_changes_nothing(hookwheel, receiver):
     process at once, without handing its claims back."""
     assert hookwheel.create({"id": "after-hup", "url": receiver.url("/hup"), "delay_ms": 1500})[0] == 201
     hookwheel.proc.send_signal(signal.SIGHUP)
-    assert wait_until(lambda: "no tokens file to read again" in hookwheel.log_tail(20), scaled(5)), \
+    assert wait_until(lambda: "SIGHUP: no file to read again" in hookwheel.log_tail(20), scaled(5)), \
         hookwheel.log_tail(20)
     assert hookwheel.alive()
     got = receiver.wait_for(1, timeout=scaled(10), path="/hup")

@@ -6,8 +6,10 @@ import base64
 import hashlib
 import hmac
 import json
+import signal
+from collections import Counter
 
-from conftest import scaled
+from conftest import scaled, wait_until
 
 OLD = "whsec_" + base64.b64encode(b"old-secret-key-0123456789").decode()
 NEW = "whsec_" + base64.b64encode(b"new-secret-key-9876543210").decode()
@@ -136,3 +138,50 @@ def test_a_namespace_secrets_line_that_can_sign_nothing_is_refused_or_warned_abo
     assert proc.returncode == 2, proc
     assert "line 1: namespace must match" in proc.stderr, proc.stderr
     assert own not in proc.stderr and own[6:] not in proc.stderr
+
+
+def test_sighup_reads_the_namespace_secrets_file_again(tmp_path, redis, receiver, hookwheel_factory):
+    """Rotating a namespace's secret needs no restart: SIGHUP reads the file
+    again (two secrets during the rotation, then the new one alone), and a
+    file that no longer reads keeps the secrets in use."""
+    first = "whsec_" + base64.b64encode(b"team-a-first-secret-key-0").decode()
+    second = "whsec_" + base64.b64encode(b"team-a-second-secret-key0").decode()
+    tokens = tmp_path / "tokens"
+    tokens.write_text("team-a token-of-team-a-000000\n")
+    secrets = tmp_path / "namespace-secrets"
+    secrets.write_text(f"team-a {first}\n")
+    hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens),
+                                       "HOOKWHEEL_NAMESPACE_SECRETS_FILE": str(secrets)})
+    auth = {"Authorization": "Bearer token-of-team-a-000000"}
+
+    def delivered(tid):
+        assert hw.create({"id": tid, "url": receiver.url(f"/{tid}"), "delay_ms": 0}, headers=auth)[0] == 201
+        (got,) = receiver.wait_for(1, timeout=scaled(5), path=f"/{tid}")
+        return got
+
+    def sighup_then(text):
+        hw.proc.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: hw.log.read_text(errors="replace").count(text) == sighup_then.seen[text] + 1,
+                          scaled(10)), hw.log_tail(20)
+        sighup_then.seen[text] += 1
+    sighup_then.seen = Counter()
+
+    r = delivered("before")
+    assert verify(first, r.headers, r.body) and not verify(second, r.headers, r.body)
+    secrets.write_text(f"team-a {first},{second}\n")
+    sighup_then("the namespace secrets file was read again")
+    r = delivered("during")
+    assert verify(first, r.headers, r.body) and verify(second, r.headers, r.body)
+    secrets.write_text(f"team-a {second}\n")
+    sighup_then("the namespace secrets file was read again")
+    r = delivered("after")
+    assert verify(second, r.headers, r.body) and not verify(first, r.headers, r.body)
+    secrets.write_text(f"team-a {second}, {first}\n")  # a second field: does not read
+    sighup_then("the secrets in use stay")
+    assert "line 1" in hw.log_tail(20)
+    r = delivered("kept")
+    assert verify(second, r.headers, r.body) and not verify(first, r.headers, r.body)
+    assert hw.alive()
+    log = hw.log.read_text(errors="replace")
+    for secret in (first, second, first[6:], second[6:]):
+        assert secret not in log
