@@ -641,7 +641,9 @@ void api_readyz(http_req *r, const char *const *params, void *app)
     int refusal = store_refusing_writes(a->st);
     char refused[160];
     snprintf(refused, sizeof refused, "Redis refuses writes (%s).", refusal ? store_refusal_text(refusal) : "");
-    const char *why = !store_ready(a->st)        ? "Redis is unreachable."
+    const char *why = !store_ready(a->st) && store_loading(a->st)
+                          ? "Redis is loading its dataset (it restarted): ready once the data is in memory."
+                      : !store_ready(a->st)     ? "Redis is unreachable."
                       : refusal                 ? refused
                       : !engine_running(a->eng) ? "Shutting down."
                                                 : NULL;

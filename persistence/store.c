@@ -77,6 +77,7 @@ typedef struct node {
     uint64_t down_calls;     /* cluster: calls it answered CLUSTERDOWN since then */
     cmd *q, **qtail;     /* this batch's commands for it, in order */
     int waited;          /* a WAIT follows them (a write among them, min_replicas > 0) */
+    int loading;         /* it answered LOADING at its last connect: loading its dataset */
     int refusal;         /* why it last refused a write (STORE_REFUSES_...) */
     uint64_t refused_ms; /* when (0: a write passed since): note_writable */
 } node;
@@ -119,6 +120,7 @@ struct store {
     uint32_t replica_timeout_ms;
 
     volatile int ready;     /* written by the writer, read by anyone */
+    volatile int loading;   /* the same: a node answered LOADING at its last connect (store_loading) */
     volatile uint64_t oom_ms; /* when Redis last refused a write (0: since then one passed) */
     volatile int refusal;     /* why: STORE_REFUSES_MEMORY, _DISK or _REPLICAS */
     atomic_int probing;       /* store_probe_writes' calls that wait for their replies */
@@ -688,9 +690,22 @@ static int simple_ok(conn *k, const char *fmt, const char *a, const char *b, int
  * FUNCTION LOAD is a write: Redis refuses it at maxmemory and with a full
  * disk, where a reconnect must still find the functions that go on there
  * (and the readers). 0 when it is missing or the question fails. */
+/* Whether r says Redis is loading its dataset (after a restart): it runs
+ * no command but a few until the data is in memory. */
+static int is_loading(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "LOADING", 7) == 0;
+}
+
+/* 1 when Redis holds the library, 0 when not, -EAGAIN while it loads its
+ * dataset. */
 static int library_loaded(conn *k)
 {
     redisReply *r = conn_command(k, "FUNCTION LIST LIBRARYNAME %s", lib_name);
+    if (is_loading(r)) {
+        freeReplyObject(r);
+        return -EAGAIN;
+    }
     int found = 0;
     for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements && !found; i++) {
         const redisReply *lib = r->element[i]; /* library_name, <name>, engine, LUA, functions, [...] */
@@ -705,11 +720,18 @@ static int library_loaded(conn *k)
     return found;
 }
 
+/* 0 once Redis holds the function library, -EAGAIN while it loads its
+ * dataset (the caller says so), else -EIO after logging why. */
 static int load_scripts(conn *k, int *warned)
 {
-    if (library_loaded(k))
-        return 0;
+    int have = library_loaded(k);
+    if (have != 0)
+        return have > 0 ? 0 : have;
     redisReply *r = conn_command(k, "FUNCTION LOAD REPLACE %s", lib_src);
+    if (is_loading(r)) {
+        freeReplyObject(r);
+        return -EAGAIN;
+    }
     int ok = r && r->type == REDIS_REPLY_STRING && strcmp(r->str, lib_name) == 0;
     char eb[256];
     if (r && !ok && *warned && log_min_level > LOG_DEBUG) { /* said once an outage, as in simple_ok */
@@ -811,6 +833,8 @@ static int is_master(conn *k)
     return ok;
 }
 
+static atomic_int loading_said; /* a LOADING answer was logged (connect_node) */
+
 /* Connects n, selects the database and loads the function library (on a
  * cluster: on every master, so a master that appears gets it too). */
 static int connect_node(store *s, node *n)
@@ -824,7 +848,18 @@ static int connect_node(store *s, node *n)
         snprintf(db, sizeof db, "%d", s->db);
         ok = simple_ok(&k, "SELECT %s", db, NULL, &n->warned);
     }
-    if (!ok || load_scripts(&k, &n->warned) < 0) {
+    int loaded = ok ? load_scripts(&k, &n->warned) : -EIO;
+    /* said once a load, however many connects it takes, and once for the
+     * process (the API's and the lease worker's stores share the Redis) */
+    if (loaded == -EAGAIN && !n->loading && !atomic_exchange(&loading_said, 1))
+        LOG(LOG_WARN, "Redis is loading its dataset (it restarted): hookwheel connects once the data is in memory",
+            "\"node\":\"%s:%d\"", n->host ? n->host : "unix", n->port);
+    if (loaded != -EAGAIN && n->loading)
+        atomic_store(&loading_said, 0);
+    n->loading = loaded == -EAGAIN;
+    if (n->loading)
+        n->warned = 1; /* "Redis connected" says when it ends */
+    if (loaded < 0) {
         conn_close(&k);
         n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : RECONNECT_MIN_MS;
         if (n->backoff_ms > RECONNECT_MAX_MS)
@@ -838,6 +873,17 @@ static int connect_node(store *s, node *n)
     n->warned = 0;
     n->backoff_ms = 0;
     return 0;
+}
+
+/* Writer: the store's readiness, and whether a node it lacks is loading
+ * its dataset (store_loading). */
+static void note_ready(store *s, int ready)
+{
+    int loading = 0;
+    for (int i = 0; i < s->nnodes && !ready; i++)
+        loading |= s->nodes[i].loading && !s->nodes[i].conn.ctx;
+    s->loading = loading;
+    s->ready = ready;
 }
 
 /* n connected, or connected now unless its backoff has not passed. */
@@ -1497,7 +1543,7 @@ static void run_batch(store *s, cmd *batch)
     free(froms);
     for (int i = 0; i < s->nnodes && up; i++)
         up = s->nodes[i].conn.ctx != NULL;
-    s->ready = up && s->nnodes > 0 && !s->map_partial;
+    note_ready(s, up && s->nnodes > 0 && !s->map_partial);
 }
 
 static void *writer_main(void *arg)
@@ -1554,7 +1600,7 @@ static void connect_all(store *s)
     int up = 1;
     for (int i = 0; i < s->nnodes; i++)
         up &= connect_node(s, &s->nodes[i]) == 0;
-    s->ready = up && !s->map_partial;
+    note_ready(s, up && !s->map_partial);
 }
 
 int store_start(store *s)
@@ -1624,6 +1670,8 @@ void store_set_min_replicas(store *s, int n, uint32_t timeout_ms)
 }
 
 int store_ready(const store *s) { return s->ready; }
+
+int store_loading(const store *s) { return s->loading; }
 
 int store_reply_refusal(const redisReply *r)
 {

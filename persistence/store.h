@@ -129,6 +129,10 @@ void store_free(store *s);
 /* 1 when the last contact with Redis succeeded and the scripts are loaded. */
 int store_ready(const store *s);
 
+/* 1 while the store is not ready because Redis (on a Redis Cluster: a
+ * master) is loading its dataset after a restart; any thread. */
+int store_loading(const store *s);
+
 /* Why Redis refuses writes, when it (on a Redis Cluster: any master)
  * refused one within the last STORE_OOM_HOLD_MS and no function call
  * succeeded on it since: for lack of memory (OOM: maxmemory reached), of

@@ -771,3 +771,35 @@ def test_timers_whose_finish_a_failover_lost_are_handed_back_and_run_again(tmp_p
         for tid in ("rec-1", "once-1"):
             assert any('"level":"warn"' in line and "left firing" in line and f'"timer":"{tid}"' in line
                        for line in log.splitlines()), f"no warning names {tid}"
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="restarts its one Redis")
+def test_a_redis_loading_its_dataset_is_said_so_and_what_it_holds_is_delivered_after(redis, receiver,
+                                                                                     hookwheel_factory):
+    """A Redis restarted with a large dataset answers LOADING until it is in
+    memory. hookwheel logged it at error as "Redis refused hookwheel's
+    function library" and /readyz said "Redis is unreachable"."""
+    hw = hookwheel_factory(redis)
+    assert hw.create({"id": "through-load", "url": receiver.url("/load"), "delay_ms": 4000})[0] == 201
+    redis.cmd("EVAL", "for i = 1, 20000 do redis.call('SET', 'fill:' .. i, i) end", "0")
+    redis.cmd("BGREWRITEAOF")  # the keys in an RDB base, which key-load-delay slows down
+    assert wait_until(lambda: "aof_rewrite_in_progress:0" in redis.cmd("INFO", "persistence")
+                      and "aof_rewrite_scheduled:0" in redis.cmd("INFO", "persistence"), scaled(10))
+    # ~6 s of loading, with clients served meanwhile (answered LOADING)
+    redis.extra_args += ["--key-load-delay", "300", "--loading-process-events-interval-bytes", "1024"]
+    port = redis.port
+    redis.stop()
+    starting = threading.Thread(target=redis.start, kwargs={"port": port, "timeout": 120})
+    starting.start()
+    try:
+        assert wait_until(lambda: "loading its dataset" in hw.api.request("GET", "/readyz")[2].get("detail", ""),
+                          scaled(10), interval=0.1), hw.log_tail(20)
+    finally:
+        starting.join()
+    assert wait_until(lambda: hw.api.request("GET", "/readyz")[0] == 200, scaled(10)), hw.log_tail(20)
+    got = receiver.wait_for(1, timeout=scaled(15), path="/load")
+    assert [r.timer_id for r in got] == ["through-load"]
+    lines = [json.loads(line) for line in hw.log.read_text(errors="replace").splitlines() if line.startswith("{")]
+    loading = [x for x in lines if x["msg"].startswith("Redis is loading its dataset")]
+    assert [x["level"] for x in loading] == ["warn"], loading  # once, for both of its stores
+    assert not [x for x in lines if x["level"] == "error"], [x for x in lines if x["level"] == "error"]
