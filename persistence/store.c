@@ -685,11 +685,6 @@ static int simple_ok(conn *k, const char *fmt, const char *a, const char *b, int
     return ok;
 }
 
-/* 1 when Redis holds the library already. Its name carries a hash of its
- * code and flags, so the one of that name is this one. Asked first because
- * FUNCTION LOAD is a write: Redis refuses it at maxmemory and with a full
- * disk, where a reconnect must still find the functions that go on there
- * (and the readers). 0 when it is missing or the question fails. */
 /* Whether r says Redis is loading its dataset (after a restart): it runs
  * no command but a few until the data is in memory. */
 static int is_loading(const redisReply *r)
@@ -697,8 +692,12 @@ static int is_loading(const redisReply *r)
     return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "LOADING", 7) == 0;
 }
 
-/* 1 when Redis holds the library, 0 when not, -EAGAIN while it loads its
- * dataset. */
+/* 1 when Redis holds the library already. Its name carries a hash of its
+ * code and flags, so the one of that name is this one. Asked first because
+ * FUNCTION LOAD is a write: Redis refuses it at maxmemory and with a full
+ * disk, where a reconnect must still find the functions that go on there
+ * (and the readers). 0 when it is missing or the question fails, -EAGAIN
+ * while Redis loads its dataset. */
 static int library_loaded(conn *k)
 {
     redisReply *r = conn_command(k, "FUNCTION LIST LIBRARYNAME %s", lib_name);
