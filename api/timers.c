@@ -309,6 +309,10 @@ static void create_cb(void *arg, int status, const timer_view *v, const char *st
         respond_timer(c->r, 200, t, len, id);
     } else if (status == TIMERS_CONFLICT) {
         respond_conflict(c->r, "A timer with this id already exists with a different spec.", state);
+    } else if (status == TIMERS_UNREACHABLE && store_call_unsent()) {
+        /* never sent: a create without an id may be repeated with no risk of two timers */
+        http_respond_problem(c->r, 503, "Redis is unreachable: the timer was not stored. Retry later.", NULL, NULL,
+                             RETRY_AFTER_S);
     } else {
         api_respond_timers_failed(c->r, status, "the timer was not stored");
     }

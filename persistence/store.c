@@ -1036,6 +1036,31 @@ static void fail_list(cmd *c)
     }
 }
 
+/* 1 while the callback of a call Redis never ran is given its NULL reply
+ * (store_call_unsent). */
+static _Thread_local int call_unsent;
+
+int store_call_unsent(void) { return call_unsent; }
+
+/* Fails c, which Redis never ran: it was not sent (no connection, no
+ * master for its slot, held past its wait), or Redis refused it before
+ * running it (READONLY, CLUSTERDOWN). */
+static void fail_unsent(cmd *c)
+{
+    call_unsent = 1;
+    finish_cmd(c, NULL);
+    call_unsent = 0;
+}
+
+static void fail_list_unsent(cmd *c)
+{
+    while (c) {
+        cmd *next = c->next;
+        fail_unsent(c);
+        c = next;
+    }
+}
+
 /* 1 when c calls a function Redis runs at its maxmemory too (one with
  * flags, above: allow-oom or no-writes): its success says nothing about
  * writes. The name is in the command's head: *N, FCALL, then the name's
@@ -1249,7 +1274,7 @@ static void hold(store *s, cmd *c)
     if (!c->held_since)
         c->held_since = now;
     if (now - c->held_since > c->hold_max_ms) {
-        finish_cmd(c, NULL);
+        fail_unsent(c);
         return;
     }
     if (!s->held)
@@ -1308,7 +1333,8 @@ static void resend(store *s, cmd *c, redisReply *r, int i)
     }
     if (r && cluster_down(s, &s->nodes[i], r)) {
         freeReplyObject(r);
-        r = NULL;
+        fail_unsent(c);
+        return;
     }
     if (r)
         note_writable(s, &s->nodes[i], c, r);
@@ -1341,7 +1367,7 @@ static void read_replies(store *s, int i, cmd ***redo, redisReply ***rr, int **f
         if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0) {
             /* a replica now (a failover demoted it): nothing was written */
             demoted = 1;
-            finish_cmd(c, NULL);
+            fail_unsent(c);
             freeReplyObject(r);
         } else if (needs_resend(s, r)) {
             c->next = NULL;
@@ -1350,7 +1376,7 @@ static void read_replies(store *s, int i, cmd ***redo, redisReply ***rr, int **f
             *(*rr)++ = r;
             *(*from)++ = i;
         } else if (cluster_down(s, n, r)) {
-            finish_cmd(c, NULL);
+            fail_unsent(c);
             freeReplyObject(r);
         } else if (waited && needs_wait(s, c) && r->type != REDIS_REPLY_ERROR) {
             c->reply = r;
@@ -1499,7 +1525,7 @@ static void run_batch(store *s, cmd *batch)
         }
         int i = route(s, c);
         if (i < 0) {
-            finish_cmd(c, NULL);
+            fail_unsent(c);
             continue;
         }
         *s->nodes[i].qtail = c;
@@ -1511,7 +1537,7 @@ static void run_batch(store *s, cmd *batch)
         if (!n->q)
             continue;
         if (ensure_node(s, n) < 0) {
-            fail_list(n->q);
+            fail_list_unsent(n->q);
             n->q = NULL;
             up = 0;
             s->map_stale = s->cluster;
@@ -1577,7 +1603,7 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
-    fail_list(s->held);
+    fail_list_unsent(s->held);
     s->held = NULL;
     for (int i = 0; i < s->nnodes; i++)
         drop_node(&s->nodes[i]);

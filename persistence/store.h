@@ -229,6 +229,14 @@ int store_command(store *s, int argc, const char **argv, const size_t *lens, sto
  * integer reply when i < 0), or def when absent or of another type. */
 long long store_reply_int(const redisReply *r, int i, long long def);
 
+/* In a callback given no reply (on the store's thread, before it
+ * returns): 1 when Redis never ran the call (it was not sent: no
+ * connection, no master for its slot; or Redis refused it before running
+ * it: READONLY, CLUSTERDOWN), so nothing it would write was written; 0
+ * when it may have run (the connection broke after it was sent, or the
+ * replicas did not acknowledge it). */
+int store_call_unsent(void);
+
 /* The string at index i of an array reply, or NULL; *len gets its length. */
 const char *store_reply_str(const redisReply *r, int i, size_t *len);
 

@@ -1575,7 +1575,7 @@ static void probe_writes(engine *e)
         return;
     }
     uint32_t parts = (uint32_t)e->cfg->partitions, n = parts < PROBE_KEYS ? parts : PROBE_KEYS;
-    const char *keys[PROBE_KEYS];
+    const char *keys[PROBE_KEYS] = {0};
     for (uint32_t i = 0; i < n; i++)
         keys[i] = e->probe_keys[(e->probe_next + i) % parts];
     if (store_probe_writes(e->st, n, keys) == 0)

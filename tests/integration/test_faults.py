@@ -803,3 +803,33 @@ def test_a_redis_loading_its_dataset_is_said_so_and_what_it_holds_is_delivered_a
     loading = [x for x in lines if x["msg"].startswith("Redis is loading its dataset")]
     assert [x["level"] for x in loading] == ["warn"], loading  # once, for both of its stores
     assert not [x for x in lines if x["level"] == "error"], [x for x in lines if x["level"] == "error"]
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="stops its one Redis")
+def test_a_create_never_sent_to_redis_says_the_timer_was_not_stored(redis, receiver, hookwheel_factory):
+    """With no connection to Redis a create is never sent, yet it was
+    answered as one whose answer was lost ("was not made, or was made and
+    its answer lost"), so a client repeating a create without an id could
+    not know it would not make a second timer."""
+    hw = hookwheel_factory(redis)
+    port = redis.port
+    redis.stop()
+    # (a call sent before the store saw the connection go may have been run: the old answer)
+    assert wait_until(lambda: hw.api.request("GET", "/readyz")[2].get("detail") == "Redis is unreachable.",
+                      scaled(10)), hw.log_tail(20)
+    specs = [{"url": receiver.url("/unsent"), "delay_ms": 60_000},               # no id
+             {"id": "unsent-1", "url": receiver.url("/unsent"), "delay_ms": 60_000},
+             {"id": "unsent-soon", "url": receiver.url("/unsent"), "delay_ms": 200}]  # held at once
+    for spec in specs:
+        status, headers, body = hw.create(spec)
+        assert status == 503 and headers.get("Retry-After"), body
+        assert body["detail"] == "Redis is unreachable: the timer was not stored. Retry later.", body
+    redis.start(port=port)
+    assert wait_until(lambda: hw.api.request("GET", "/readyz")[0] == 200, scaled(15)), hw.log_tail(20)
+    assert hw.get("unsent-1")[0] == 404 and hw.get("unsent-soon")[0] == 404
+    status, _, body = hw.api.request("GET", "/timers?state=scheduled")
+    assert status == 200 and body["items"] == [], body
+    assert hw.create({"id": "sent", "url": receiver.url("/unsent"), "delay_ms": 100})[0] == 201
+    got = receiver.wait_for(1, timeout=scaled(10), path="/unsent")
+    time.sleep(0.5)
+    assert [r.timer_id for r in receiver.requests("/unsent")] == ["sent"], got
