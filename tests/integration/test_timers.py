@@ -621,6 +621,10 @@ def bad_requests():
 
 
 def test_bad_create_requests_get_problem_answers_and_create_nothing(hookwheel, redis):
+    def counted():  # the start's background counts scan writes hw:{P}:cn:v as each partition ends
+        status, _, body = hookwheel.request("GET", "/queues/default")
+        return status == 200 and body["counts_exact"]
+    assert wait_until(counted, scaled(30))
     keys_before = redis.keys("hw:*")
     failures = []
     for name, body, ctype, want_status, want_field in bad_requests():
