@@ -288,7 +288,7 @@ static int bad(http_req *r, const char *field, const char *detail)
  * *q and sets in *set the queues_member bit of each member present; absent
  * members keep what *q held. Answers the 400 itself (naming the member)
  * and returns -EINVAL when the body is not such an object. */
-static int parse_controls(http_req *r, const config *cfg, queue_controls *q, unsigned *set)
+static int parse_controls(http_req *r, queue_controls *q, unsigned *set)
 {
     size_t len;
     const char *body = http_req_body(r, &len);
@@ -300,8 +300,8 @@ static int parse_controls(http_req *r, const config *cfg, queue_controls *q, uns
         return -EINVAL;
     json_object_foreach(j, key, v) {
         if (strcmp(key, "parallelism") == 0) {
-            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (json_int_t)cfg->max_inflight) {
-                rc = bad(r, key, "parallelism must be an integer from 1 to HOOKWHEEL_MAX_INFLIGHT");
+            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > QUEUES_PARALLELISM_MAX) {
+                rc = bad(r, key, "parallelism must be an integer from 1 to 1000000");
                 break;
             }
             q->parallelism = (uint32_t)json_integer_value(v);
@@ -381,7 +381,7 @@ void api_queue_put(http_req *r, const char *const *params, void *app)
      * scope's being "deployment" */
     c->cfg = (queue_controls){.parallelism = (uint32_t)a->cfg->queue_parallelism};
     unsigned set;
-    if (parse_controls(r, a->cfg, &c->cfg, &set) < 0) {
+    if (parse_controls(r, &c->cfg, &set) < 0) {
         ctx_free(c);
         return;
     }
@@ -419,7 +419,7 @@ void api_queue_patch(http_req *r, const char *const *params, void *app)
     if (!c)
         return;
     unsigned set;
-    if (parse_controls(r, a->cfg, &c->cfg, &set) < 0) {
+    if (parse_controls(r, &c->cfg, &set) < 0) {
         ctx_free(c);
         return;
     }

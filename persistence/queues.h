@@ -37,6 +37,13 @@
 /* The smallest positive rate: one start per 1000 s. The API refuses a
  * smaller one; a value stored before it did reads as this. */
 #define QUEUES_RATE_MIN 0.001
+/* The largest parallelism the API takes. It is the same bound for both
+ * scopes: a deployment's figure is shared by all its instances, so it may
+ * rightly exceed one instance's HOOKWHEEL_MAX_INFLIGHT, and an instance never
+ * has more in flight than its own HOOKWHEEL_MAX_INFLIGHT whatever the
+ * queue's figure (instances may be configured differently, so the API
+ * cannot check against the one that answers). */
+#define QUEUES_PARALLELISM_MAX 1000000
 
 typedef struct queue_controls {
     uint32_t parallelism; /* >= 1 */

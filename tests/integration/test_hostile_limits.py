@@ -68,8 +68,12 @@ def test_the_ends_of_the_rate_range_are_accepted_and_parallelism_is_bounded(hook
     for ok in (0, SLOWEST_RATE, 100000):
         status, _, body = put_queue(hookwheel, "q", {RATE_FIELD: ok})
         assert status == 200 and body[RATE_FIELD] == ok, body
-    for bad in (0, -3, 10**9, 1.5, "2"):
+    for bad in (0, -3, 1000001, 10**9, 1.5, "2"):
         assert problem_field(put_queue(hookwheel, "q", {"parallelism": bad})) == "parallelism"
+    # a deployment's figure may exceed the answering instance's slots (256)
+    for ok in (257, 1000000):
+        status, _, body = put_queue(hookwheel, "q", {"parallelism": ok})
+        assert status == 200 and body["parallelism"] == ok, body
 
 
 @pytest.mark.parametrize("how", ["api", "stored"])

@@ -63,6 +63,22 @@ def test_parallelism_3_holds_across_two_instances(redis, hookwheel_factory, rece
         "idle instances keep permits: " + repr(redis.keys("hw:{queues}:pm:*"))
 
 
+def test_a_deployment_s_parallelism_may_exceed_one_instance_s_slots(redis, hookwheel_factory, receiver):
+    # Two instances of 2 slots each share a queue of 3: more than either
+    # instance could run, fewer than both together.
+    env = {"HOOKWHEEL_MAX_INFLIGHT": "2", "HOOKWHEEL_QUEUE_PARALLELISM": "2"}
+    a, b = hookwheel_factory(redis, env=env), hookwheel_factory(redis, env=env)
+    body = put(a, "wide", {"parallelism": 3})
+    assert (body["parallelism"], body["scope"]) == (3, "deployment"), body
+    time.sleep(APPLY_S)
+    receiver.default("/wide", Reply(204, delay_s=0.5))
+    specs = burst(receiver, "/wide", 24, "wi", "wide")
+    create_split(a, b, specs)
+    assert len(receiver.wait_for(24, path="/wide", timeout=scaled(30))) == 24
+    assert receiver.max_concurrent("/wide") == 3, receiver.max_concurrent("/wide")
+    assert delivering_instances(a, [s["id"] for s in specs]) == {a.instance_id, b.instance_id}
+
+
 def test_scope_instance_keeps_the_limit_per_instance(redis, hookwheel_factory, receiver):
     a, b = two(redis, hookwheel_factory)
     body = put(a, "local", {"parallelism": 3, "scope": "instance"})
