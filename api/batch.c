@@ -170,6 +170,7 @@ static void slice_cb(void *arg, int status, size_t n, const timer_created *res)
     uint64_t created = 0;
     const bitem *unclaimed = NULL; /* one of the items claimed for and not held */
     long unclaimed_n = 0;
+    int unsent = status == TIMERS_UNREACHABLE && store_call_unsent(); /* the call never reached Redis */
     for (size_t k = 0; k < s->n; k++) {
         bitem *it = &b->items[s->idx[k]];
         int st = status == TIMERS_OK && k < n ? res[k].status : status == TIMERS_OK ? TIMERS_FAILED : status;
@@ -199,6 +200,8 @@ static void slice_cb(void *arg, int status, size_t n, const timer_created *res)
             snprintf(detail, sizeof detail, "Redis refuses writes (%s): the timer was not stored.",
                      store_refusal_text(timers_refusal(st)));
             item_fail(it, 503, NULL, detail);
+        } else if (unsent) {
+            item_fail(it, 503, NULL, "Redis is unreachable: the timer was not stored. Repeat the batch later.");
         } else {
             item_fail(it, 503, NULL,
                       "Redis did not answer; the timer may or may not be stored. Repeat the batch: a timer with "
@@ -206,7 +209,7 @@ static void slice_cb(void *arg, int status, size_t n, const timer_created *res)
         }
         /* A lost reply may still have written and claimed it: its begin
          * finds nothing when it was not (oneshot.c does the same). */
-        if (it->claim && it->spec && (st == TIMERS_OK || st == TIMERS_UNREACHABLE))
+        if (it->claim && it->spec && (st == TIMERS_OK || (st == TIMERS_UNREACHABLE && !unsent)))
             item_hold(b, it);
         else if (it->claim)
             unclaimed = it;

@@ -47,11 +47,14 @@ static void hold(ctx *c)
 static void created_cb(void *arg, int status, const timer_view *v, const char *state)
 {
     ctx *c = arg;
+    int unsent = status == TIMERS_UNREACHABLE && store_call_unsent(); /* (read before the callback runs) */
     if (c->cb)
         c->cb(c->arg, status, v, state, c->id, c->spec);
     /* A lost reply may still have claimed the timer for us; if it was not
-     * written, its begin step finds nothing and drops it. */
-    if (c->claim && (status == TIMERS_OK || status == TIMERS_UNREACHABLE))
+     * written, its begin step finds nothing and drops it. A call never sent
+     * wrote nothing: its room goes back at once, so creates refused while
+     * Redis is away never fill HOOKWHEEL_MAX_RESIDENT. */
+    if (c->claim && (status == TIMERS_OK || (status == TIMERS_UNREACHABLE && !unsent)))
         hold(c);
     else if (c->claim)
         engine_unreserve(c->eng, c->id, 1);

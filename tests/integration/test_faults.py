@@ -824,9 +824,23 @@ def test_a_create_never_sent_to_redis_says_the_timer_was_not_stored(redis, recei
         status, headers, body = hw.create(spec)
         assert status == 503 and headers.get("Retry-After"), body
         assert body["detail"] == "Redis is unreachable: the timer was not stored. Retry later.", body
+    # a batch's items say so too (one held at once: due within the window)
+    status, _, body = hw.request("POST", "/timers/batch", json_body={"timers": [
+        {"id": "unsent-b1", "url": receiver.url("/unsent"), "delay_ms": 300},
+        {"url": receiver.url("/unsent"), "delay_ms": 60_000}]})
+    assert status == 200 and body["failed"] == 2, body
+    for item in body["items"]:
+        assert (item["status"], item["stored"], item["detail"]) == (
+            503, False, "Redis is unreachable: the timer was not stored. Repeat the batch later."), body
+    # nothing never written is held in memory: the room taken for the two
+    # creates due soon went back (before: held until Redis came back and
+    # their begins found nothing, filling HOOKWHEEL_MAX_RESIDENT meanwhile)
+    metrics = hw.request("GET", "/metrics")[2].decode()
+    assert "\nhookwheel_timers_claimed 0\n" in metrics, [
+        line for line in metrics.splitlines() if line.startswith("hookwheel_timers_")]
     redis.start(port=port)
     assert wait_until(lambda: hw.api.request("GET", "/readyz")[0] == 200, scaled(15)), hw.log_tail(20)
-    assert hw.get("unsent-1")[0] == 404 and hw.get("unsent-soon")[0] == 404
+    assert hw.get("unsent-1")[0] == 404 and hw.get("unsent-soon")[0] == 404 and hw.get("unsent-b1")[0] == 404
     status, _, body = hw.api.request("GET", "/timers?state=scheduled")
     assert status == 200 and body["items"] == [], body
     assert hw.create({"id": "sent", "url": receiver.url("/unsent"), "delay_ms": 100})[0] == 201
