@@ -450,8 +450,11 @@ end
 -- Drops from the index up to `max` labelled timers of the partition whose
 -- records have expired. A record that is there again is looked at: an id
 -- created anew after the expiry keeps only the entries of its own labels,
--- and a record that still expires (as a clock step can make it) is looked
--- at again when it will have expired.
+-- and a record that still expires (as a clock step can make it, or the few
+-- ms between the finish's now and Redis's clock) is looked at again when it
+-- will have expired: also one with less than 1 ms left (PTTL 0; a script
+-- sees a key until its expiry passes the script's start, while PTTL counts
+-- from the clock: dropped then, its entries would stay for ever).
 labels_trim = function(base, now, max)
   local lx = base .. 'lx'
   local due = redis.call('ZRANGEBYSCORE', lx, '-inf', now, 'LIMIT', 0, max)
@@ -473,7 +476,7 @@ labels_trim = function(base, now, max)
     if #gone > 0 then labels_index(tk, id, gone, 'ZREM') end
     if r and #gone == 0 then
       local ttl = redis.call('PTTL', tk)
-      if ttl > 0 then redis.call('ZADD', lx, now + ttl, m) end -- the same labels, still expiring
+      if ttl >= 0 then redis.call('ZADD', lx, now + math.max(ttl, 1), m) end -- the same labels, still expiring
     end
   end
 end

@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from conftest import CLUSTER_MODE, HOOKWHEEL_BIN, SLOW, Reply, RespClient, partition, scaled, wait_until
+from conftest import (CLUSTER_MODE, HOOKWHEEL_BIN, SLOW, Reply, RespClient, free_port, partition, scaled,
+                      wait_until)
 from contract import assert_matches_contract
 
 
@@ -371,6 +372,51 @@ def test_hex_ids_are_packed_in_a_bucket_and_entries_of_the_long_form_are_still_m
     for i in nids:
         status, _, t = hw.api.request("GET", f"/timers/{i}", headers=team)
         assert status == 200 and t["state"] == "cancelled"
+
+
+def label_entries(redis):
+    """Every entry of every label index (buckets and chunks) in Redis."""
+    return sum(int(redis.cmd("ZCARD", key)) for key in redis.keys("hw:*:lb*"))
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="reads one Redis's keys")
+def test_the_label_entries_of_expired_timers_all_leave_the_index(hookwheel_factory, redis):
+    # 200 labelled timers a second for 6 s, each failing at once (its
+    # target refuses the connection) and expiring a second later, so that
+    # finishes, which trim the expired, keep meeting records at their
+    # expiry. A trim that met one with less than 1 ms to live (PTTL 0)
+    # dropped it from the expiry list and kept its label entries for ever:
+    # a few in a hundred stayed.
+    hw = hookwheel_factory(redis, args=["--retention-s=1"])
+    url = f"http://127.0.0.1:{free_port()}/refused"
+    start = time.monotonic()
+    for k in range(60):
+        batch(hw.api, [{"url": url, "delay_ms": 50, "labels": {"flow": "1", "n": str(i % 7)},
+                        "retry": {"max_attempts": 1}} for i in range(20)])
+        time.sleep(max(0.0, start + (k + 1) / 10 - time.monotonic()))
+    assert label_entries(redis) > 0
+
+    def gone():  # the records expired, and the sweeps (every 2.5 s) trimmed their expiry list
+        return not redis.keys("hw:*:t:*") and not any(int(redis.cmd("ZCARD", k)) for k in redis.keys("hw:*:lx"))
+    assert wait_until(gone, timeout=scaled(30)), hw.log_tail(10)
+    assert label_entries(redis) == 0, sorted(redis.keys("hw:*:lb*"))[:5]
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="reads one Redis's keys")
+def test_a_selector_drops_the_label_entries_of_a_timer_that_is_gone(hookwheel, redis, receiver):
+    # Entries earlier builds left (see the test above) are dropped by the
+    # first selector walk that meets them: a hex id (a packed entry in its
+    # label's bucket) and one of another form (the long way), their records
+    # gone without their entries.
+    ids = [uuid.uuid4().hex, "gone-1"]
+    batch(hookwheel.api, [{"id": i, "url": receiver.url("/gone"), "delay_ms": 600_000,
+                           "labels": {"lost": "1"}} for i in ids])
+    for i in ids:
+        assert redis.cmd("DEL", f"hw:{{{partition(i)}}}:t:{i}") == 1
+    assert label_entries(redis) == 2
+    status, _, answer = select(hookwheel.api, "cancel", {"labels": {"lost": "1"}, "dry_run": True})
+    assert status == 200 and answer["matched"] == 0, answer
+    assert label_entries(redis) == 0, sorted(redis.keys("hw:*:lb*"))
 
 
 def test_an_id_created_again_is_not_matched_by_the_labels_of_its_expired_timer(hookwheel_factory, redis, receiver):
