@@ -1054,11 +1054,9 @@ static void fail_unsent(cmd *c)
 
 static void fail_list_unsent(cmd *c)
 {
-    while (c) {
-        cmd *next = c->next;
-        fail_unsent(c);
-        c = next;
-    }
+    call_unsent = 1;
+    fail_list(c);
+    call_unsent = 0;
 }
 
 /* 1 when c calls a function Redis runs at its maxmemory too (one with
