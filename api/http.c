@@ -117,6 +117,7 @@ struct http_conn {
     struct list_node link;      /* in srv->conns, under conn_lock */
     int fd;
     atomic_uint_fast64_t deadline_us; /* monotonic; 0: none */
+    uint64_t answered_us;       /* monotonic, when its last request ended; 0: none yet (its MHD thread only) */
 };
 
 struct http_server {
@@ -874,11 +875,26 @@ static void watch_stop(http_server *s)
     s->watching = false;
 }
 
+/* A request read within this time of its connection's previous answer is not
+ * checked for a client that left (client_gone). */
+#define GONE_CHECK_AFTER_US 50000
+
 /* True when the client has closed its side or reset the connection: the
  * answer would go to nobody. A client that half-closes after sending its
- * request (rare in HTTP) counts as gone too. */
+ * request (rare in HTTP) counts as gone too. It costs a syscall, so it is
+ * asked only of a request that may have waited: a connection's first (it
+ * may have waited in the listen backlog), or one that came more than
+ * GONE_CHECK_AFTER_US after the connection's previous answer (it may have
+ * waited in the socket's buffer while this thread was busy; or its client
+ * was idle, and then one syscall does not matter). A request read sooner
+ * after the previous answer cannot have waited longer than that, and on a
+ * busy kept-alive connection the check would be one syscall in six of a
+ * create's. */
 static bool client_gone(struct MHD_Connection *conn)
 {
+    const struct http_conn *c = conn_of(conn);
+    if (c && c->answered_us && clock_mono_us() - c->answered_us < GONE_CHECK_AFTER_US)
+        return false;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     char b;
     if (!ci)
@@ -1179,8 +1195,14 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     http_server *s = cls;
     http_req *r = *con_cls;
-    /* Kept alive: idle for up to the idle timeout, then the next head. */
-    deadline_set(s, conn, s->idle_us + s->head_us);
+    struct http_conn *c = conn_of(conn);
+    if (c) {
+        uint64_t now = clock_mono_us();
+        c->answered_us = now;
+        /* Kept alive: idle for up to the idle timeout, then the next head. */
+        if (s->head_us)
+            atomic_store(&c->deadline_us, now + s->idle_us + s->head_us);
+    }
     if (!r)
         return;
     *con_cls = NULL;

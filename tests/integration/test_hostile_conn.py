@@ -10,7 +10,8 @@
 2. Slowloris: 2,000 connections that dribble header lines must not keep a
    create from being answered (the request head has a deadline; a per-address
    cap also helps when the attacker has one address), and a request whose
-   client gave up while it waited in the listen backlog creates no timer.
+   client gave up while it waited (in the listen backlog, or on a kept-alive
+   connection) creates no timer.
 3. Ambiguous framing: two Content-Length headers, Content-Length beside
    Transfer-Encoding, or a header with whitespace before its colon, are
    answered 400 and the connection is closed.
@@ -329,6 +330,45 @@ def test_a_request_whose_client_left_while_it_waited_creates_no_timer(start_hw, 
     assert api.get("stayed")[0] == 200
     status, _, body = api.get("left-early")
     assert status == 404, f"a request whose client had left created a timer: {status} {body}"
+
+
+def test_a_later_request_on_a_kept_alive_connection_whose_client_left_creates_no_timer(start_hw, receiver):
+    # A connection's later requests are checked too when they come a while
+    # after its previous answer (they may have waited in the socket's buffer).
+    hw = start_hw([])
+
+    def create_bytes(timer_id):
+        body = json.dumps({"id": timer_id, "url": receiver.url("/x"), "delay_ms": 600000}).encode()
+        return (b"POST /timers HTTP/1.1\r\nHost: hookwheel\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+    s = socket.create_connection(("127.0.0.1", hw.port), timeout=10)
+    try:
+        s.sendall(create_bytes("kept-first"))
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = s.recv(4096)
+            assert chunk, answer
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 201"), answer[:200]
+        time.sleep(0.3)
+        # The request and the end of the client's side in one segment: the
+        # server reads the request with the connection already closed.
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        s.sendall(create_bytes("kept-left"))
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(5)
+        rest = b""
+        with contextlib.suppress(OSError):
+            while chunk := s.recv(4096):
+                rest += chunk
+    finally:
+        s.close()
+    api = Api(hw.port)
+    assert api.get("kept-first")[0] == 200
+    status, _, body = api.get("kept-left")
+    assert status == 404, f"a request whose client had left created a timer: {status} {body} (answer {rest[:100]!r})"
+    assert rest == b"", f"an answer went to a client that had left: {rest[:200]!r}"
 
 
 # --------------------------------------------------------------------------
