@@ -300,29 +300,35 @@ def test_a_per_address_cap_keeps_room_for_other_clients(start_hw, receiver):
     assert status == 201 and took < 5.0, (status, round(took, 2), answer[:200])
 
 
+def create_bytes(receiver, timer_id):
+    body = json.dumps({"id": timer_id, "url": receiver.url("/x"), "delay_ms": 600000}).encode()
+    return (b"POST /timers HTTP/1.1\r\nHost: hookwheel\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+
+def read_head(sock):
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = sock.recv(4096)
+        assert chunk, answer
+        answer += chunk
+    return answer
+
+
 def test_a_request_whose_client_left_while_it_waited_creates_no_timer(start_hw, receiver):
     hw = start_hw(["--api-threads", "1", "--max-connections", "4", "--request-head-timeout-ms", "120000"])
     fill = idle_connections(hw.port, 4)  # the cap is full: new connections wait in the backlog
     try:
-        def create_bytes(timer_id):
-            body = json.dumps({"id": timer_id, "url": receiver.url("/x"), "delay_ms": 600000}).encode()
-            return (b"POST /timers HTTP/1.1\r\nHost: hookwheel\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n" % len(body)) + body
-
         gone = socket.create_connection(("127.0.0.1", hw.port), timeout=5)
-        gone.sendall(create_bytes("left-early"))
+        gone.sendall(create_bytes(receiver, "left-early"))
         gone.close()  # the client gives up before the server read its request
         stays = socket.create_connection(("127.0.0.1", hw.port), timeout=10)
-        stays.sendall(create_bytes("stayed"))
+        stays.sendall(create_bytes(receiver, "stayed"))
         time.sleep(0.3)
     finally:
         close_all(fill)  # room again: both queued connections are accepted
     try:
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = stays.recv(4096)
-            assert chunk, answer
-            answer += chunk
+        answer = read_head(stays)
         assert answer.startswith(b"HTTP/1.1 201"), answer[:200]
     finally:
         stays.close()
@@ -336,26 +342,16 @@ def test_a_later_request_on_a_kept_alive_connection_whose_client_left_creates_no
     # A connection's later requests are checked too when they come a while
     # after its previous answer (they may have waited in the socket's buffer).
     hw = start_hw([])
-
-    def create_bytes(timer_id):
-        body = json.dumps({"id": timer_id, "url": receiver.url("/x"), "delay_ms": 600000}).encode()
-        return (b"POST /timers HTTP/1.1\r\nHost: hookwheel\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\n\r\n" % len(body)) + body
-
     s = socket.create_connection(("127.0.0.1", hw.port), timeout=10)
     try:
-        s.sendall(create_bytes("kept-first"))
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = s.recv(4096)
-            assert chunk, answer
-            answer += chunk
+        s.sendall(create_bytes(receiver, "kept-first"))
+        answer = read_head(s)
         assert answer.startswith(b"HTTP/1.1 201"), answer[:200]
         time.sleep(0.3)
         # The request and the end of the client's side in one segment: the
         # server reads the request with the connection already closed.
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-        s.sendall(create_bytes("kept-left"))
+        s.sendall(create_bytes(receiver, "kept-left"))
         s.shutdown(socket.SHUT_WR)
         s.settimeout(5)
         rest = b""
