@@ -66,7 +66,7 @@
 /* Attempts handed to curl per turn of the loop. curl connects every attempt
  * added in a turn before it sends the first request, and a new connection
  * costs about 0.1 ms here: 64 a turn put the first request of a due burst
- * 8-15 ms after its due time, 16 puts it 2-4 ms after. */
+ * 8-15 ms after its due time, 16 (with EXPIRE_MAX) puts it 2-8 ms after. */
 #define START_MAX 16
 /* Expired timers made ready per turn of the loop (about 0.3 us each): a burst
  * of 100,000 timers due at one instant becomes ready over a few turns, while
