@@ -14,7 +14,8 @@
 #
 # Usage: bash bench/capacity.sh
 #        RATES="4000 6000 8000 10000 12000 14000" SECS=30 RUNS=1 DELAY_MS=2000 P99_MS=10
-#        BUILD=build (the binary measured), HW_EXTRA (extra hookwheel flags)
+#        BUILD=build (the binary measured), HW_EXTRA (extra hookwheel flags),
+#        REDIS_EXTRA (extra redis-server flags, e.g. "--auto-aof-rewrite-min-size 1gb")
 # Writes bench/results/<date>-capacity.md (-run2... when the day has one).
 # Every process is started here, on 127.0.0.1, recorded by pid and stopped
 # by pid on exit, also on failure.
@@ -45,7 +46,7 @@ run_rate() {
     mkdir -p "$d"
     rport=$(free_port)
     redis-server --bind 127.0.0.1 --port "$rport" --dir "$d" --appendonly yes --appendfsync everysec \
-        --save "" --daemonize no --logfile "$d/redis.log" >/dev/null 2>&1 &
+        --save "" --daemonize no --logfile "$d/redis.log" ${REDIS_EXTRA:-} >/dev/null 2>&1 &
     rpid=$!
     PIDS+=("$rpid")
     for ((i = 0; i < 200; i++)); do
@@ -109,7 +110,7 @@ holds() {
     echo
     echo "\`RATES=\"$RATES\" SECS=$SECS RUNS=$RUNS DELAY_MS=$DELAY_MS P99_MS=$P99_MS bash bench/capacity.sh\` on"
     echo "$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')); build"
-    echo "$(git log -1 --format='%h %s' | cut -c1-120)${HW_EXTRA:+, hookwheel flags: $HW_EXTRA}."
+    echo "$(git log -1 --format='%h %s' | cut -c1-120)${HW_EXTRA:+, hookwheel flags: $HW_EXTRA}${REDIS_EXTRA:+, redis-server flags: $REDIS_EXTRA}."
     echo "Medians of $RUNS run(s) per rate. Each timer is due $DELAY_MS ms after its create; lateness is the"
     echo "receiver's arrival time minus the due time. CPU is % of one core over the run (the machine has"
     echo "$(($(nproc) * 100))); the load generator and the receiver run on the same cores."
