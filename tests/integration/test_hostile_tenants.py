@@ -137,10 +137,12 @@ def test_a_timer_starts_on_time_while_another_namespace_reads_the_figures_of_200
     tokens = tmp_path / "tokens"
     tokens.write_text(f"a {TOKEN_A}\nb {TOKEN_B}\n")
     hw = hookwheel_factory(redis, env={"HOOKWHEEL_API_TOKENS_FILE": str(tokens)})
-    # Namespace a's figures of this minute, as 20,000 queues' deliveries
-    # would have left them (persistence/stats.h: <queue>/d, /a, /l<bucket>).
-    key = f"hw:stats:{{ns:a}}:{int(now_ms()) // 60000}"
-    cmds = [resp("HSET", key, f"q{i:05d}/d", 1, f"q{i:05d}/a", 1, f"q{i:05d}/l3", 1) for i in range(20_000)]
+    # Namespace a's figures of this minute and the next (the reads may cross
+    # into it), as 20,000 queues' deliveries would have left them
+    # (persistence/stats.h: <queue>/d, /a, /l<bucket>).
+    minute = int(now_ms()) // 60000
+    cmds = [resp("HSET", f"hw:stats:{{ns:a}}:{m}", f"q{i:05d}/d", 1, f"q{i:05d}/a", 1, f"q{i:05d}/l3", 1)
+            for m in (minute, minute + 1) for i in range(20_000)]
     out = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(redis.port), "--pipe"],
                          input=b"".join(cmds), capture_output=True, timeout=120)
     assert out.returncode == 0 and b"errors: 0" in out.stdout, out.stdout + out.stderr
