@@ -3,16 +3,22 @@
  *
  * Each partition keeps one index per namespace and state, and a listing of a
  * waiting state also reads the partition's claimed sets (list.lua has the
- * layout). A page asks every partition, in one pipelined round, for up to
- * `limit` entries after the cursor, and merges the answers: a k-way merge
- * pagination. A partition that stopped before its end (it had more, or hit
- * its scan or byte budget) bounds the page at the last entry it examined, so
+ * layout). A page is a lazy k-way merge of the partitions. The first round
+ * asks every partition, pipelined, for its share: about twice limit /
+ * partitions timers after the cursor (LIST_SHARE_MIN at least, limit at
+ * most). A partition that stopped before its end (it had more, or hit its
+ * scan or byte budget) bounds the page at the last entry it examined, so
  * nothing past that is returned before the entries of that partition that
- * come first; the cursor is the position of the last entry returned (or of
- * that bound), a (score, id) pair, which stays valid while entries come and
- * go. A page therefore costs partitions x limit entries, never a scan of
- * everything, and each entry is returned once as long as it stays in its
- * state.
+ * come first. When fewer than `limit` timers come before the earliest bound,
+ * the next round asks the one partition that set that bound for the timers
+ * still missing, from the last entry it examined; at most LIST_ROUNDS
+ * rounds. Timers of one partition are clumped (a finish batch gives them
+ * one time), so a share can fall short there while the others' shares are
+ * more than enough. The cursor is the position of the last entry returned
+ * (or of the earliest bound), a (score, id) pair, which stays valid while
+ * entries come and go. A page therefore costs about twice `limit` records
+ * read, never partitions x limit, never a scan of everything, and each
+ * entry is returned once as long as it stays in its state.
  *
  * Cost bounds, so one client's listings cannot hold Redis or memory from
  * everyone else: a partition's call examines at most LIST_SCAN_BUDGET
@@ -47,6 +53,12 @@
  * filter: 4-8 us each (records of 500 bytes), so a call holds Redis for 1 to
  * 2 ms. */
 #define LIST_SCAN_BUDGET 256
+/* A partition's share of a page in the first round: twice its part of
+ * `limit`, and at least this many. */
+#define LIST_SHARE_MIN 8
+/* Rounds of calls a page makes at most; after them a page holds what came
+ * before the earliest bound (fewer than `limit`) and a next_cursor. */
+#define LIST_ROUNDS 8
 
 static const struct {
     const char *state;
@@ -67,16 +79,33 @@ typedef struct item {
     size_t raw_len, hist_len;
 } item;
 
+struct list_ctx;
+
+/* A partition's progress in the page: where its next call starts. */
+typedef struct part {
+    struct list_ctx *c;
+    uint32_t index;
+    int more; /* its last call stopped before its end, at last */
+    pos last; /* the last entry its last call examined */
+} part;
+
 typedef struct list_ctx {
     http_req *r;
+    api *a;
     char *ns;          /* the caller's namespace, entered in the gate */
+    char *queue, *label; /* the filters (NULL: none) */
+    const char *state;
     int asc;
-    uint32_t limit;
+    uint32_t limit, budget;
     size_t max_bytes;  /* the page's text stops growing past this */
-    atomic_int refs;   /* one per partition command, one for the submitter */
+    uint64_t part_bytes; /* a partition's call returns records of about this many bytes at most */
+    atomic_int refs;   /* one per partition command of the round, one for the submitter */
     atomic_int failed; /* a partition got no reply, or a command was not queued */
+    int rounds;
+    part *parts;
+    uint32_t nparts;
     item *items;
-    size_t n, cap;
+    size_t n, cap, bytes; /* the timers taken so far, in no order, and their records' bytes */
     int bounded;       /* bound holds the earliest stop of a partition */
     pos bound;
 } list_ctx;
@@ -102,18 +131,15 @@ static int pos_set(pos *p, const char *score, const char *id)
     return 0;
 }
 
-static void take_reply(list_ctx *c, int status, int more, const char *last_score, const char *last_id, size_t n,
+static void take_reply(part *pt, int status, int more, const char *last_score, const char *last_id, size_t n,
                        const timer_listed *items)
 {
+    list_ctx *c = pt->c;
     if (status != TIMERS_OK) {
         atomic_store(&c->failed, 1);
         return;
     }
-    pos last;
-    if (more && pos_set(&last, last_score, last_id) == 0 && (!c->bounded || pos_cmp(c->asc, &last, &c->bound) < 0)) {
-        c->bound = last;
-        c->bounded = 1;
-    }
+    pt->more = more && pos_set(&pt->last, last_score, last_id) == 0;
     for (size_t i = 0; i < n; i++) {
         item it;
         if (pos_set(&it.at, items[i].score, items[i].id) < 0)
@@ -128,6 +154,7 @@ static void take_reply(list_ctx *c, int status, int more, const char *last_score
             c->items = xrealloc(c->items, c->cap * sizeof *c->items);
         }
         c->items[c->n++] = it;
+        c->bytes += it.raw_len + it.hist_len;
     }
 }
 
@@ -167,10 +194,30 @@ static void cursor_text(const list_ctx *c, const pos *p, char *buf, size_t size)
     snprintf(buf, size, "%lld~", p->score + (strcmp(p->id, own) > 0));
 }
 
-static void answer(list_ctx *c)
+/* Sorts the timers taken, sets the page's bound (the earliest last entry of
+ * a partition that stopped before its end) and returns the partition that
+ * set it (NULL: none did); *before: how many timers come before it. */
+static part *page_bound(list_ctx *c, size_t *before)
 {
+    part *min = NULL;
+    for (uint32_t i = 0; i < c->nparts; i++)
+        if (c->parts[i].more && (!min || pos_cmp(c->asc, &c->parts[i].last, &min->last) < 0))
+            min = &c->parts[i];
+    c->bounded = min != NULL;
+    if (min)
+        c->bound = min->last;
     if (c->n > 1) /* qsort_r must not get NULL, which it would with no item */
         qsort_r(c->items, c->n, sizeof *c->items, item_cmp, &c->asc);
+    size_t k = 0;
+    while (k < c->n && (!min || pos_cmp(c->asc, &c->items[k].at, &min->last) <= 0))
+        k++;
+    *before = k;
+    return min;
+}
+
+/* The page from the timers taken, sorted by page_bound. */
+static void answer(list_ctx *c)
+{
     size_t keep = 0;
     while (keep < c->n && keep < c->limit && (!c->bounded || pos_cmp(c->asc, &c->items[keep].at, &c->bound) <= 0))
         keep++;
@@ -217,10 +264,37 @@ static void answer(list_ctx *c)
     http_respond_json_text_take(c->r, 200, out, len, NULL);
 }
 
+static void list_cb(void *arg, int status, int more, const char *last_score, const char *last_id, size_t n,
+                    const timer_listed *items);
+
+/* Asks partition pt for up to want timers after from (NULL: from the start). */
+static int ask(list_ctx *c, part *pt, uint32_t want, const pos *from)
+{
+    char score[24] = "";
+    if (from)
+        snprintf(score, sizeof score, "%lld", from->score);
+    return timers_list(c->a->tm, pt->index, c->ns, c->state, c->asc, from ? score : NULL, from ? from->id : NULL,
+                       want, c->queue, c->label, c->budget, c->part_bytes, list_cb, pt);
+}
+
+/* Drops a reference; the last one of a round either asks the partition that
+ * bounds the page for the timers still missing (another round) or answers. */
 static void ctx_unref(list_ctx *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
+    size_t before = 0;
+    part *next = atomic_load(&c->failed) ? NULL : page_bound(c, &before);
+    if (next && before < c->limit && c->bytes < c->max_bytes && c->rounds < LIST_ROUNDS) {
+        c->rounds++;
+        atomic_store(&c->refs, 2); /* the call, and this side */
+        if (ask(c, next, c->limit - (uint32_t)before, &next->last) < 0) {
+            atomic_store(&c->failed, 1);
+            atomic_fetch_sub(&c->refs, 1);
+        }
+        ctx_unref(c);
+        return;
+    }
     nsgate_leave(c->ns); /* before the answer: a client that asks again at once finds room */
     if (atomic_load(&c->failed))
         http_respond_problem(c->r, 503, "Redis is unreachable. Retry later.", NULL, NULL, 1);
@@ -229,6 +303,9 @@ static void ctx_unref(list_ctx *c)
     for (size_t i = 0; i < c->n; i++)
         free(c->items[i].raw);
     free(c->items);
+    free(c->parts);
+    free(c->queue);
+    free(c->label);
     free(c->ns);
     free(c);
 }
@@ -236,9 +313,9 @@ static void ctx_unref(list_ctx *c)
 static void list_cb(void *arg, int status, int more, const char *last_score, const char *last_id, size_t n,
                     const timer_listed *items)
 {
-    list_ctx *c = arg;
-    take_reply(c, status, more, last_score, last_id, n, items);
-    ctx_unref(c);
+    part *pt = arg;
+    take_reply(pt, status, more, last_score, last_id, n, items);
+    ctx_unref(pt->c);
 }
 
 /* s is "<namespace>/~" (an open API's cursor past a namespace's ids). */
@@ -322,25 +399,36 @@ void api_timer_list(http_req *r, const char *const *params, void *app)
     uint32_t parts = (uint32_t)a->cfg->partitions;
     list_ctx *c = xcalloc(1, sizeof *c);
     c->r = r;
+    c->a = a;
     c->ns = xstrdup(http_req_namespace(r));
+    c->queue = queue ? xstrdup(queue) : NULL;
+    c->label = label ? xstrdup(label) : NULL;
+    c->state = state; /* (list_states' text) */
     c->max_bytes = (size_t)a->cfg->list_max_bytes;
     c->asc = asc;
     c->limit = limit;
+    c->rounds = 1;
+    c->nparts = parts;
+    c->parts = xcalloc(parts, sizeof *c->parts);
     atomic_init(&c->refs, (int)parts + 1);
     atomic_init(&c->failed, 0);
-    char score[24] = "";
     /* A waiting state also steps over the other namespaces' and states' timers
      * held in the claimed zsets (list.lua), as a queue filter steps over
      * other queues. */
-    uint32_t budget = queue || label || asc ? limit * LIST_QUEUE_BUDGET : limit;
-    if (budget > LIST_SCAN_BUDGET)
-        budget = LIST_SCAN_BUDGET;
-    uint64_t part_bytes = a->cfg->list_max_bytes / parts;
-    if (has_cur)
-        snprintf(score, sizeof score, "%lld", cur.score);
+    c->budget = queue || label || asc ? limit * LIST_QUEUE_BUDGET : limit;
+    if (c->budget > LIST_SCAN_BUDGET)
+        c->budget = LIST_SCAN_BUDGET;
+    c->part_bytes = a->cfg->list_max_bytes / parts;
+    if (!c->part_bytes)
+        c->part_bytes = 1;
+    uint32_t share = (2 * limit + parts - 1) / parts;
+    if (share < LIST_SHARE_MIN)
+        share = LIST_SHARE_MIN;
+    if (share > limit)
+        share = limit;
     for (uint32_t p = 0; p < parts; p++) {
-        if (timers_list(a->tm, p, http_req_namespace(r), state, asc, has_cur ? score : NULL, cur.id, limit, queue,
-                        label, budget, part_bytes ? part_bytes : 1, list_cb, c) < 0) { /* the writer still answers those already queued */
+        c->parts[p] = (part){.c = c, .index = p};
+        if (ask(c, &c->parts[p], share, has_cur ? &cur : NULL) < 0) { /* the writer still answers those already queued */
             atomic_fetch_sub(&c->refs, (int)(parts - p));
             atomic_store(&c->failed, 1);
             break;

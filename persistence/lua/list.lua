@@ -10,9 +10,10 @@
 -- `budget` entries are examined, and the call stops once the records it
 -- returns reach `max_bytes` (it always returns at least one match it finds),
 -- so one call holds Redis for a bounded time whatever the filter, the
--- records' size or the number of entries sharing a score: an entry is
--- examined from a prefix of its record (the head and the queue), and only a
--- match is read whole.
+-- records' size or the number of entries sharing a score: with a queue or
+-- label filter (or in a claimed zset, which holds other namespaces' timers)
+-- an entry is examined from a prefix of its record (the head and the queue),
+-- and only a match is read whole.
 -- KEYS: 1 the index zset
 -- ARGV: 1 timer key prefix "hw:{P}:t:", 2 'asc' | 'desc', 3 cursor score
 --       ('' for the first page), 4 cursor key id, 5 limit, 6 queue ('' any),
@@ -81,6 +82,10 @@ local function belongs(r, held, id)
 end
 
 local out, found, scanned, bytes, stale = {0, '', ''}, 0, 0, 0, {}
+-- Without a filter an entry is read whole at once; with one, it is examined
+-- from a prefix of its record first (a spec may be large, and most entries
+-- may not match).
+local whole = ARGV[6] == '' and ARGV[11] == ''
 while found < limit and scanned < budget and bytes < max_bytes do
   local best, bid, bsc
   for _, s in ipairs(sources) do
@@ -97,16 +102,21 @@ while found < limit and scanned < budget and bytes < max_bytes do
   local score = best.buf[best.i + 1]
   best.i, best.rank, scanned = best.i + 2, best.rank + 1, scanned + 1
   out[2], out[3] = score, bid
-  local r, pre = rec_peek(ARGV[1] .. bid)
+  local tk, r, pre, raw = ARGV[1] .. bid
+  if whole and not best.held then
+    r, raw = rec_get(tk) -- (an index's entry is listed unless stale: one read, not a peek and a read)
+  else
+    r, pre = rec_peek(tk)
+  end
   if not r then
     if not best.held then stale[#stale + 1] = bid end -- its record expired: drop the entry after the scan
   elseif belongs(r, best.held, bid) then
-    local raw = (ARGV[6] == '' or tail_decode(pre).queue == ARGV[6]) and
-                (ARGV[11] == '' or (r.lb == 1 and lb_has(key_base(ARGV[1]), ARGV[8], bid, ARGV[11]))) and
-                rec_read(ARGV[1] .. bid)
+    raw = raw or (ARGV[6] == '' or tail_decode(pre).queue == ARGV[6]) and
+                 (ARGV[11] == '' or (r.lb == 1 and lb_has(key_base(ARGV[1]), ARGV[8], bid, ARGV[11]))) and
+                 rec_read(tk)
     -- (with a label, the record decides: labels_hold)
     if raw and (ARGV[11] == '' or labels_hold(raw, {ARGV[11]})) then
-      local hist = hist_read(ARGV[1] .. bid)
+      local hist = r.hist == 1 and hist_read(tk) or '' -- (no key: none, or in the record)
       out[#out + 1] = bid
       out[#out + 1] = score
       out[#out + 1] = raw

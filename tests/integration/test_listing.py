@@ -1,5 +1,6 @@
 """GET /timers: cursor pagination over a namespace's timers in one state,
 with a real redis-server and the real binary."""
+import re
 import subprocess
 import threading
 import time
@@ -7,8 +8,8 @@ from urllib.parse import quote
 
 import pytest
 
-from conftest import (CLUSTER_MODE, RedisServer, Reply, RespClient, assert_created, create_many, scaled,
-                      wait_until)
+from conftest import (CLUSTER_MODE, RedisServer, Reply, RespClient, assert_created, create_many, partition,
+                      scaled, wait_until)
 
 
 def page(api, state, limit=100, cursor=None, queue=None, headers=None):
@@ -72,6 +73,65 @@ def test_ten_thousand_timers_are_listed_once_each_in_due_order_while_others_come
     assert pages >= 100
     assert churn["created"] > 0
     assert len(receiver.requests("/churn")) > 0, "nothing was delivered meanwhile"
+
+
+def test_timers_clumped_by_partition_fill_every_page_in_due_order(hookwheel, receiver):
+    # A page first asks each partition for its share (about 2 x limit / partitions); here the
+    # timers of one partition are due one after another (a clump of 20, then the next
+    # partition's, twice round), so the shares fall short where the page needs a whole clump:
+    # later rounds ask the partition that bounds the page for the rest, and every page is full.
+    parts = 64 if CLUSTER_MODE else 16
+    by_part = {p: [] for p in range(parts)}
+    k = 0
+    while min(len(v) for v in by_part.values()) < 40:
+        tid = f"clump-{k}"
+        if len(by_part[partition(tid, parts)]) < 40:
+            by_part[partition(tid, parts)].append(tid)
+        k += 1
+    base = int(time.time() * 1000) + 3_600_000
+    specs, at = [], base
+    for cycle in range(2):
+        for p in range(parts):
+            for tid in by_part[p][cycle * 20:(cycle + 1) * 20]:
+                specs.append({"id": tid, "url": receiver.url("/clump"), "fire_at_ms": at})
+                at += 10
+    fire_at, errors = create_many(hookwheel.api, specs)
+    assert not errors, errors[:3]
+    expected = [s["id"] for s in specs]  # due order
+    for limit in (100, 7):
+        items, cursor, sizes = [], None, []
+        while True:
+            body = page(hookwheel.api, "scheduled", limit, cursor)
+            items += body["items"]
+            sizes.append(len(body["items"]))
+            cursor = body["next_cursor"]
+            if cursor is None:
+                break
+            assert len(sizes) < 1000, "the listing does not end"
+        assert [it["id"] for it in items] == expected, f"limit {limit}: not every timer once, in due order"
+        assert all(n == limit for n in sizes[:-1]), f"limit {limit}: short pages {sizes}"
+
+
+def test_a_page_reads_about_twice_its_limit_of_records_not_every_partitions_limit(redis, hookwheel, receiver):
+    # 16 partitions, a page of 1,000: each partition is asked for 125 (twice its part of the
+    # page), so the page reads about 2,000 keys (1,820 measured); asking each partition for the
+    # whole limit (up to its scan budget of 256 entries, a peek and a read each) read 5,087.
+    base = int(time.time() * 1000) + 3_600_000
+    specs = [{"id": f"rd-{i:05d}", "url": receiver.url("/rd"), "fire_at_ms": base + (i * 7919) % 4000 * 10}
+             for i in range(4000)]
+    fire_at, errors = create_many(hookwheel.api, specs)
+    assert not errors, errors[:3]
+
+    def hits():
+        return int(re.search(r"keyspace_hits:(\d+)", redis.cmd("INFO", "stats")).group(1))
+
+    h0 = hits()
+    items, pages = walk(hookwheel.api, "scheduled", limit=1000)
+    per_page = (hits() - h0) / 4
+    assert sorted(it["id"] for it in items) == sorted(fire_at)
+    assert pages == 5  # four full pages, then an empty one (a full page has a next_cursor)
+    print(f"{per_page:.0f} keys read per page of 1000")
+    assert per_page < 3000, f"{per_page:.0f} keys read per page of 1000"
 
 
 def test_finished_timers_are_listed_newest_first_and_filtered_by_queue(hookwheel, receiver):
