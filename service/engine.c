@@ -68,10 +68,10 @@
  * costs about 0.1 ms here: 64 a turn put the first request of a due burst
  * 8-15 ms after its due time, 16 (with EXPIRE_MAX) puts it 2-8 ms after. */
 #define START_MAX 16
-/* Expired timers made ready per turn of the loop (about 0.3 us each): a burst
- * of 100,000 timers due at one instant becomes ready over a few turns, while
- * the begins of the first go out and curl's events are handled, instead of
- * in one turn of about 40 ms. */
+/* Expired timers taken from the wheel and made ready per turn of the loop
+ * (about 0.3 us each): a burst of 100,000 timers due at one instant becomes
+ * ready over a few turns, while the begins of the first go out and curl's
+ * events are handled, instead of in one turn of about 40 ms. */
 #define EXPIRE_MAX 4096
 /* Shared queues' permits (ask_permits): renewed this often while in use,
  * kept by Redis this long after a call, trusted here this much less than
@@ -1386,14 +1386,19 @@ static void reconcile_slices(engine *e, struct held_slice *h)
  * expires (and its begin is sent) that long before it is due. */
 static uint64_t wheel_time(const engine *e, uint64_t now_ms) { return now_ms + e->cfg->begin_lead_ms; }
 
-/* Takes what falls due from the wheel into e->expiring (in due order), and
- * makes up to EXPIRE_MAX of those ready (or sends their parked outcome). A
- * job waiting there is out of the wheel (HANDED_OUT): job_free's
- * wheel_cancel unlinks it from the list, as from e->held. */
+/* Takes up to EXPIRE_MAX of what falls due from the wheel into e->expiring
+ * (in due order), and makes up to EXPIRE_MAX of those ready (or sends their
+ * parked outcome). The wheel hands out more only once the list is empty, so
+ * a burst due at one instant is walked a slice a turn: the first slice's
+ * begins go out before the rest is touched. A job waiting in the list is out
+ * of the wheel (HANDED_OUT): job_free's wheel_cancel unlinks it from the
+ * list, as from e->held. (The list holds more than a slice only after a
+ * stall of a whole wheel turn, when the wheel hands out all that is due.) */
 static void expire(engine *e, uint64_t now)
 {
     struct list_node *n;
-    wheel_advance(e->w, wheel_time(e, now), &e->expiring);
+    if (list_empty(&e->expiring))
+        wheel_advance_max(e->w, wheel_time(e, now), &e->expiring, EXPIRE_MAX);
     for (int k = 0; k < EXPIRE_MAX && (n = list_pop_head(&e->expiring)); k++) {
         job *j = container_of(n, job, wt.node);
         if (j->phase == JOB_PARKED && j->last_json)

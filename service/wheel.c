@@ -31,6 +31,12 @@
  * still in tick order and FIFO within a tick; the cost is O(k log k) in the
  * number of expired timers, paid only on such jumps.
  *
+ * wheel_advance_max bounds the timers one call moves: it stops in the middle
+ * of a slot, and `done` stays before that slot's tick (its due timers still
+ * have tick > done), so the next call goes on from there. A slot of 100,000
+ * timers due at one instant is then handed out a slice at a time, and the
+ * first of them get going before the last are walked.
+ *
  * Trade-off: a slot holding timers of later rounds is walked on every visit
  * (as in Netty), and wheel_next_ms may report such a slot's tick early. With
  * the claim window shorter than one turn, later rounds are rare.
@@ -146,14 +152,21 @@ void wheel_cancel(wheel *w, wtimer *t)
 }
 
 /* Moves the timers of slot s whose tick is <= upto to the tail of out, in
- * slot order, and keeps the occupancy bit right. Unless `keep_tick` (a sort
- * by tick follows), each moved timer is marked HANDED_OUT at once. Returns
- * the number moved. */
-static size_t expire_slot(wheel *w, uint32_t s, uint64_t upto, struct list_node *out, int keep_tick)
+ * slot order, at most max of them, and keeps the occupancy bit right. Unless
+ * `keep_tick` (a sort by tick follows), each moved timer is marked
+ * HANDED_OUT at once. Returns the number moved; *rest is set when it stopped
+ * at max before the end of the slot. */
+static size_t expire_slot(wheel *w, uint32_t s, uint64_t upto, struct list_node *out, int keep_tick, size_t max,
+                          int *rest)
 {
     struct list_node *head = &w->slots[s], *n, *next;
     size_t moved = 0;
+    *rest = 0;
     for (n = head->next; n != head; n = next) {
+        if (moved == max) {
+            *rest = 1;
+            break;
+        }
         next = n->next;
         if (timer_tick(n) > upto)
             continue;
@@ -218,17 +231,25 @@ static void sort_by_tick(struct list_node *list)
     list->next = run;
 }
 
-/* Processes the `span` (< nslots) ticks after done, skipping empty slots. */
-static size_t advance_partial(wheel *w, uint64_t span, struct list_node *expired)
+/* Processes the `span` (< nslots) ticks after done, skipping empty slots,
+ * until max timers are moved; *reached: the last tick processed whole (the
+ * one before a slot left with due timers at max). */
+static size_t advance_partial(wheel *w, uint64_t span, struct list_node *expired, size_t max, uint64_t *reached)
 {
     uint32_t first = (uint32_t)(w->done + 1) & w->mask;
     size_t moved = 0;
+    int rest;
+    *reached = w->done + span;
     for (uint64_t off = 0; off < span; off++) {
         uint32_t d = next_occupied(w, (first + (uint32_t)off) & w->mask);
         if (d == NONE || d >= span - off)
             break;
         off += d;
-        moved += expire_slot(w, (first + (uint32_t)off) & w->mask, w->done + 1 + off, expired, 0);
+        moved += expire_slot(w, (first + (uint32_t)off) & w->mask, w->done + 1 + off, expired, 0, max - moved, &rest);
+        if (rest) {
+            *reached = w->done + off;
+            break;
+        }
     }
     return moved;
 }
@@ -246,7 +267,8 @@ static size_t advance_full(wheel *w, uint64_t target, struct list_node *expired)
         if (d == NONE || d >= w->nslots - off)
             break;
         off += d;
-        moved += expire_slot(w, (first + off) & w->mask, target, &due, 1);
+        int rest;
+        moved += expire_slot(w, (first + off) & w->mask, target, &due, 1, SIZE_MAX, &rest);
     }
     sort_by_tick(&due);
     for (struct list_node *n = due.next; n != &due; n = n->next)
@@ -265,23 +287,29 @@ void wheel_rewind(wheel *w, uint64_t now_ms)
         w->done = now_ms / w->tick_ms;
 }
 
-size_t wheel_advance(wheel *w, uint64_t now_ms, struct list_node *expired)
+size_t wheel_advance_max(wheel *w, uint64_t now_ms, struct list_node *expired, size_t max)
 {
-    uint64_t target = now_ms / w->tick_ms;
+    uint64_t target = now_ms / w->tick_ms, reached = target;
     size_t moved = 0;
     if (target <= w->done) {
         wheel_rewind(w, now_ms);
         return 0;
     }
-    if (w->count) {
+    if (w->count && max) {
         if (target - w->done < w->nslots)
-            moved = advance_partial(w, target - w->done, expired);
+            moved = advance_partial(w, target - w->done, expired, max, &reached);
         else
             moved = advance_full(w, target, expired);
-    }
-    w->done = target;
+    } else if (w->count)
+        reached = w->done;
+    w->done = reached;
     w->count -= moved;
     return moved;
+}
+
+size_t wheel_advance(wheel *w, uint64_t now_ms, struct list_node *expired)
+{
+    return wheel_advance_max(w, now_ms, expired, SIZE_MAX);
 }
 
 int64_t wheel_next_ms(const wheel *w, uint64_t now_ms)

@@ -53,6 +53,12 @@ void wheel_rewind(wheel *w, uint64_t now_ms);
  * a tick, in insertion order (FIFO). Returns the number moved. */
 size_t wheel_advance(wheel *w, uint64_t now_ms, struct list_node *expired);
 
+/* wheel_advance, moving at most max timers: when more are due, the wheel
+ * stays before the tick it stopped in, and the next call goes on with the
+ * rest, in the same order. (A jump of a full turn or more, after a stall,
+ * moves everything due at once.) */
+size_t wheel_advance_max(wheel *w, uint64_t now_ms, struct list_node *expired, size_t max);
+
 /* Milliseconds from now_ms until the next tick that holds a timer (0 if one
  * is already due), or -1 if the wheel is empty. Used to sleep exactly until
  * there is work; may return an earlier tick than strictly needed (a slot

@@ -417,6 +417,53 @@ static void test_wheel_expires_100k_timers_due_at_one_instant(void **state)
     free(tts);
 }
 
+/* wheel_advance_max hands a burst out a slice at a time, in the order
+ * wheel_advance would, leaves the timers of later rounds in their slot,
+ * and reports the rest as due (wheel_next_ms 0) until it is all out. */
+static void test_wheel_advance_max_hands_a_burst_out_in_slices_in_order(void **state)
+{
+    (void)state;
+    enum { N = 10000, LATER = 3, NEXT = 100, MAX = 4096 };
+    ttimer *tts = calloc(N + LATER + NEXT, sizeof *tts);
+    struct list_node expired;
+    ttimer *last = NULL;
+    list_init(&expired);
+    wheel *w = wheel_create(1024, 1, 0);
+    size_t seq = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (i % 4000 == 0) /* a timer of the next round in the same slot, among them */
+            add_timer(w, &tts[N + i / 4000], 500 + 1024, seq++);
+        add_timer(w, &tts[i], 500, seq++);
+    }
+    for (size_t i = 0; i < NEXT; i++)
+        add_timer(w, &tts[N + LATER + i], 501, seq++);
+    assert_int_equal(wheel_advance_max(w, 501, &expired, 0), 0);
+    size_t calls = 0, total = 0, got;
+    while ((got = wheel_advance_max(w, 501, &expired, MAX)) > 0) {
+        assert_true(got <= MAX);
+        calls++;
+        if (calls == 1) { /* one still in the wheel is cancelled: it never comes */
+            assert_int_equal(tts[N - 1].fired, 0);
+            wheel_cancel(w, &tts[N - 1].t);
+            tts[N - 1].fired = -1;
+        }
+        assert_int_equal(check_batch(&expired, 1, 501, &last), got);
+        total += got;
+        if (total < N - 1 + NEXT)
+            assert_int_equal(wheel_next_ms(w, 501), 0);
+    }
+    assert_int_equal(total, N - 1 + NEXT);
+    assert_int_equal(calls, (N - 1 + NEXT + MAX - 1) / MAX);
+    for (size_t i = 0; i < N + LATER + NEXT; i++)
+        assert_int_equal(tts[i].fired, i >= N && i < N + LATER ? 0 : i == N - 1 ? -1 : 1);
+    assert_int_equal(wheel_count(w), LATER);
+    assert_int_equal(wheel_next_ms(w, 501), 1023); /* the next occupied slot: the later round's */
+    assert_int_equal(wheel_advance_max(w, 500 + 1024, &expired, MAX), LATER);
+    assert_int_equal(check_batch(&expired, 1, 500 + 1024, &last), LATER);
+    wheel_free(w);
+    free(tts);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -433,6 +480,7 @@ int main(void)
         cmocka_unit_test(test_wheel_next_ms_scans_a_large_bitmap_with_wraparound),
         cmocka_unit_test(test_wheel_jump_across_several_turns_returns_everything_in_tick_order),
         cmocka_unit_test(test_wheel_expires_100k_timers_due_at_one_instant),
+        cmocka_unit_test(test_wheel_advance_max_hands_a_burst_out_in_slices_in_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
