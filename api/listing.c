@@ -106,8 +106,6 @@ typedef struct list_ctx {
     uint32_t nparts;
     item *items;
     size_t n, cap, bytes; /* the timers taken so far, in no order, and their records' bytes */
-    int bounded;       /* bound holds the earliest stop of a partition */
-    pos bound;
 } list_ctx;
 
 /* Order of the listing: <0 when a comes first. */
@@ -194,18 +192,15 @@ static void cursor_text(const list_ctx *c, const pos *p, char *buf, size_t size)
     snprintf(buf, size, "%lld~", p->score + (strcmp(p->id, own) > 0));
 }
 
-/* Sorts the timers taken, sets the page's bound (the earliest last entry of
- * a partition that stopped before its end) and returns the partition that
- * set it (NULL: none did); *before: how many timers come before it. */
+/* Sorts the timers taken and returns the partition that bounds the page
+ * (the one whose last call stopped earliest before its end; NULL: none
+ * did); *before: how many timers come up to its last entry. */
 static part *page_bound(list_ctx *c, size_t *before)
 {
     part *min = NULL;
     for (uint32_t i = 0; i < c->nparts; i++)
         if (c->parts[i].more && (!min || pos_cmp(c->asc, &c->parts[i].last, &min->last) < 0))
             min = &c->parts[i];
-    c->bounded = min != NULL;
-    if (min)
-        c->bound = min->last;
     if (c->n > 1) /* qsort_r must not get NULL, which it would with no item */
         qsort_r(c->items, c->n, sizeof *c->items, item_cmp, &c->asc);
     size_t k = 0;
@@ -215,12 +210,11 @@ static part *page_bound(list_ctx *c, size_t *before)
     return min;
 }
 
-/* The page from the timers taken, sorted by page_bound. */
-static void answer(list_ctx *c)
+/* The page from the timers taken, as page_bound left them: the first
+ * `before` of them come up to the bound (NULL: none), `limit` at most. */
+static void answer(list_ctx *c, const pos *bound, size_t before)
 {
-    size_t keep = 0;
-    while (keep < c->n && keep < c->limit && (!c->bounded || pos_cmp(c->asc, &c->items[keep].at, &c->bound) <= 0))
-        keep++;
+    size_t keep = before < c->limit ? before : c->limit;
     size_t cap = 64, len = 0;
     char *out = xmalloc(cap);
     len += (size_t)snprintf(out, cap, "{\"items\":[");
@@ -254,8 +248,8 @@ static void answer(list_ctx *c)
     char cur[KEY_ID_MAX + 32] = "";
     if ((cut || keep == c->limit) && keep > 0)
         cursor_text(c, &c->items[keep - 1].at, cur, sizeof cur);
-    else if (c->bounded)
-        cursor_text(c, &c->bound, cur, sizeof cur);
+    else if (bound)
+        cursor_text(c, bound, cur, sizeof cur);
     out = xrealloc(out, len + sizeof cur + 40);
     if (cur[0])
         len += (size_t)sprintf(out + len, "],\"next_cursor\":\"%s\"}", cur);
@@ -299,7 +293,7 @@ static void ctx_unref(list_ctx *c)
     if (atomic_load(&c->failed))
         http_respond_problem(c->r, 503, "Redis is unreachable. Retry later.", NULL, NULL, 1);
     else
-        answer(c);
+        answer(c, next ? &next->last : NULL, before);
     for (size_t i = 0; i < c->n; i++)
         free(c->items[i].raw);
     free(c->items);
