@@ -1615,6 +1615,44 @@ void http_respond_text_take(http_req *r, unsigned status, const char *ctype, cha
     respond_text_take(r, status, ctype, text, len, NULL);
 }
 
+/* A streamed body: libmicrohttpd's content reader over the caller's fill. */
+typedef struct stream {
+    http_fill_cb fill;
+    void (*done)(void *);
+    void *arg;
+} stream;
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    stream *st = cls;
+    size_t n = max ? st->fill(st->arg, buf, max) : 0;
+    return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void stream_free(void *cls)
+{
+    stream *st = cls;
+    st->done(st->arg);
+    free(st);
+}
+
+void http_respond_stream(http_req *r, unsigned status, const char *ctype, http_fill_cb fill,
+                         void (*done)(void *), void *arg)
+{
+    if (!answer_claim(r)) {
+        done(arg);
+        answer_dropped(status);
+        return;
+    }
+    stream *st = xmalloc(sizeof *st);
+    *st = (stream){fill, done, arg};
+    struct MHD_Response *resp = response_check(
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK, stream_read, st, stream_free));
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    answer_publish(r, status, resp);
+}
+
 void http_respond_static(http_req *r, unsigned status, const char *ctype, const void *data,
                          size_t len, const http_header *headers, size_t n)
 {

@@ -124,6 +124,18 @@ void http_respond_json_text_take(http_req *r, unsigned status, char *text, size_
  * Any thread; once. */
 void http_respond_text_take(http_req *r, unsigned status, const char *ctype, char *text, size_t len);
 
+/* Answers with a body written in pieces on the server's thread, as the
+ * client takes it (chunked): fill(arg, buf, max) writes 1..max bytes into
+ * buf and returns how many, or 0 at the body's end (max may be small: a
+ * fill keeps what did not fit for its next call). done(arg) is called once
+ * when the answer is gone: sent, dropped with its connection, or refused
+ * as a second answer. For answers too large to build on the thread that
+ * has them (the store's writer). Any thread; once. */
+typedef size_t (*http_fill_cb)(void *arg, char *buf, size_t max);
+#define HTTP_STREAM_BLOCK (16 * 1024)
+void http_respond_stream(http_req *r, unsigned status, const char *ctype, http_fill_cb fill,
+                         void (*done)(void *), void *arg);
+
 /* One extra response header (http_respond_static). */
 typedef struct http_header {
     const char *name, *value;

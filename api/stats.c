@@ -6,9 +6,9 @@
  * ("queue_totals"), so a client draws a per-queue table in one call.
  *
  * The engine counts per namespace, queue and minute in memory and adds the counts
- * to Redis once a second (service/tally.h); this handler reads the N
- * minutes' hashes in one pipelined round (persistence/stats.h) and answers
- * from the store's writer thread. The current minute is partial, and the
+ * to Redis once a second (service/tally.h); this handler scans the N
+ * minutes' hashes a few hundred fields a call (persistence/stats.h) and
+ * writes the answer on the HTTP thread as the client takes it. The current minute is partial, and the
  * last second or so of it may not be in Redis yet. Lateness p50 and p99
  * are estimated from the minute's lateness buckets, summed over the queues
  * answered (tally_quantile_ms: linear inside a bucket, so their resolution
@@ -23,6 +23,7 @@
 #include "clock.h"
 #include "nsgate.h"
 #include "persistence/stats.h"
+#include "jsonesc.h"
 #include "tally.h"
 #include "xalloc.h"
 
@@ -50,32 +51,147 @@ static json_t *minute_json(int64_t minute, const stats_minute *m)
                      "lateness_ms", "p50", quantile_json(b, 0.5), "p99", quantile_json(b, 0.99));
 }
 
-/* The queues' names, and their totals over the minutes read. */
-static void queues_json(const stats_reply *reply, json_t **names, json_t **totals)
+/* The answer, written as the client takes it (http_respond_stream), on the
+ * HTTP thread: a namespace may have tens of thousands of queues, and
+ * sorting their names and writing their totals (1.5 MB for 20,000) on the
+ * store's writer thread held every namespace's creates and attempts back
+ * for as long. Its parts, in order: the head (minute_ms and the minutes),
+ * the queues' names, the queues' totals, the end. */
+enum { PART_HEAD, PART_NAMES, PART_TOTALS, PART_DONE };
+
+#define PUT(b, lit) jb_put(b, lit, sizeof lit - 1)
+
+typedef struct body {
+    stats_reply *reply;
+    const stats_queue **order; /* by name, made on the first fill */
+    int part;
+    size_t i;                  /* the next queue of the part */
+    jbuf pend;                 /* text made and not yet taken */
+    size_t taken;              /* bytes of pend already taken */
+} body;
+
+static int order_cmp(const void *a, const void *b)
 {
-    *names = json_array();
-    *totals = json_object();
-    for (size_t i = 0; i < reply->nqueues; i++) {
-        const stats_queue *q = &reply->queues[i];
-        json_array_append_new(*names, json_string(q->name));
-        json_object_set_new(*totals, q->name,
-                            json_pack("{s:I,s:I,s:I,s:I}", "delivered", (json_int_t)q->total.v[STATS_DELIVERED],
-                                      "failed", (json_int_t)q->total.v[STATS_FAILED], "attempts",
-                                      (json_int_t)q->total.v[STATS_ATTEMPTS], "failed_attempts",
-                                      (json_int_t)q->total.v[STATS_FAILED_ATTEMPTS]));
+    return strcmp((*(const stats_queue *const *)a)->name, (*(const stats_queue *const *)b)->name);
+}
+
+static void body_head(body *bd)
+{
+    const stats_reply *reply = bd->reply;
+    json_t *minutes = json_array();
+    for (size_t i = 0; i < reply->n; i++)
+        json_array_append_new(minutes, minute_json(reply->first + (int64_t)i, &reply->minutes[i]));
+    json_t *doc = json_pack("{s:i,s:o}", "minute_ms", MINUTE_MS, "minutes", minutes);
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    json_decref(doc);
+    size_t len = text ? strlen(text) : 0;
+    if (len > 1)
+        jb_put(&bd->pend, text, len - 1); /* without its closing brace */
+    else
+        PUT(&bd->pend, "{\"minute_ms\":60000,\"minutes\":[]"); /* jansson out of memory */
+    free(text);
+    PUT(&bd->pend, ",\"queues\":[");
+    bd->order = xmalloc((reply->nqueues ? reply->nqueues : 1) * sizeof *bd->order);
+    for (size_t i = 0; i < reply->nqueues; i++)
+        bd->order[i] = &reply->queues[i];
+    if (reply->nqueues)
+        qsort(bd->order, reply->nqueues, sizeof *bd->order, order_cmp);
+}
+
+static void body_total(jbuf *b, const stats_queue *q)
+{
+    static const struct {
+        const char *name;
+        int f;
+    } figures[] = {{"delivered", STATS_DELIVERED}, {"failed", STATS_FAILED}, {"attempts", STATS_ATTEMPTS},
+                   {"failed_attempts", STATS_FAILED_ATTEMPTS}};
+    jb_text(b, q->name, strlen(q->name));
+    for (size_t k = 0; k < sizeof figures / sizeof figures[0]; k++) {
+        jb_put(b, k ? ",\"" : ":{\"", k ? 2 : 3);
+        jb_put(b, figures[k].name, strlen(figures[k].name));
+        PUT(b, "\":");
+        jb_int(b, (long long)q->total.v[figures[k].f]);
     }
+    PUT(b, "}");
+}
+
+/* Makes the next piece of text into bd->pend; 0 when there is none left. */
+static int body_next(body *bd)
+{
+    const stats_reply *reply = bd->reply;
+    switch (bd->part) {
+    case PART_HEAD:
+        body_head(bd);
+        bd->part = PART_NAMES;
+        return 1;
+    case PART_NAMES:
+        if (bd->i < reply->nqueues) {
+            if (bd->i)
+                PUT(&bd->pend, ",");
+            const char *name = bd->order[bd->i++]->name;
+            jb_text(&bd->pend, name, strlen(name));
+            return 1;
+        }
+        PUT(&bd->pend, "],\"queue_totals\":{");
+        bd->part = PART_TOTALS;
+        bd->i = 0;
+        return 1;
+    case PART_TOTALS:
+        if (bd->i < reply->nqueues) {
+            if (bd->i)
+                PUT(&bd->pend, ",");
+            body_total(&bd->pend, bd->order[bd->i++]);
+            return 1;
+        }
+        PUT(&bd->pend, "}}");
+        bd->part = PART_DONE;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static size_t body_fill(void *arg, char *buf, size_t max)
+{
+    body *bd = arg;
+    size_t n = 0;
+    while (n < max) {
+        if (bd->taken == bd->pend.n) {
+            bd->pend.n = bd->taken = 0;
+            if (!body_next(bd))
+                break;
+            continue;
+        }
+        size_t k = bd->pend.n - bd->taken;
+        if (k > max - n)
+            k = max - n;
+        memcpy(buf + n, bd->pend.p + bd->taken, k);
+        n += k;
+        bd->taken += k;
+    }
+    return n;
+}
+
+static void body_free(void *arg)
+{
+    body *bd = arg;
+    stats_reply_free(bd->reply);
+    free(bd->order);
+    free(bd->pend.p);
+    free(bd);
 }
 
 /* A read in flight: counted in its namespace's gate (nsgate.h) until its
  * answer. A read of 60 minutes of a namespace with thousands of queues
- * decodes hundreds of thousands of fields on the store's writer thread,
- * which every namespace's creates and attempts share. */
+ * scans hundreds of thousands of fields, a few hundred a call
+ * (persistence/stats.h), so it holds neither Redis nor the store's writer
+ * thread for long; the gate bounds how many a namespace has in flight. */
 typedef struct read_ctx {
     http_req *r;
     char *ns;
 } read_ctx;
 
-static void read_cb(void *arg, const stats_reply *reply)
+static void read_cb(void *arg, stats_reply *reply)
 {
     read_ctx *c = arg;
     http_req *r = c->r;
@@ -83,17 +199,13 @@ static void read_cb(void *arg, const stats_reply *reply)
     free(c->ns);
     free(c);
     if (!reply->ok) {
+        stats_reply_free(reply);
         api_respond_unavailable(r);
         return;
     }
-    json_t *minutes = json_array(), *names, *totals;
-    for (size_t i = 0; i < reply->n; i++)
-        json_array_append_new(minutes, minute_json(reply->first + (int64_t)i, &reply->minutes[i]));
-    queues_json(reply, &names, &totals);
-    http_respond_json(r, 200,
-                      json_pack("{s:i,s:o,s:o,s:o}", "minute_ms", MINUTE_MS, "minutes", minutes, "queues", names,
-                                "queue_totals", totals),
-                      NULL);
+    body *bd = xcalloc(1, sizeof *bd);
+    bd->reply = reply;
+    http_respond_stream(r, 200, "application/json", body_fill, body_free, bd);
 }
 
 void api_stats(http_req *r, const char *const *params, void *app)

@@ -1,5 +1,5 @@
 /* stats.c - the stats verbs (stats.h): stats.lua's argument vector, and the
- * minutes' HGETALL replies decoded into counters, per queue and summed. */
+ * minutes' HSCAN replies decoded into counters, per queue and summed. */
 #include "stats.h"
 
 #include <errno.h>
@@ -104,44 +104,42 @@ int stats_add(store *st, const char *ns, int64_t minute, const stats_queue_add *
 
 /* ---- stats_read ---- */
 
-/* A read in progress: one HGETALL per minute; the last reply answers
- * (callbacks run on the writer thread, one at a time). */
+/* A read in progress: the minutes' hashes scanned one after the other, one
+ * HSCAN in flight (callbacks run on the writer thread, one at a time). */
 typedef struct read_call {
+    store *st;
     stats_read_cb cb;
     void *arg;
-    atomic_uint waiting;
-    atomic_int failed;
+    char key[STATS_KEY_MAX];         /* the ns's key of minute 0; the minute is appended */
+    size_t key_len;                  /* of key without the minute */
     char queue[STATS_QUEUE_MAX + 1]; /* the minutes' queue; "" with all_queues */
     int all_queues;
-    stats_queue *queues; /* every queue seen (writer thread only) */
-    size_t nqueues, cap;
-    uint32_t *slots;     /* open addressing over queues by name: index + 1, 0 empty */
-    size_t nslots;       /* a power of two, more than twice nqueues */
-    int64_t first;
-    size_t n;
-    stats_minute minutes[];
+    size_t i;                        /* the minute being scanned */
+    char cursor[24];                 /* its HSCAN cursor; "0" before the first call */
+    stats_reply *out;
+    size_t cap;          /* of out->queues */
+    uint32_t *slots;     /* open addressing over out->queues by name: index + 1, 0 empty */
+    size_t nslots;       /* a power of two, more than twice out->nqueues */
 } read_call;
 
-typedef struct minute_ref {
-    read_call *call;
-    size_t i;
-} minute_ref;
-
-static int queue_cmp(const void *a, const void *b)
+void stats_reply_free(stats_reply *r)
 {
-    return strcmp(((const stats_queue *)a)->name, ((const stats_queue *)b)->name);
+    if (!r)
+        return;
+    free(r->minutes);
+    free(r->queues);
+    free(r);
 }
 
-static void finish_read(read_call *c)
+static void finish_read(read_call *c, int ok)
 {
-    if (c->nqueues) /* qsort with NULL is undefined, even of 0 items */
-        qsort(c->queues, c->nqueues, sizeof *c->queues, queue_cmp);
-    stats_reply out = {.ok = !atomic_load(&c->failed), .first = c->first, .n = c->n, .minutes = c->minutes,
-                       .nqueues = c->nqueues, .queues = c->queues};
-    c->cb(c->arg, &out);
-    free(c->queues);
+    c->out->ok = ok;
+    stats_read_cb cb = c->cb;
+    void *arg = c->arg;
+    stats_reply *out = c->out;
     free(c->slots);
     free(c);
+    cb(arg, out);
 }
 
 static size_t name_hash(const char *q, size_t len)
@@ -158,7 +156,7 @@ static size_t slot_of(const read_call *c, const char *q, size_t len)
 {
     size_t i = name_hash(q, len) & (c->nslots - 1);
     while (c->slots[i]) {
-        const char *name = c->queues[c->slots[i] - 1].name;
+        const char *name = c->out->queues[c->slots[i] - 1].name;
         if (strlen(name) == len && memcmp(name, q, len) == 0)
             break;
         i = (i + 1) & (c->nslots - 1);
@@ -172,8 +170,8 @@ static void grow_slots(read_call *c)
     free(c->slots);
     c->nslots = c->nslots ? 2 * c->nslots : 16;
     c->slots = xcalloc(c->nslots, sizeof *c->slots);
-    for (size_t i = 0; i < c->nqueues; i++) {
-        const char *name = c->queues[i].name;
+    for (size_t i = 0; i < c->out->nqueues; i++) {
+        const char *name = c->out->queues[i].name;
         c->slots[slot_of(c, name, strlen(name))] = (uint32_t)i + 1;
     }
 }
@@ -188,19 +186,20 @@ static stats_queue *queue_of(read_call *c, const char *q, size_t len)
 {
     if (len < 1 || len > STATS_QUEUE_MAX)
         return NULL;
-    if (2 * (c->nqueues + 1) > c->nslots)
+    stats_reply *o = c->out;
+    if (2 * (o->nqueues + 1) > c->nslots)
         grow_slots(c);
     size_t slot = slot_of(c, q, len);
     if (c->slots[slot])
-        return &c->queues[c->slots[slot] - 1];
-    if (c->nqueues == c->cap) {
+        return &o->queues[c->slots[slot] - 1];
+    if (o->nqueues == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 8;
-        c->queues = xrealloc(c->queues, c->cap * sizeof *c->queues);
+        o->queues = xrealloc(o->queues, c->cap * sizeof *o->queues);
     }
-    stats_queue *e = &c->queues[c->nqueues++];
+    stats_queue *e = &o->queues[o->nqueues++];
     memset(e, 0, sizeof *e);
     memcpy(e->name, q, len);
-    c->slots[slot] = (uint32_t)c->nqueues;
+    c->slots[slot] = (uint32_t)o->nqueues;
     return e;
 }
 
@@ -228,7 +227,8 @@ static void decode_field(read_call *c, stats_minute *m, const char *k, size_t le
         m->v[f] += n;
 }
 
-static void decode_minute(read_call *c, stats_minute *m, const redisReply *r)
+/* Adds one HSCAN reply's fields (r: the array of names and values). */
+static void decode_chunk(read_call *c, stats_minute *m, const redisReply *r)
 {
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *k = r->element[i], *v = r->element[i + 1];
@@ -240,17 +240,37 @@ static void decode_minute(read_call *c, stats_minute *m, const redisReply *r)
     }
 }
 
-static void minute_cb(void *arg, const redisReply *r)
+static int scan_next(read_call *c);
+
+/* An HSCAN's reply: its fields added, then the next call of the minute, or
+ * of the next minute, or the answer. */
+static void chunk_cb(void *arg, const redisReply *r)
 {
-    minute_ref *ref = arg;
-    read_call *c = ref->call;
-    if (!r || r->type != REDIS_REPLY_ARRAY)
-        atomic_store(&c->failed, 1);
-    else
-        decode_minute(c, &c->minutes[ref->i], r);
-    free(ref);
-    if (atomic_fetch_sub(&c->waiting, 1) == 1)
-        finish_read(c);
+    read_call *c = arg;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[0]->len >= sizeof c->cursor || r->element[1]->type != REDIS_REPLY_ARRAY) {
+        finish_read(c, 0);
+        return;
+    }
+    decode_chunk(c, &c->out->minutes[c->i], r->element[1]);
+    memcpy(c->cursor, r->element[0]->str, r->element[0]->len + 1);
+    if (strcmp(c->cursor, "0") == 0) {
+        c->i++;
+        if (c->i == c->out->n) {
+            finish_read(c, 1);
+            return;
+        }
+    }
+    if (scan_next(c) < 0) /* the queue is full or the store stops: no answer to wait for */
+        finish_read(c, 0);
+}
+
+/* Sends the HSCAN of minute c->i from c->cursor. */
+static int scan_next(read_call *c)
+{
+    snprintf(c->key + c->key_len, sizeof c->key - c->key_len, "%" PRId64, c->out->first + (int64_t)c->i);
+    const char *argv[] = {"HSCAN", c->key, c->cursor, "COUNT", STATS_SCAN_COUNT_TEXT};
+    return store_command(c->st, 5, argv, NULL, chunk_cb, c);
 }
 
 int stats_read(store *st, const char *ns, const char *queue, int64_t first, size_t n, stats_read_cb cb,
@@ -258,40 +278,24 @@ int stats_read(store *st, const char *ns, const char *queue, int64_t first, size
 {
     if (n < 1 || n > STATS_MAX_MINUTES || (queue && strlen(queue) > STATS_QUEUE_MAX))
         return -EINVAL;
-    read_call *c = xcalloc(1, sizeof *c + n * sizeof c->minutes[0]);
+    read_call *c = xcalloc(1, sizeof *c);
+    c->st = st;
     c->all_queues = !queue;
     if (queue)
         strcpy(c->queue, queue);
     c->cb = cb;
     c->arg = arg;
-    c->first = first;
-    c->n = n;
-    atomic_init(&c->failed, 0);
-    atomic_init(&c->waiting, (unsigned)n + 1); /* + 1: held by this call until every read is queued */
-    size_t sent = 0;
-    int rc = 0;
-    for (size_t i = 0; i < n; i++) {
-        char key[STATS_KEY_MAX];
-        stats_key(key, ns, first + (int64_t)i);
-        const char *argv[] = {"HGETALL", key};
-        minute_ref *ref = xmalloc(sizeof *ref);
-        *ref = (minute_ref){c, i};
-        rc = store_command(st, 2, argv, NULL, minute_cb, ref);
-        if (rc < 0) {
-            free(ref);
-            break;
-        }
-        sent++;
-    }
-    if (sent == 0) {
+    stats_key(c->key, ns, 0);
+    c->key_len = strlen(c->key) - 1; /* without the "0" */
+    strcpy(c->cursor, "0");
+    c->out = xcalloc(1, sizeof *c->out);
+    c->out->first = first;
+    c->out->n = n;
+    c->out->minutes = xcalloc(n, sizeof *c->out->minutes);
+    int rc = scan_next(c);
+    if (rc < 0) {
+        stats_reply_free(c->out);
         free(c);
-        return rc;
     }
-    /* The reads not queued count as failed; whichever side takes the count
-     * to 0 answers. */
-    if (sent < n)
-        atomic_store(&c->failed, 1);
-    if (atomic_fetch_sub(&c->waiting, (unsigned)(n - sent) + 1) == (unsigned)(n - sent) + 1)
-        finish_read(c);
-    return 0;
+    return rc;
 }

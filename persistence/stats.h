@@ -20,8 +20,8 @@
  * Threads and ownership: any thread may call a verb. A verb that returns 0
  * calls its callback exactly once, later, on the store's writer thread; one
  * that returns a negative errno (-EAGAIN: the queue is full, -ESHUTDOWN:
- * the store is stopping) never calls it. Replies live only during the
- * callback. */
+ * the store is stopping) never calls it. stats_read's reply is the
+ * callback's (stats_reply_free). */
 #ifndef HW_PERSISTENCE_STATS_H
 #define HW_PERSISTENCE_STATS_H
 
@@ -76,22 +76,39 @@ typedef struct stats_queue {
     stats_minute total;
 } stats_queue;
 
+/* A read's answer, the callback's to keep: it frees it with
+ * stats_reply_free (any thread). */
 typedef struct stats_reply {
-    int ok;                    /* 0: a minute's read got no answer or an error */
-    int64_t first;             /* the first minute read */
-    size_t n;                  /* minutes read */
-    const stats_minute *minutes; /* n of them, oldest first; zeros where nothing was kept;
-                                    the read's queue only, or all queues summed */
-    size_t nqueues;            /* queues with figures in these minutes */
-    const stats_queue *queues; /* nqueues of them, by name (strcmp order), whatever the filter */
+    int ok;                 /* 0: a minute's read got no answer or an error */
+    int64_t first;          /* the first minute read */
+    size_t n;               /* minutes read */
+    stats_minute *minutes;  /* n of them, oldest first; zeros where nothing was kept;
+                               the read's queue only, or all queues summed */
+    size_t nqueues;         /* queues with figures in these minutes */
+    stats_queue *queues;    /* nqueues of them, whatever the filter, in no order (sorting
+                               20,000 names is the caller's, off the writer thread) */
 } stats_reply;
 
-typedef void (*stats_read_cb)(void *arg, const stats_reply *r);
+void stats_reply_free(stats_reply *r);
+
+typedef void (*stats_read_cb)(void *arg, stats_reply *r);
+
+/* Fields an HSCAN of a minute's hash asks for: about 0.4 ms of Redis and
+ * as little of the writer thread, so a namespace with 20,000 queues (60,000
+ * fields a minute) never holds either for long (one HGETALL of such a minute
+ * held Redis 21 ms, and decoding it and building the answer the writer
+ * thread, which every namespace's creates and attempts share, 150 ms). */
+#define STATS_SCAN_COUNT_TEXT "512"
 
 /* Reads namespace ns's minutes first .. first+n-1 (n 1..STATS_MAX_MINUTES):
- * n HGETALLs, one per minute's key, sent in one pipelined round. The
- * reply's minutes are queue `queue`'s (copied; NULL: every queue summed,
- * with fields of the previous layout). */
+ * each minute's hash with HSCAN, one call in flight, minute after minute.
+ * A minute's hash only gains fields (none is deleted while it lives), and
+ * a growing hash's scan returns each field once. A read whose HSCAN is
+ * in flight when the connection is lost answers ok 0; one that goes on
+ * with another master's copy of a minute (a failover between two of its
+ * calls) may count a field twice or miss one. The reply's minutes are queue
+ * `queue`'s (copied; NULL: every queue summed, with fields of the previous
+ * layout). */
 int stats_read(store *st, const char *ns, const char *queue, int64_t first, size_t n, stats_read_cb cb,
                void *arg) __attribute__((warn_unused_result));
 

@@ -237,6 +237,41 @@ static void h_never(http_req *r, const char *const *params, void *app)
     atomic_fetch_add(&never_calls, 1);
 }
 
+/* A streamed body: STREAM_LEN bytes of a repeating pattern, at most 7 a
+ * fill; done counts the frees. */
+#define STREAM_LEN 12000
+static atomic_int stream_done;
+
+typedef struct streamed {
+    size_t pos;
+} streamed;
+
+static size_t stream_fill(void *arg, char *buf, size_t max)
+{
+    streamed *st = arg;
+    size_t n = 0;
+    while (n < max && n < 7 && st->pos < STREAM_LEN) {
+        buf[n++] = (char)('a' + st->pos % 26);
+        st->pos++;
+    }
+    return n;
+}
+
+static void stream_free(void *arg)
+{
+    free(arg);
+    atomic_fetch_add(&stream_done, 1);
+}
+
+static void h_stream(http_req *r, const char *const *params, void *app)
+{
+    (void)params;
+    (void)app;
+    http_respond_stream(r, 200, "text/plain", stream_fill, stream_free, calloc(1, sizeof(streamed)));
+    /* a second answer is refused and its body freed at once */
+    http_respond_stream(r, 500, "text/plain", stream_fill, stream_free, calloc(1, sizeof(streamed)));
+}
+
 static const http_route routes[] = {
     {"GET", "/sync", h_sync, 0, 0, 0, NULL},
     {"POST", "/echo", h_echo, 1, 0, 0, NULL},
@@ -251,6 +286,7 @@ static const http_route routes[] = {
     {"GET", "/busy", h_busy, 0, 0, 0, NULL},
     {"POST", "/created", h_created, 0, 0, 0, NULL},
     {"GET", "/never", h_never, 0, 0, 0, NULL},
+    {"GET", "/stream", h_stream, 0, 0, 0, NULL},
 };
 
 static const http_config config = {
@@ -471,6 +507,27 @@ static void test_sync_handler_answers_json(void **state)
     assert_true(json_is_true(json_object_get(doc, "ok")));
     assert_string_equal(json_str(doc, "method"), "GET");
     json_decref(doc);
+}
+
+static void test_a_streamed_body_arrives_whole_in_order_and_is_freed_once(void **state)
+{
+    reply rp;
+    char ct[128], te[64];
+    (void)state;
+    atomic_store(&stream_done, 0);
+    request rq = {.method = "GET", .path = "/stream"};
+    perform(&rq, &rp);
+    assert_int_equal(rp.rc, CURLE_OK);
+    assert_int_equal(rp.status, 200);
+    assert_string_equal(reply_header(&rp, "Content-Type", ct, sizeof ct), "text/plain");
+    assert_string_equal(reply_header(&rp, "Transfer-Encoding", te, sizeof te), "chunked");
+    assert_int_equal(rp.body_len, STREAM_LEN);
+    for (size_t i = 0; i < STREAM_LEN; i++)
+        if (rp.body[i] != (char)('a' + i % 26))
+            fail_msg("byte %zu is '%c'", i, rp.body[i]);
+    for (int i = 0; i < 200 && atomic_load(&stream_done) < 2; i++)
+        sleep_ms(5);
+    assert_int_equal(atomic_load(&stream_done), 2); /* the answer's and the refused one's */
 }
 
 static void test_head_is_served_by_the_get_route_without_a_body(void **state)
@@ -1003,6 +1060,7 @@ int main(void)
         cmocka_unit_test(test_only_loopback_listen_addresses_count_as_loopback),
         cmocka_unit_test(test_sync_handler_answers_json),
         cmocka_unit_test(test_head_is_served_by_the_get_route_without_a_body),
+        cmocka_unit_test(test_a_streamed_body_arrives_whole_in_order_and_is_freed_once),
         cmocka_unit_test(test_async_answer_after_a_delay_resumes_the_connection),
         cmocka_unit_test(test_immediate_async_answers_race_the_suspend_safely),
         cmocka_unit_test(test_unknown_path_is_a_404_problem),
