@@ -69,7 +69,6 @@ static void batch_free(batch_ctx *b)
     free(b);
 }
 
-#define JB_LIT(b, lit) jb_put((b), (lit), sizeof(lit) - 1)
 
 /* Appends ,"key":"s" (key_lit a literal with its comma and colon). */
 static void jb_field(jbuf *j, const char *key_lit, size_t key_len, const char *s)

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "jsonesc.h"
 #include "log.h"
 #include "nsgate.h"
 #include "persistence/counts.h"
@@ -41,7 +42,7 @@ typedef struct queue_ctx {
     queue_controls cfg;              /* PUT, PATCH: what was written; GET: the queue's controls */
     int configured;                  /* GET, PATCH: cfg was stored */
     int written;                     /* PATCH: the write is done, so a failed count read still answers 200 */
-    json_t *list;                    /* GET /queues: {name: controls} of the namespace's configured queues */
+    struct list_body *list;          /* GET /queues: its answer, made ready while the reads come */
     uint64_t now_ms;                 /* when the counts were asked for */
     char *gate_ns;                   /* GET, PATCH: the namespace counted in nsgate until the answer */
 } queue_ctx;
@@ -76,27 +77,76 @@ static void ctx_free(queue_ctx *c)
     free(c);
 }
 
-static json_t *queue_json(const char *name, const queue_controls *c, int configured)
+/* A real as jansson writes it with JSON_REAL_PRECISION(15): "%.15g", ".0"
+ * added to an integral value, an exponent without '+' or leading zeros. */
+static void put_real(jbuf *b, double v)
 {
-    return json_pack("{s:s,s:I,s:b,s:f,s:s,s:b}", "name", name, "parallelism", (json_int_t)c->parallelism, "paused",
-                     c->paused, "max_dispatches_per_second", c->rate, "scope",
-                     c->per_instance ? "instance" : "deployment", "configured", configured);
+    char t[40];
+    int n = snprintf(t, sizeof t, "%.15g", v);
+    if (!strchr(t, '.') && !strchr(t, 'e') && n + 2 < (int)sizeof t) {
+        memcpy(t + n, ".0", 3);
+        n += 2;
+    }
+    char *e = strchr(t, 'e');
+    if (e) {
+        char *start = e + 1, *end;
+        if (*start == '-')
+            start++;
+        for (end = start; *end == '+' || *end == '0'; end++)
+            ;
+        memmove(start, end, strlen(end) + 1);
+        n = (int)strlen(t);
+    }
+    jb_put(b, t, (size_t)n);
 }
 
-/* Adds the counts of row (NULL: none) to the queue object q:
- * {"timers": {state: n, ...}, "due": n, "oldest_due_age_ms": n,
- * "counts_exact": b}. */
-static void add_counts(json_t *q, const counts_row *row, int exact, uint64_t now_ms)
+/* A queue's object, written by hand (GET /queues writes thousands):
+ * {"name","parallelism","paused","max_dispatches_per_second","scope",
+ * "configured"}, and with counts (with_counts; row NULL: none) also
+ * "timers": {state: n, ...}, "due", "oldest_due_age_ms", "counts_exact". */
+static void queue_text(jbuf *b, const char *name, const queue_controls *c, int configured, int with_counts,
+                       const counts_row *row, int exact, uint64_t now_ms)
 {
-    json_t *t = json_object();
-    for (int i = 0; i < COUNTS_STATES; i++)
-        json_object_set_new(t, counts_state_names[i], json_integer(row ? (json_int_t)row->n[i] : 0));
-    json_object_set_new(q, "timers", t);
-    uint64_t due = row ? row->due : 0;
-    int64_t age = due && (int64_t)now_ms > row->oldest_due_ms ? (int64_t)now_ms - row->oldest_due_ms : 0;
-    json_object_set_new(q, "due", json_integer((json_int_t)due));
-    json_object_set_new(q, "oldest_due_age_ms", json_integer(age));
-    json_object_set_new(q, "counts_exact", json_boolean(exact));
+    JB_LIT(b, "{\"name\":");
+    jb_str(b, name, strlen(name));
+    JB_LIT(b, ",\"parallelism\":");
+    jb_int(b, (long long)c->parallelism);
+    JB_LIT(b, ",\"paused\":");
+    if (c->paused)
+        JB_LIT(b, "true");
+    else
+        JB_LIT(b, "false");
+    JB_LIT(b, ",\"max_dispatches_per_second\":");
+    put_real(b, c->rate);
+    if (c->per_instance)
+        JB_LIT(b, ",\"scope\":\"instance\",\"configured\":");
+    else
+        JB_LIT(b, ",\"scope\":\"deployment\",\"configured\":");
+    if (configured)
+        JB_LIT(b, "true");
+    else
+        JB_LIT(b, "false");
+    if (with_counts) {
+        JB_LIT(b, ",\"timers\":{");
+        for (int i = 0; i < COUNTS_STATES; i++) {
+            if (i)
+                JB_LIT(b, ",");
+            jb_str(b, counts_state_names[i], strlen(counts_state_names[i]));
+            JB_LIT(b, ":");
+            jb_int(b, row ? (long long)row->n[i] : 0);
+        }
+        uint64_t due = row ? row->due : 0;
+        int64_t age = due && (int64_t)now_ms > row->oldest_due_ms ? (int64_t)now_ms - row->oldest_due_ms : 0;
+        JB_LIT(b, "},\"due\":");
+        jb_int(b, (long long)due);
+        JB_LIT(b, ",\"oldest_due_age_ms\":");
+        jb_int(b, (long long)age);
+        if (exact)
+            JB_LIT(b, ",\"counts_exact\":true");
+        else
+            JB_LIT(b, ",\"counts_exact\":false");
+    }
+    JB_LIT(b, "}");
 }
 
 /* Asks for the namespace's counts; cb answers. Answers the request itself
@@ -130,35 +180,156 @@ static queue_ctx *ctx_new(http_req *r, api *a, const char *name)
     return c;
 }
 
+/* The row of queue name in a read of one namespace's counts (its rows are
+ * by queue), or NULL. By bisection: a namespace may have tens of thousands
+ * of queues, answered on the store's writer thread. */
+static const counts_row *counts_row_of(const counts_reply *reply, const char *name)
+{
+    size_t lo = 0, hi = reply->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int d = strcmp(reply->rows[mid].queue, name);
+        if (d == 0)
+            return &reply->rows[mid];
+        if (d < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
 /* ---- GET /queues ---- */
+
+/* GET /queues's answer, written on the HTTP thread as the client takes it
+ * (http_respond_stream): a namespace may have tens of thousands of queues,
+ * and building and serialising their objects (4.4 MB for 20,000) on the
+ * store's writer thread held every namespace's creates and attempts back
+ * for as long. The callbacks only copy what the replies hold: the
+ * configured queues, in the controls' order, then the counted ones without
+ * controls, by name. */
+typedef struct listed {
+    char name[QUEUECFG_FIELD_MAX];
+    queue_controls cfg;
+} listed;
+
+typedef struct list_body {
+    listed *conf;          /* the namespace's configured queues */
+    size_t nconf, capconf;
+    const char **conf_sorted; /* their names, by strcmp (made on the first fill) */
+    counts_row *rows;      /* a copy of the counts' rows; queue points into names */
+    char *names;
+    size_t nrows;
+    int exact;
+    uint64_t now_ms;
+    queue_controls def;
+    size_t i;              /* the next queue: configured ones, then rows */
+    int started, ended;
+    jbuf pend;             /* text made and not yet taken */
+    size_t taken;
+} list_body;
+
+static void list_body_free(void *arg)
+{
+    list_body *b = arg;
+    free(b->conf);
+    free(b->conf_sorted);
+    free(b->rows);
+    free(b->names);
+    free(b->pend.p);
+    free(b);
+}
+
+static int name_cmp(const void *x, const void *y)
+{
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+static int configured_name(const list_body *b, const char *name)
+{
+    return b->nconf && bsearch(&name, b->conf_sorted, b->nconf, sizeof *b->conf_sorted, name_cmp) != NULL;
+}
+
+static const counts_row *row_in(const counts_row *rows, size_t n, const char *name)
+{
+    counts_reply r = {.n = n, .rows = rows};
+    return counts_row_of(&r, name);
+}
+
+/* Makes the next piece of text into b->pend; 0 when there is none left. */
+static int list_body_next(void *arg)
+{
+    list_body *b = arg;
+    if (!b->conf_sorted) {
+        b->conf_sorted = xmalloc((b->nconf ? b->nconf : 1) * sizeof *b->conf_sorted);
+        for (size_t i = 0; i < b->nconf; i++)
+            b->conf_sorted[i] = b->conf[i].name;
+        if (b->nconf)
+            qsort(b->conf_sorted, b->nconf, sizeof *b->conf_sorted, name_cmp);
+        JB_LIT(&b->pend, "{\"queues\":[");
+        return 1;
+    }
+    while (b->i < b->nconf + b->nrows) {
+        size_t i = b->i++;
+        const counts_row *row = i < b->nconf ? NULL : &b->rows[i - b->nconf];
+        if (row && configured_name(b, row->queue))
+            continue; /* listed with its controls */
+        if (b->started)
+            JB_LIT(&b->pend, ",");
+        b->started = 1;
+        if (row) {
+            queue_text(&b->pend, row->queue, &b->def, 0, 1, row, b->exact, b->now_ms);
+        } else {
+            const char *name = b->conf[i].name;
+            queue_text(&b->pend, name, &b->conf[i].cfg, 1, 1, row_in(b->rows, b->nrows, name), b->exact,
+                       b->now_ms);
+        }
+        return 1;
+    }
+    if (b->ended)
+        return 0;
+    JB_LIT(&b->pend, "]}");
+    b->ended = 1;
+    return 1;
+}
+
+static size_t list_body_fill(void *arg, char *buf, size_t max)
+{
+    list_body *b = arg;
+    return jb_fill(&b->pend, &b->taken, buf, max, list_body_next, b);
+}
 
 static void list_counts_cb(void *arg, const counts_reply *reply)
 {
     queue_ctx *c = arg;
+    list_body *b = c->list;
+    c->list = NULL;
     ungate(c);
     if (reply->status != COUNTS_OK) {
         api_respond_unavailable(c->r);
-        json_decref(c->list);
+        list_body_free(b);
         ctx_free(c);
         return;
     }
-    queue_controls def = defaults(c->a);
+    size_t bytes = 0;
     for (size_t i = 0; i < reply->n; i++)
-        if (!json_object_get(c->list, reply->rows[i].queue))
-            json_object_set_new(c->list, reply->rows[i].queue, queue_json(reply->rows[i].queue, &def, 0));
-    json_t *list = json_array();
-    const char *name;
-    json_t *q;
-    json_object_foreach(c->list, name, q) {
-        const counts_row *row = NULL;
-        for (size_t i = 0; i < reply->n && !row; i++)
-            if (strcmp(reply->rows[i].queue, name) == 0)
-                row = &reply->rows[i];
-        add_counts(q, row, reply->exact, c->now_ms);
-        json_array_append(list, q);
+        bytes += strlen(reply->rows[i].queue) + 1;
+    b->rows = xmalloc((reply->n ? reply->n : 1) * sizeof *b->rows);
+    b->names = xmalloc(bytes ? bytes : 1);
+    char *p = b->names;
+    for (size_t i = 0; i < reply->n; i++) {
+        size_t len = strlen(reply->rows[i].queue) + 1;
+        memcpy(p, reply->rows[i].queue, len);
+        b->rows[i] = reply->rows[i];
+        b->rows[i].ns = "";
+        b->rows[i].queue = p;
+        p += len;
     }
-    http_respond_json(c->r, 200, json_pack("{s:o}", "queues", list), NULL);
-    json_decref(c->list);
+    b->nrows = reply->n;
+    b->exact = reply->exact;
+    b->now_ms = c->now_ms;
+    b->def = defaults(c->a);
+    http_respond_stream(c->r, 200, "application/json", list_body_fill, list_body_free, b);
     ctx_free(c);
 }
 
@@ -172,7 +343,7 @@ static void list_cb(void *arg, const queues_reply *reply)
     }
     const char *ns = http_req_namespace(c->r);
     size_t nslen = strlen(ns);
-    c->list = json_object();
+    list_body *b = xcalloc(1, sizeof *b);
     for (size_t i = 0; i < reply->n; i++) {
         const char *f = reply->entries[i].field;
         const char *slash = strrchr(f, '/');
@@ -180,10 +351,20 @@ static void list_cb(void *arg, const queues_reply *reply)
         if (flen != nslen || (nslen && memcmp(f, ns, nslen) != 0) || (!nslen && slash))
             continue;
         const char *name = slash ? slash + 1 : f;
-        json_object_set_new(c->list, name, queue_json(name, &reply->entries[i].controls, 1));
+        if (strlen(name) >= sizeof b->conf[0].name)
+            continue;
+        if (b->nconf == b->capconf) {
+            b->capconf = b->capconf ? 2 * b->capconf : 16;
+            b->conf = xrealloc(b->conf, b->capconf * sizeof *b->conf);
+        }
+        listed *e = &b->conf[b->nconf++];
+        strcpy(e->name, name);
+        e->cfg = reply->entries[i].controls;
     }
+    c->list = b;
     if (ask_counts(c, list_counts_cb) < 0) {
-        json_decref(c->list);
+        list_body_free(b);
+        c->list = NULL;
         ctx_free(c);
     }
 }
@@ -215,6 +396,17 @@ static const char *field_queue(const char *field)
     return slash ? slash + 1 : field;
 }
 
+/* Answers 200 with one queue's object. */
+static void respond_queue_text(queue_ctx *c, const queue_controls *cfg, int configured, const counts_reply *reply)
+{
+    jbuf b = {0};
+    const char *name = field_queue(c->field);
+    int counted = reply && reply->status == COUNTS_OK;
+    queue_text(&b, name, cfg, configured, counted, counted ? counts_row_of(reply, name) : NULL,
+               counted && reply->exact, c->now_ms);
+    http_respond_json_text_take(c->r, 200, b.p, b.n, NULL);
+}
+
 /* Answers GET's 200 (and PATCH's) with reply's counts; without them (reply
  * NULL, or a failed read) only after a write, which must not answer 503. */
 static void respond_queue(queue_ctx *c, const counts_reply *reply)
@@ -224,16 +416,7 @@ static void respond_queue(queue_ctx *c, const counts_reply *reply)
         api_respond_unavailable(c->r);
         return;
     }
-    const char *name = field_queue(c->field);
-    json_t *q = queue_json(name, &c->cfg, c->configured);
-    if (reply && reply->status == COUNTS_OK) {
-        const counts_row *row = NULL;
-        for (size_t i = 0; i < reply->n && !row; i++)
-            if (strcmp(reply->rows[i].queue, name) == 0)
-                row = &reply->rows[i];
-        add_counts(q, row, reply->exact, c->now_ms);
-    }
-    http_respond_json(c->r, 200, q, NULL);
+    respond_queue_text(c, &c->cfg, c->configured, reply);
 }
 
 static void get_counts_cb(void *arg, const counts_reply *reply)
@@ -367,7 +550,7 @@ static void put_cb(void *arg, const queues_reply *reply)
 {
     queue_ctx *c = arg;
     if (written(c, reply) == 0)
-        http_respond_json(c->r, 200, queue_json(field_queue(c->field), &c->cfg, 1), NULL);
+        respond_queue_text(c, &c->cfg, 1, NULL);
     ctx_free(c);
 }
 

@@ -59,8 +59,6 @@ static json_t *minute_json(int64_t minute, const stats_minute *m)
  * the queues' names, the queues' totals, the end. */
 enum { PART_HEAD, PART_NAMES, PART_TOTALS, PART_DONE };
 
-#define PUT(b, lit) jb_put(b, lit, sizeof lit - 1)
-
 typedef struct body {
     stats_reply *reply;
     const stats_queue **order; /* by name, made on the first fill */
@@ -88,9 +86,9 @@ static void body_head(body *bd)
     if (len > 1)
         jb_put(&bd->pend, text, len - 1); /* without its closing brace */
     else
-        PUT(&bd->pend, "{\"minute_ms\":60000,\"minutes\":[]"); /* jansson out of memory */
+        JB_LIT(&bd->pend, "{\"minute_ms\":60000,\"minutes\":[]"); /* jansson out of memory */
     free(text);
-    PUT(&bd->pend, ",\"queues\":[");
+    JB_LIT(&bd->pend, ",\"queues\":[");
     bd->order = xmalloc((reply->nqueues ? reply->nqueues : 1) * sizeof *bd->order);
     for (size_t i = 0; i < reply->nqueues; i++)
         bd->order[i] = &reply->queues[i];
@@ -109,15 +107,16 @@ static void body_total(jbuf *b, const stats_queue *q)
     for (size_t k = 0; k < sizeof figures / sizeof figures[0]; k++) {
         jb_put(b, k ? ",\"" : ":{\"", k ? 2 : 3);
         jb_put(b, figures[k].name, strlen(figures[k].name));
-        PUT(b, "\":");
+        JB_LIT(b, "\":");
         jb_int(b, (long long)q->total.v[figures[k].f]);
     }
-    PUT(b, "}");
+    JB_LIT(b, "}");
 }
 
 /* Makes the next piece of text into bd->pend; 0 when there is none left. */
-static int body_next(body *bd)
+static int body_next(void *arg)
 {
+    body *bd = arg;
     const stats_reply *reply = bd->reply;
     switch (bd->part) {
     case PART_HEAD:
@@ -127,23 +126,23 @@ static int body_next(body *bd)
     case PART_NAMES:
         if (bd->i < reply->nqueues) {
             if (bd->i)
-                PUT(&bd->pend, ",");
+                JB_LIT(&bd->pend, ",");
             const char *name = bd->order[bd->i++]->name;
             jb_text(&bd->pend, name, strlen(name));
             return 1;
         }
-        PUT(&bd->pend, "],\"queue_totals\":{");
+        JB_LIT(&bd->pend, "],\"queue_totals\":{");
         bd->part = PART_TOTALS;
         bd->i = 0;
         return 1;
     case PART_TOTALS:
         if (bd->i < reply->nqueues) {
             if (bd->i)
-                PUT(&bd->pend, ",");
+                JB_LIT(&bd->pend, ",");
             body_total(&bd->pend, bd->order[bd->i++]);
             return 1;
         }
-        PUT(&bd->pend, "}}");
+        JB_LIT(&bd->pend, "}}");
         bd->part = PART_DONE;
         return 1;
     default:
@@ -154,22 +153,7 @@ static int body_next(body *bd)
 static size_t body_fill(void *arg, char *buf, size_t max)
 {
     body *bd = arg;
-    size_t n = 0;
-    while (n < max) {
-        if (bd->taken == bd->pend.n) {
-            bd->pend.n = bd->taken = 0;
-            if (!body_next(bd))
-                break;
-            continue;
-        }
-        size_t k = bd->pend.n - bd->taken;
-        if (k > max - n)
-            k = max - n;
-        memcpy(buf + n, bd->pend.p + bd->taken, k);
-        n += k;
-        bd->taken += k;
-    }
-    return n;
+    return jb_fill(&bd->pend, &bd->taken, buf, max, body_next, bd);
 }
 
 static void body_free(void *arg)

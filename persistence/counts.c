@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "keys.h"
+#include "list.h"
+#include "strtab.h"
 #include "xalloc.h"
 
 const char *const counts_state_names[COUNTS_STATES] = {
@@ -21,6 +23,14 @@ const char *const counts_state_names[COUNTS_STATES] = {
 /* The state codes of _record.lua's STATE_CODE, by enum counts_state. */
 static const char state_codes[COUNTS_STATES] = {'s', 'r', 'p'};
 
+/* A row's name and its place in the index: key "<ns>/<queue>", and
+ * "<ns>\0<queue>" that the row's ns and queue point into. */
+typedef struct row_name {
+    strtab_node node;
+    size_t row;
+    char text[]; /* key, NUL, ns, NUL, queue, NUL */
+} row_name;
+
 /* A read in progress: the partitions' rows, merged when the last answers
  * (every callback runs on the store's writer thread, one at a time). */
 typedef struct read_call {
@@ -31,32 +41,40 @@ typedef struct read_call {
     enum counts_status status;
     int exact;
     counts_row *rows;        /* ns and queue point into names[i] */
-    char **names;            /* "ns\0queue", owned */
+    row_name **names;        /* owned */
+    strtab index;            /* names by key */
     size_t n, cap;
 } read_call;
 
 /* The row of "<ns>/<queue>" (name: ns_len bytes of namespace, then the
- * queue of queue_len bytes), added when new. Linear: a partition's reply
- * lists a namespace's queues, and the rows are merged once more at the end. */
+ * queue of queue_len bytes), added when new. Found by hash: a namespace
+ * may have tens of thousands of queues, and a look at every row per field
+ * cost the writer thread, which every namespace's requests share, seconds
+ * a read of 20,000 queues. */
 static counts_row *row_of(read_call *c, const char *ns, size_t ns_len, const char *queue, size_t queue_len)
 {
-    for (size_t i = c->n; i-- > 0;) {
-        counts_row *r = &c->rows[i];
-        if (strlen(r->ns) == ns_len && memcmp(r->ns, ns, ns_len) == 0 && strlen(r->queue) == queue_len &&
-            memcmp(r->queue, queue, queue_len) == 0)
-            return r;
+    size_t len = ns_len + 1 + queue_len;
+    row_name *e = xmalloc(sizeof *e + 2 * (len + 1));
+    memcpy(e->text, ns, ns_len);
+    e->text[ns_len] = '/';
+    memcpy(e->text + ns_len + 1, queue, queue_len);
+    e->text[len] = 0;
+    strtab_node *found = strtab_find(&c->index, e->text);
+    if (found) {
+        free(e);
+        return &c->rows[container_of(found, row_name, node)->row];
     }
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 16;
         c->rows = xrealloc(c->rows, c->cap * sizeof *c->rows);
         c->names = xrealloc(c->names, c->cap * sizeof *c->names);
     }
-    char *name = xmalloc(ns_len + queue_len + 2);
-    memcpy(name, ns, ns_len);
+    char *name = e->text + len + 1;
+    memcpy(name, e->text, len + 1);
     name[ns_len] = 0;
-    memcpy(name + ns_len + 1, queue, queue_len);
-    name[ns_len + 1 + queue_len] = 0;
-    c->names[c->n] = name;
+    e->row = c->n;
+    strtab_add(&c->index, &e->node, e->text);
+    c->names[c->n] = e;
     c->rows[c->n] = (counts_row){.ns = name, .queue = name + ns_len + 1};
     return &c->rows[c->n++];
 }
@@ -117,6 +135,7 @@ static void finish_read(read_call *c)
         out.n = c->n;
     }
     c->cb(c->arg, &out);
+    strtab_free(&c->index);
     for (size_t i = 0; i < c->n; i++)
         free(c->names[i]);
     free(c->names);
@@ -152,6 +171,7 @@ int counts_read(store *st, uint32_t partitions, const char *ns, uint64_t now_ms,
     c->arg = arg;
     c->status = COUNTS_OK;
     c->exact = 1;
+    strtab_init(&c->index);
     atomic_init(&c->lost, 0);
     char key[KEYS_MAX], prefix[KEYS_MAX], now[24], budget[24];
     snprintf(now, sizeof now, "%" PRIu64, now_ms);
@@ -168,6 +188,7 @@ int counts_read(store *st, uint32_t partitions, const char *ns, uint64_t now_ms,
             sent++;
     }
     if (sent == 0) {
+        strtab_free(&c->index);
         free(c);
         return rc;
     }

@@ -134,6 +134,26 @@ void jb_put(jbuf *b, const char *s, size_t k)
     b->n += k;
 }
 
+size_t jb_fill(jbuf *b, size_t *taken, char *buf, size_t max, int (*next)(void *arg), void *arg)
+{
+    size_t n = 0;
+    while (n < max) {
+        if (*taken == b->n) {
+            b->n = *taken = 0;
+            if (!next(arg))
+                break;
+            continue;
+        }
+        size_t k = b->n - *taken;
+        if (k > max - n)
+            k = max - n;
+        memcpy(buf + n, b->p + *taken, k);
+        n += k;
+        *taken += k;
+    }
+    return n;
+}
+
 void jb_str(jbuf *b, const char *s, size_t len)
 {
     static const char hex[] = "0123456789ABCDEF";

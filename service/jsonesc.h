@@ -46,6 +46,9 @@ void jb_room(jbuf *b, size_t k);
 /* Appends s[0..k) as it is. */
 void jb_put(jbuf *b, const char *s, size_t k);
 
+/* Appends a string literal as it is. */
+#define JB_LIT(b, lit) jb_put((b), (lit), sizeof(lit) - 1)
+
 /* Appends s[0..len) as a JSON string, quoted: quotes, backslashes and
  * control characters escaped, other bytes as they are (s is valid UTF-8). */
 void jb_str(jbuf *b, const char *s, size_t len);
@@ -56,5 +59,12 @@ void jb_text(jbuf *b, const char *s, size_t len);
 
 /* Appends v in decimal. */
 void jb_int(jbuf *b, long long v);
+
+/* For a body written in pieces (http_respond_stream's fill): copies up to
+ * max bytes into buf, first what b holds from *taken on, then what each
+ * call of next(arg) appends to b (b is emptied first; next returns 0 when
+ * there is nothing more). What does not fit stays in b for the next call.
+ * Returns the bytes copied: 0 only at the end. */
+size_t jb_fill(jbuf *b, size_t *taken, char *buf, size_t max, int (*next)(void *arg), void *arg);
 
 #endif

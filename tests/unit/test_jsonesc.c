@@ -223,6 +223,51 @@ static void test_random_strings_read_back_as_written(void **state)
     }
 }
 
+/* Pieces of 1 to 40 bytes, some longer than a fill's room. */
+typedef struct pieces {
+    jbuf *b;
+    int i, n;
+} pieces;
+
+static int next_piece(void *arg)
+{
+    pieces *p = arg;
+    if (p->i == p->n)
+        return 0;
+    int len = 1 + (p->i * 7) % 40;
+    for (int k = 0; k < len; k++) {
+        char ch = (char)('a' + (p->i + k) % 26);
+        jb_put(p->b, &ch, 1);
+    }
+    p->i++;
+    return 1;
+}
+
+static void test_a_fill_hands_out_the_pieces_whole_in_order_whatever_its_room(void **state)
+{
+    (void)state;
+    jbuf want = {0};
+    pieces all = {&want, 0, 300};
+    while (next_piece(&all))
+        ;
+    for (size_t room = 1; room <= 64; room = room * 2 + 1) {
+        jbuf b = {0}, got = {0};
+        size_t taken = 0, n;
+        pieces p = {&b, 0, 300};
+        char buf[64];
+        while ((n = jb_fill(&b, &taken, buf, room, next_piece, &p)) > 0) {
+            assert_true(n <= room);
+            jb_put(&got, buf, n);
+        }
+        assert_int_equal(got.n, want.n);
+        assert_memory_equal(got.p, want.p, want.n);
+        assert_int_equal(jb_fill(&b, &taken, buf, room, next_piece, &p), 0); /* and stays ended */
+        free(b.p);
+        free(got.p);
+    }
+    free(want.p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -236,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_the_builder_writes_json_jansson_reads_back),
         cmocka_unit_test(test_the_plain_prefix_stops_where_a_byte_needs_attention),
         cmocka_unit_test(test_random_strings_read_back_as_written),
+        cmocka_unit_test(test_a_fill_hands_out_the_pieces_whole_in_order_whatever_its_room),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

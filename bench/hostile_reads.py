@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
-"""stats_reads.py - how late one namespace's timers start while another namespace reads the
-delivery figures (GET /stats) of many queues, and what those reads cost.
+"""hostile_reads.py - how late one namespace's timers start while another namespace reads
+what its many queues have: their delivery figures (GET /stats) or their settings and counts
+(GET /queues), and what those reads cost.
 
 For each binary and run (binaries alternate: A, B, A, B, ...) a fresh redis-server (127.0.0.1,
-no persistence, temp dir) and the binary with two API tokens (namespaces a and b). Namespace a's
-per-minute figures are written straight into Redis, as QUEUES queues' deliveries would have left
-them (persistence/stats.h: <queue>/d, /a, /l<bucket>, /fa, /f: five fields per queue and minute)
-for the last MINUTES minutes and the next one. Then READERS clients of namespace a read
-/stats?minutes=MINUTES back to back (HOOKWHEEL_MAX_EXPENSIVE_PER_NAMESPACE is 4 by default)
-while namespace b creates a timer every 20 ms, due 300 ms later, TIMERS in all, and a receiver
-here notes when each arrives. Lateness is arrival - due. With --readers 0 the same without reads.
-Every process is started here, on 127.0.0.1, and stopped by pid.
+no persistence, temp dir) and the binary with two API tokens (namespaces a and b). Namespace a
+gets QUEUES queues:
+- --read stats: its per-minute figures written straight into Redis, as QUEUES queues'
+  deliveries would have left them (persistence/stats.h: <queue>/d, /a, /l<bucket>, /fa, /f: five
+  fields per queue and minute) for the last MINUTES minutes and the next one; a read is
+  GET /stats?minutes=MINUTES;
+- --read queues: one timer in each of QUEUES queues, due in an hour (POST /timers/batch); a read
+  is GET /queues;
+- --read timers: the same timers; a read is a page of GET /timers?limit=1000, each reader
+  walking the pages from the first, again and again.
+Then READERS clients of namespace a read back to back (HOOKWHEEL_MAX_EXPENSIVE_PER_NAMESPACE is
+4 by default) while namespace b creates a timer every 20 ms, due 300 ms later, TIMERS in all,
+and a receiver here notes when each arrives. Lateness is arrival - due. With --readers 0 the
+same without reads. Every process is started here, on 127.0.0.1, and stopped by pid.
 
-Usage: python3 bench/stats_reads.py [--bin PATH ...] [--runs R] [--queues Q] [--minutes M]
-                                    [--readers K] [--timers N]
+Usage: python3 bench/hostile_reads.py [--bin PATH ...] [--read stats|queues|timers] [--runs R]
+                                      [--queues Q] [--minutes M] [--readers K] [--timers N]
   --bin: a hookwheel binary (repeat it for an A/B, e.g. one built in a git worktree of the base;
   default build/hookwheel). Prints one line per run, then the medians."""
 import argparse
@@ -28,6 +35,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOKEN_A, TOKEN_B = "bench-token-a-0123456789", "bench-token-b-0123456789"
@@ -106,21 +114,39 @@ def one_run(binary, a):
                                        f"--api-tokens-file={d}/tokens"],
                                       stdout=subprocess.DEVNULL, stderr=open(f"{d}/hookwheel.log", "w")))
         wait_for(lambda: healthy(hport), 20, "hookwheel")
-        minute = int(time.time() * 1000) // 60000
-        cmds = b"".join(resp("HSET", f"hw:stats:{{ns:a}}:{m}", f"q{i:05d}/d", i % 7, f"q{i:05d}/a", 3,
-                             f"q{i:05d}/l{i % 20}", 1, f"q{i:05d}/fa", 2, f"q{i:05d}/f", i % 3)
-                        for m in range(minute - a.minutes + 1, minute + 2) for i in range(a.queues))
-        subprocess.run(["redis-cli", "-p", str(rport), "--pipe"], input=cmds, capture_output=True, check=True)
+        if a.read == "stats":
+            minute = int(time.time() * 1000) // 60000
+            cmds = b"".join(resp("HSET", f"hw:stats:{{ns:a}}:{m}", f"q{i:05d}/d", i % 7, f"q{i:05d}/a", 3,
+                                 f"q{i:05d}/l{i % 20}", 1, f"q{i:05d}/fa", 2, f"q{i:05d}/f", i % 3)
+                            for m in range(minute - a.minutes + 1, minute + 2) for i in range(a.queues))
+            subprocess.run(["redis-cli", "-p", str(rport), "--pipe"], input=cmds, capture_output=True, check=True)
+            path = f"/stats?minutes={a.minutes}"
+        else:
+            c = http.client.HTTPConnection("127.0.0.1", hport, timeout=120)
+            for k in range(0, a.queues, 1000):
+                timers = [{"url": "http://127.0.0.1:9/a", "delay_ms": 3600000, "queue": f"q{i:05d}"}
+                          for i in range(k, min(a.queues, k + 1000))]
+                c.request("POST", "/timers/batch", body=json.dumps({"timers": timers}),
+                          headers={"Authorization": f"Bearer {TOKEN_A}", "Content-Type": "application/json"})
+                r = c.getresponse()
+                r.read()
+                if r.status != 200:
+                    raise RuntimeError(f"batch create answered {r.status}")
+            path = "/queues" if a.read == "queues" else "/timers?limit=1000"
         stopping, reads = threading.Event(), []
 
         def reader():
             c = http.client.HTTPConnection("127.0.0.1", hport, timeout=120)
+            cursor = None
             while not stopping.is_set():
                 t0 = time.monotonic()
-                c.request("GET", f"/stats?minutes={a.minutes}", headers={"Authorization": f"Bearer {TOKEN_A}"})
+                c.request("GET", path + (f"&cursor={urllib.parse.quote(cursor)}" if cursor else ""),
+                          headers={"Authorization": f"Bearer {TOKEN_A}"})
                 r = c.getresponse()
-                r.read()
+                text = r.read()
                 reads.append((r.status, (time.monotonic() - t0) * 1000))
+                if a.read == "timers" and r.status == 200:
+                    cursor = json.loads(text).get("next_cursor")
 
         threads = [threading.Thread(target=reader) for _ in range(a.readers)]
         for t in threads:
@@ -159,6 +185,7 @@ def one_run(binary, a):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", action="append")
+    ap.add_argument("--read", choices=("stats", "queues", "timers"), default="stats")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--queues", type=int, default=20000)
     ap.add_argument("--minutes", type=int, default=5)
@@ -174,7 +201,8 @@ def main():
             print(f"run {run} {b}: b's lateness p50 {r['late_p50']:.1f} p99 {r['late_p99']:.1f} max {r['late_max']:.1f} ms, "
                   f"b's create p99 {r['create_p99']:.1f} ms; a's reads {r['reads']} (refused {r['refused']}), "
                   f"median {r['read_ms']:.0f} ms", flush=True)
-    print(f"medians ({a.queues} queues, {a.minutes} minutes, {a.readers} readers, {a.timers} timers, {a.runs} runs):")
+    what = f"GET /stats, {a.minutes} minutes" if a.read == "stats" else f"GET /{a.read}"
+    print(f"medians ({what}, {a.queues} queues, {a.readers} readers, {a.timers} timers, {a.runs} runs):")
     for b, v in res.items():
         print(f"  {b}: " + ", ".join(f"{k} {statistics.median(x[k] for x in v):.1f}" for k in v[0]))
 
