@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "jsonesc.h"
 #include "log.h"
 #include "nsgate.h"
 #include "xalloc.h"
@@ -175,20 +176,20 @@ static int item_cmp(const void *a, const void *b, void *asc)
  * character of an id) and before any other, naming the namespace only.
  * Only ascending listings read claimed zsets; a descending one reads the
  * namespace's own index alone. */
-static void cursor_text(const list_ctx *c, const pos *p, char *buf, size_t size)
+static void cursor_text(const char *ns, const pos *p, char *buf, size_t size)
 {
-    size_t nslen = strlen(c->ns);
+    size_t nslen = strlen(ns);
     const char *slash = strchr(p->id, '/');
     if (!nslen && slash) {
         snprintf(buf, size, "%lld~%.*s/~", p->score, (int)(slash - p->id), p->id);
         return;
     }
-    if (!nslen || (strncmp(p->id, c->ns, nslen) == 0 && p->id[nslen] == '/')) {
+    if (!nslen || (strncmp(p->id, ns, nslen) == 0 && p->id[nslen] == '/')) {
         snprintf(buf, size, "%lld~%s", p->score, api_public_id(p->id));
         return;
     }
     char own[KEY_ID_MAX];
-    api_key_id(own, sizeof own, c->ns, "");
+    api_key_id(own, sizeof own, ns, "");
     snprintf(buf, size, "%lld~", p->score + (strcmp(p->id, own) > 0));
 }
 
@@ -210,52 +211,125 @@ static part *page_bound(list_ctx *c, size_t *before)
     return min;
 }
 
-/* The page from the timers taken, as page_bound left them: the first
- * `before` of them come up to the bound (NULL: none), `limit` at most. */
-static void answer(list_ctx *c, const pos *bound, size_t before)
+/* A page's answer, written on the HTTP thread as the client takes it
+ * (http_respond_stream): decoding and writing a page of 1,000 timers took
+ * the store's writer thread, which every namespace's creates and attempts
+ * share, 15 to 25 ms. It holds the page's timers (taken from the listing)
+ * and writes them one by one, until the text would pass max_bytes; then the
+ * cursor: the last timer written when the page is cut or full, else the
+ * bound. */
+typedef struct page {
+    char *ns;
+    item *items;
+    size_t n;       /* items held (all freed at the end) */
+    size_t keep;    /* the first `keep` are the page's, at most */
+    size_t i;       /* the next one to write */
+    size_t len;     /* the text's bytes so far */
+    size_t max_bytes;
+    uint32_t limit;
+    int has_bound, ended;
+    pos bound;
+    jbuf pend;      /* text made and not yet taken */
+    size_t taken;
+} page;
+
+static void page_free(void *arg)
 {
-    size_t keep = before < c->limit ? before : c->limit;
-    size_t cap = 64, len = 0;
-    char *out = xmalloc(cap);
-    len += (size_t)snprintf(out, cap, "{\"items\":[");
-    int cut = 0; /* the page is full: it ends at the last timer listed */
-    for (size_t i = 0; i < keep; i++) {
+    page *pg = arg;
+    for (size_t i = 0; i < pg->n; i++)
+        free(pg->items[i].raw);
+    free(pg->items);
+    free(pg->ns);
+    free(pg->pend.p);
+    free(pg);
+}
+
+/* The page's end: the cursor after the `written` timers, then "}". */
+static void page_end(page *pg, size_t written, int cut)
+{
+    char cur[KEY_ID_MAX + 32] = "";
+    if ((cut || written == pg->limit) && written > 0)
+        cursor_text(pg->ns, &pg->items[written - 1].at, cur, sizeof cur);
+    else if (pg->has_bound)
+        cursor_text(pg->ns, &pg->bound, cur, sizeof cur);
+    if (cur[0]) {
+        JB_LIT(&pg->pend, "],\"next_cursor\":\"");
+        jb_put(&pg->pend, cur, strlen(cur));
+        JB_LIT(&pg->pend, "\"}");
+    } else {
+        JB_LIT(&pg->pend, "],\"next_cursor\":null}");
+    }
+    pg->ended = 1;
+}
+
+static int page_next(void *arg)
+{
+    page *pg = arg;
+    if (pg->ended)
+        return 0;
+    if (pg->i == 0 && pg->len == 0) {
+        JB_LIT(&pg->pend, "{\"items\":[");
+        pg->len = pg->pend.n;
+        if (pg->keep == 0)
+            page_end(pg, 0, 0);
+        return 1;
+    }
+    /* written: the timers whose text went out; a record that cannot be
+     * decoded is left out (it counts as written: the cursor goes past it) */
+    while (pg->i < pg->keep) {
+        const item *it = &pg->items[pg->i];
         size_t tlen = 0;
-        const item *it = &c->items[i];
         timer_view v;
         char *t = timers_decode(it->raw, it->raw_len, it->raw + it->raw_len, it->hist_len, &v) == 0
                       ? api_timer_from_view(it->at.id, &v, &tlen)
                       : NULL;
-        if (!t)
+        if (!t) {
+            pg->i++;
             continue;
-        if (out[len - 1] != '[' && len + tlen + 1 + sizeof "],\"next_cursor\":\"\"}" + KEY_ID_MAX + 32 > c->max_bytes) {
+        }
+        int first = pg->len == sizeof "{\"items\":[" - 1;
+        if (!first && pg->len + tlen + 1 + sizeof "],\"next_cursor\":\"\"}" + KEY_ID_MAX + 32 > pg->max_bytes) {
             free(t);
-            keep = i;
-            cut = 1;
-            break;
+            page_end(pg, pg->i, 1);
+            return 1;
         }
-        if (len + tlen + 2 > cap) {
-            while (len + tlen + 2 > cap)
-                cap *= 2;
-            out = xrealloc(out, cap);
-        }
-        if (out[len - 1] != '[')
-            out[len++] = ',';
-        memcpy(out + len, t, tlen);
-        len += tlen;
+        if (!first)
+            JB_LIT(&pg->pend, ",");
+        jb_put(&pg->pend, t, tlen);
+        pg->len += tlen + !first;
         free(t);
+        pg->i++;
+        return 1;
     }
-    char cur[KEY_ID_MAX + 32] = "";
-    if ((cut || keep == c->limit) && keep > 0)
-        cursor_text(c, &c->items[keep - 1].at, cur, sizeof cur);
-    else if (bound)
-        cursor_text(c, bound, cur, sizeof cur);
-    out = xrealloc(out, len + sizeof cur + 40);
-    if (cur[0])
-        len += (size_t)sprintf(out + len, "],\"next_cursor\":\"%s\"}", cur);
-    else
-        len += (size_t)sprintf(out + len, "],\"next_cursor\":null}");
-    http_respond_json_text_take(c->r, 200, out, len, NULL);
+    page_end(pg, pg->keep, 0);
+    return 1;
+}
+
+static size_t page_fill(void *arg, char *buf, size_t max)
+{
+    page *pg = arg;
+    return jb_fill(&pg->pend, &pg->taken, buf, max, page_next, pg);
+}
+
+/* Answers with the page from the timers taken, as page_bound left them:
+ * the first `before` of them come up to the bound (NULL: none), `limit` at
+ * most. The page takes c's timers. */
+static void answer(list_ctx *c, const pos *bound, size_t before)
+{
+    page *pg = xcalloc(1, sizeof *pg);
+    pg->ns = xstrdup(c->ns);
+    pg->items = c->items;
+    pg->n = c->n;
+    c->items = NULL;
+    c->n = 0;
+    pg->keep = before < c->limit ? before : c->limit;
+    pg->limit = c->limit;
+    pg->max_bytes = c->max_bytes;
+    if (bound) {
+        pg->has_bound = 1;
+        pg->bound = *bound;
+    }
+    http_respond_stream(c->r, 200, "application/json", page_fill, page_free, pg);
 }
 
 static void list_cb(void *arg, int status, int more, const char *last_score, const char *last_id, size_t n,

@@ -12,7 +12,8 @@ gets QUEUES queues:
   GET /stats?minutes=MINUTES;
 - --read queues: one timer in each of QUEUES queues, due in an hour (POST /timers/batch); a read
   is GET /queues;
-- --read timers: the same timers; a read is a page of GET /timers?limit=1000, each reader
+- --read timers: the same timers; a read is a page of
+  GET /timers?state=scheduled&limit=1000, each reader
   walking the pages from the first, again and again.
 Then READERS clients of namespace a read back to back (HOOKWHEEL_MAX_EXPENSIVE_PER_NAMESPACE is
 4 by default) while namespace b creates a timer every 20 ms, due 300 ms later, TIMERS in all,
@@ -132,7 +133,7 @@ def one_run(binary, a):
                 r.read()
                 if r.status != 200:
                     raise RuntimeError(f"batch create answered {r.status}")
-            path = "/queues" if a.read == "queues" else "/timers?limit=1000"
+            path = "/queues" if a.read == "queues" else "/timers?state=scheduled&limit=1000"
         stopping, reads = threading.Event(), []
 
         def reader():

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -409,6 +410,37 @@ def test_a_batch_of_a_megabyte_passes_nginx_and_one_over_4_mib_gets_413(
     assert_matches_contract("POST", "/timers/batch", status, headers, body)
     # the detail names the cap of this path, not the 64 KiB of the others
     assert body["detail"] == "the request body is larger than 4194304 bytes", body
+
+
+def test_answers_written_as_the_client_takes_them_pass_nginx_whole(
+        redis, receiver, hookwheel_factory, nginx_factory):
+    # GET /timers, /queues and /stats stream their answers (chunked) from
+    # the instance; nginx passes them on whole, to a client of either HTTP
+    # version.
+    a, b, nginx = stack(redis, hookwheel_factory, nginx_factory)
+    pad = "q" * 2000
+    specs = [{"id": f"st-{i:03d}", "url": receiver.url("/st"), "delay_ms": 600_000 + i, "body": pad,
+              "queue": f"q{i % 50}"} for i in range(300)]
+    status, _, body = request(nginx.port, "POST", "/timers/batch", {"timers": specs})
+    assert status == 200 and body["created"] == 300, body
+    got, cursor = [], None
+    while True:
+        status, _, page = request(nginx.port, "GET", "/timers?state=scheduled&limit=1000" +
+                                  (f"&cursor={quote(cursor)}" if cursor else ""))
+        assert status == 200, page
+        got += [t["id"] for t in page["items"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert got == [s["id"] for s in specs], got
+    status, _, body = request(nginx.port, "GET", "/queues")
+    assert status == 200 and sorted(q["name"] for q in body["queues"]) == sorted(f"q{i}" for i in range(50)), body
+    assert all(q["timers"]["scheduled"] == 6 for q in body["queues"]), body
+    status, _, body = request(nginx.port, "GET", "/stats?minutes=2")
+    assert status == 200 and len(body["minutes"]) == 2, body
+    status, headers, data = raw_exchange(nginx.port, b"GET /queues HTTP/1.0\r\nHost: x\r\n\r\n")
+    assert status == 200 and "chunked" not in headers.get("transfer-encoding", ""), headers
+    assert len(json.loads(data)["queues"]) == 50, data[:300]
 
 
 def test_with_one_instance_killed_requests_through_nginx_succeed_once_and_its_timers_fire(
