@@ -180,17 +180,17 @@ static queue_ctx *ctx_new(http_req *r, api *a, const char *name)
     return c;
 }
 
-/* The row of queue name in a read of one namespace's counts (its rows are
- * by queue), or NULL. By bisection: a namespace may have tens of thousands
- * of queues, answered on the store's writer thread. */
-static const counts_row *counts_row_of(const counts_reply *reply, const char *name)
+/* The row of queue name among the n rows of a read of one namespace's
+ * counts (by queue), or NULL. By bisection: a namespace may have tens of
+ * thousands of queues. */
+static const counts_row *counts_row_of(const counts_row *rows, size_t n, const char *name)
 {
-    size_t lo = 0, hi = reply->n;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int d = strcmp(reply->rows[mid].queue, name);
+        int d = strcmp(rows[mid].queue, name);
         if (d == 0)
-            return &reply->rows[mid];
+            return &rows[mid];
         if (d < 0)
             lo = mid + 1;
         else
@@ -250,11 +250,6 @@ static int configured_name(const list_body *b, const char *name)
     return b->nconf && bsearch(&name, b->conf_sorted, b->nconf, sizeof *b->conf_sorted, name_cmp) != NULL;
 }
 
-static const counts_row *row_in(const counts_row *rows, size_t n, const char *name)
-{
-    counts_reply r = {.n = n, .rows = rows};
-    return counts_row_of(&r, name);
-}
 
 /* Makes the next piece of text into b->pend; 0 when there is none left. */
 static int list_body_next(void *arg)
@@ -281,8 +276,8 @@ static int list_body_next(void *arg)
             queue_text(&b->pend, row->queue, &b->def, 0, 1, row, b->exact, b->now_ms);
         } else {
             const char *name = b->conf[i].name;
-            queue_text(&b->pend, name, &b->conf[i].cfg, 1, 1, row_in(b->rows, b->nrows, name), b->exact,
-                       b->now_ms);
+            const counts_row *counts = counts_row_of(b->rows, b->nrows, name);
+            queue_text(&b->pend, name, &b->conf[i].cfg, 1, 1, counts, b->exact, b->now_ms);
         }
         return 1;
     }
@@ -402,7 +397,7 @@ static void respond_queue_text(queue_ctx *c, const queue_controls *cfg, int conf
     jbuf b = {0};
     const char *name = field_queue(c->field);
     int counted = reply && reply->status == COUNTS_OK;
-    queue_text(&b, name, cfg, configured, counted, counted ? counts_row_of(reply, name) : NULL,
+    queue_text(&b, name, cfg, configured, counted, counted ? counts_row_of(reply->rows, reply->n, name) : NULL,
                counted && reply->exact, c->now_ms);
     http_respond_json_text_take(c->r, 200, b.p, b.n, NULL);
 }

@@ -8,11 +8,11 @@
  * The engine counts per namespace, queue and minute in memory and adds the counts
  * to Redis once a second (service/tally.h); this handler scans the N
  * minutes' hashes a few hundred fields a call (persistence/stats.h) and
- * writes the answer on the HTTP thread as the client takes it. The current minute is partial, and the
- * last second or so of it may not be in Redis yet. Lateness p50 and p99
- * are estimated from the minute's lateness buckets, summed over the queues
- * answered (tally_quantile_ms: linear inside a bucket, so their resolution
- * is the bucket's width). */
+ * writes the answer on the HTTP thread as the client takes it. The current
+ * minute is partial, and the last second or so of it may not be in Redis
+ * yet. Lateness p50 and p99 are estimated from the minute's lateness
+ * buckets, summed over the queues answered (tally_quantile_ms: linear
+ * inside a bucket, so their resolution is the bucket's width). */
 #include "api.h"
 
 #include <math.h>

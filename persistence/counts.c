@@ -54,16 +54,22 @@ typedef struct read_call {
 static counts_row *row_of(read_call *c, const char *ns, size_t ns_len, const char *queue, size_t queue_len)
 {
     size_t len = ns_len + 1 + queue_len;
-    row_name *e = xmalloc(sizeof *e + 2 * (len + 1));
-    memcpy(e->text, ns, ns_len);
-    e->text[ns_len] = '/';
-    memcpy(e->text + ns_len + 1, queue, queue_len);
-    e->text[len] = 0;
-    strtab_node *found = strtab_find(&c->index, e->text);
+    char local[256]; /* the key, for the lookup: valid names are 64 + 1 + 64 bytes */
+    char *key = len < sizeof local ? local : xmalloc(len + 1);
+    memcpy(key, ns, ns_len);
+    key[ns_len] = '/';
+    memcpy(key + ns_len + 1, queue, queue_len);
+    key[len] = 0;
+    strtab_node *found = strtab_find(&c->index, key);
     if (found) {
-        free(e);
+        if (key != local)
+            free(key);
         return &c->rows[container_of(found, row_name, node)->row];
     }
+    row_name *e = xmalloc(sizeof *e + 2 * (len + 1));
+    memcpy(e->text, key, len + 1);
+    if (key != local)
+        free(key);
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 16;
         c->rows = xrealloc(c->rows, c->cap * sizeof *c->rows);
