@@ -61,6 +61,7 @@
 #define START_RELEASE_RETRY_MS 1000 /* the start's hand-back, when Redis did not take it, is sent again */
 #define PROBE_KEYS 64 /* partitions asked a round whether Redis takes new work (probe_writes) */
 #define REBUILD_RETRY_MS 1000 /* a counts rebuild or layout move that failed (Redis unreachable) runs again this much later */
+#define CHORE_RECHECK_MS 10 /* a chore due that waits for its call in flight is looked at again this much later */
 #define SWEEP_SOON_GAP_MS 100 /* a sweep asked for (engine_sweep_soon) follows the last one by at least this */
 #define HELD_SLICE TIMERS_BATCH_MAX /* claims a reconciliation call examines (timers_held) */
 /* Attempts handed to curl per turn of the loop. curl connects every attempt
@@ -1737,7 +1738,13 @@ void engine_sweep_soon(engine *e)
  * that waking once a tick keeps every rate). */
 static uint64_t next_wake_us(engine *e, uint64_t now_ms, uint64_t chores_ms)
 {
-    uint64_t until = e->next_sweep_ms < chores_ms ? e->next_sweep_ms : chores_ms;
+    /* A sweep time already past waits for the calls in flight (run sweeps
+     * only when none is): each one's end wakes the loop, so it is no time
+     * to wake at; else a slow Redis (a call taking longer than the time to
+     * the next sweep) made the loop spin until it answered. */
+    uint64_t until = chores_ms;
+    if (e->next_sweep_ms < until && atomic_load(&e->pending_ops) == 0)
+        until = e->next_sweep_ms;
     int64_t w = wheel_next_ms(e->w, wheel_time(e, now_ms)); /* ms from now_ms, as the wheel runs ahead */
     if (w >= 0 && now_ms + (uint64_t)w < until)
         until = now_ms + (uint64_t)w;
@@ -1856,6 +1863,12 @@ static void run(engine *e)
         atomic_store_explicit(&e->in_wheel, (long)wheel_count(e->w), memory_order_relaxed);
         if (e->permits_soon && e->permits_sent_ms + PERMITS_GAP_MS < chores)
             chores = e->permits_sent_ms + PERMITS_GAP_MS;
+        /* housekeeping has just done every chore due that it could: one
+         * still due waits for its call in flight (a renewal, a queue poll, a
+         * permits call) and is looked at again CHORE_RECHECK_MS later, not
+         * at once, which would spin while Redis is slow to answer */
+        if (chores <= now)
+            chores = now + CHORE_RECHECK_MS;
         poll_once(e, next_wake_us(e, clock_now_ms(), chores));
     }
 }

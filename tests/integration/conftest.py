@@ -177,6 +177,14 @@ def rss_kib(pid):
     return 0
 
 
+def cpu_seconds(pid):
+    """utime + stime of process pid (every thread), in seconds (fields 14
+    and 15 of /proc/<pid>/stat, stat(5))."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def most_in_a_window(times_ms, width_ms=1000):
     """The most events (times in ms) in any window of width_ms."""
     times = sorted(times_ms)

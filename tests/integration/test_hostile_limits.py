@@ -18,21 +18,19 @@ Real redis-server, real hookwheel binary, real receiver; nothing is mocked."""
 import contextlib
 import http.client
 import json
-import os
 import socket
 import time
 
 import pytest
 
-from conftest import (CLUSTER_MODE, Reply, let_bgsave_succeed, make_bgsave_fail, scaled, spawn_while_redis_is_down,
-                      wait_until)
+from conftest import (CLUSTER_MODE, Reply, cpu_seconds, let_bgsave_succeed, make_bgsave_fail, scaled,
+                      spawn_while_redis_is_down, wait_until)
 from contract import assert_matches_contract
 
 RATE_FIELD = "max_dispatches_per_second"
 SLOWEST_RATE = 0.001       # README "Queues": the smallest accepted rate
 JSON_DEPTH_LIMIT = 64      # README "Limits": how deep a json body may nest
 MIN_PERIOD_MS = 10         # README: the minimum period of a recurring timer
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def problem_field(resp):
@@ -44,13 +42,6 @@ def problem_field(resp):
 
 def put_queue(hw, name, body):
     return hw.request("PUT", f"/queues/{name}", json_body=body)
-
-
-def cpu_seconds(pid):
-    """utime + stime of the whole process (every thread), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
 
 
 # --------------------------------------------------------------------------

@@ -2,11 +2,10 @@
 defaults, HOOKWHEEL_MAX_QUEUES caps how many queues have stored controls,
 and an idle instance with many configured queues stays idle (engines ask a
 change feed instead of re-reading every queue every half second)."""
-import os
 import subprocess
 import time
 
-from conftest import SLOW, scaled, wait_until
+from conftest import SLOW, cpu_seconds, scaled, wait_until
 
 APPLY_S = 1.2  # README: a PUT or DELETE holds on every instance within a second
 QUEUES_KEY = "hw:{queues}"
@@ -72,13 +71,6 @@ def test_a_put_of_a_new_queue_beyond_max_queues_answers_409_and_stores_nothing(h
     assert redis.cmd("HLEN", QUEUES_KEY) == 3
 
 
-def _cpu_s_of(pid):
-    """utime + stime of a process, in seconds (/proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _redis_cpu_s(redis):
     info = dict(line.split(":", 1) for line in redis.cli("INFO", "cpu").splitlines() if ":" in line)
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
@@ -105,15 +97,15 @@ def test_100000_configured_queues_leave_an_idle_instance_idle_and_a_put_still_ho
     # second with under 1 % of a core), however late a busy machine runs it.
     settle_by = time.monotonic() + scaled(20)
     while time.monotonic() < settle_by:
-        c0 = _cpu_s_of(hw.proc.pid)
+        c0 = cpu_seconds(hw.proc.pid)
         time.sleep(1.0)
-        if _cpu_s_of(hw.proc.pid) - c0 < 0.01:
+        if cpu_seconds(hw.proc.pid) - c0 < 0.01:
             break
 
     window = 5.0
-    hw0, r0, t0 = _cpu_s_of(hw.proc.pid), _redis_cpu_s(redis), time.monotonic()
+    hw0, r0, t0 = cpu_seconds(hw.proc.pid), _redis_cpu_s(redis), time.monotonic()
     time.sleep(window)
-    hw1, r1, t1 = _cpu_s_of(hw.proc.pid), _redis_cpu_s(redis), time.monotonic()
+    hw1, r1, t1 = cpu_seconds(hw.proc.pid), _redis_cpu_s(redis), time.monotonic()
     hw_share, redis_share = (hw1 - hw0) / (t1 - t0), (r1 - r0) / (t1 - t0)
     # Idle, an instance costs ~0.5-1 % of a core here with or without these
     # queues (mostly the lease worker's look every 50 ms), measured in 10 ms
