@@ -453,6 +453,36 @@ run_l() { run_lat L l "$L_RATE" "$L_SECS" 32 "$1"; }
 # L20: L20_RATE timers/s for L20_SECS s, the same way.
 run_l20() { run_lat L20 l20_ "$L20_RATE" "$L20_SECS" "$L20_CONNS" "$1"; }
 
+# slow_calls PORT: from SLOWLOG GET of the calls over 1 ms (read as RESP:
+# their arguments may be binary), "redis_calls_over_1ms=N
+# redis_longest_call_ms=X redis_longest_call=NAME" (NAME: the function of an
+# FCALL, else the command).
+slow_calls() {
+    python3 - "$1" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+f = s.makefile("rb")
+s.sendall(b"*3\r\n$7\r\nSLOWLOG\r\n$3\r\nGET\r\n$2\r\n-1\r\n")
+def read():
+    line = f.readline()
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"*":
+        return [read() for _ in range(int(rest))]
+    if kind == b"$":
+        return None if int(rest) < 0 else f.read(int(rest) + 2)[:-2]
+    return int(rest) if kind == b":" else rest
+log = read()
+def name(e):
+    a = e[3]
+    if a[0].upper() == b"FCALL" and len(a) > 1:
+        return a[1].decode(errors="replace").rsplit("_", 1)[-1]
+    return a[0].decode(errors="replace").upper()
+top = max(log, key=lambda e: e[2], default=None)
+print(f"redis_calls_over_1ms={len(log)} redis_longest_call_ms={top[2] / 1000 if top else 0:.3f} "
+      f"redis_longest_call={name(top) if top else '-'}")
+PY
+}
+
 # D: D_N timers all due at one instant T; deliveries/s from T to the last
 # one, the first delivery's lateness after T, and Redis's cost per delivered
 # timer: INFO commandstats usec and INFO cpu from all creates acknowledged to
@@ -460,7 +490,7 @@ run_l20() { run_lat L20 l20_ "$L20_RATE" "$L20_SECS" "$L20_CONNS" "$1"; }
 run_d() {
     local quiet
     quiet=$(wait_quiet)
-    local run=$1 d lead t lg sk wait_s first last line skp cost0 cost1 n mem0 mem1
+    local run=$1 d lead t lg sk wait_s first last line skp cost0 cost1 n mem0 mem1 slow
     d=$WORK/d$run
     start_redis "$d"
     start_hookwheel "d$run"
@@ -480,6 +510,11 @@ run_d() {
         --run-id "d$run" >"$d.lg" 2>&1 || { log "loadgen failed"; cat "$d.lg" >&2; return 1; }
     cost0=$(redis_cost)
     redis-cli -p "$RPORT" info commandstats | tr -d '\r' >"$d.cs0"
+    # every command of the drain that held Redis over 1 ms (SLOWLOG: only
+    # those pay for being logged, so the figures above stay as they were)
+    redis-cli -p "$RPORT" config set slowlog-max-len 100000 >/dev/null
+    redis-cli -p "$RPORT" config set slowlog-log-slower-than 1000 >/dev/null
+    redis-cli -p "$RPORT" slowlog reset >/dev/null
     lg=$(grep '^LOADGEN ' "$d.lg")
     wait_s=$(((t - $(now_ms)) / 1000))
     ((wait_s > 0)) && sleep "$wait_s"
@@ -493,6 +528,7 @@ run_d() {
     cost1=$(redis_cost)
     mem1=$(redis_used) # the delivered timers, kept for the retention (records, histories, index entries)
     redis-cli -p "$RPORT" info commandstats | tr -d '\r' >"$d.cs1"
+    slow=$(slow_calls "$RPORT") || slow=""
     sk=$(grep '^SINK ' "$WORK/d$run.sink") || { log "no SINK line"; return 1; }
     first=$(kv "$sk" first_us) last=$(kv "$sk" last_us) n=$(kv "$sk" unique)
     result "D run=$run deliveries_per_s=$(awk -v n="$(kv "$sk" unique)" -v l="$last" -v t="$t" \
@@ -509,7 +545,8 @@ run_d() {
         split(a, x, " "); split(b, y, " ")
         printf "redis_cmd_us_per_timer=%.2f redis_cpu_us_per_timer=%.2f redis_cmd_usec=%.0f redis_cpu_us=%.0f delivered=%d",
             (n > 0 ? (y[1] - x[1]) / n : -1), (n > 0 ? (y[2] - x[2]) / n : -1), y[1] - x[1], y[2] - x[2], n }')" \
-        "retained_bytes_per_timer=$(((mem1 - mem0) / (n > 0 ? n : 1)))"
+        "retained_bytes_per_timer=$(((mem1 - mem0) / (n > 0 ? n : 1)))" \
+        "$slow"
     line=$(cpu_diff "$d.cpu0" "$d.cpu1")
     skp=$(pct_of "$(kv "$sk" cpu_ms)" "$(kv "$line" secs)")
     result "CPU_D run=$run $line cpu_sink=$skp others_pct=$(others "$line" "$skp")"
@@ -788,6 +825,8 @@ write_report() {
         row "D Redis command µs per delivered timer (Σ cmdstat usec)" D redis_cmd_us_per_timer 2 "≤ 1/3 of base" "x<=" 0.3333
         row "D Redis CPU µs per delivered timer (used_cpu_sys+user)" D redis_cpu_us_per_timer 2 "≤ 1/3 of base" "x<=" 0.3333
         row "D Redis bytes per delivered timer kept for the retention (D's spec)" D retained_bytes_per_timer 0 "—" - 0
+        row "D Redis calls over 1 ms (SLOWLOG), last create → drain done" D redis_calls_over_1ms 0 "—" - 0
+        row "D longest Redis call, last create → drain done, ms" D redis_longest_call_ms 2 "~1" - 0
         row "D lost" D lost 0 "0" "==" 0 all
         row "D early" D early 0 "0" "==" 0 all
         row "D all created before T (1 = yes)" D created_before_t 0 "1" "==" 1 all
@@ -896,6 +935,7 @@ write_report() {
         echo "   then INFO commandstats (usec summed over cmdstat_*) and INFO cpu (used_cpu_sys+used_cpu_user) after the last"
         echo "   create's answer and again after the drain (the receiver had all, Redis settled: ≤ 100 commands in 0.5 s)"
         echo "   INFO memory used_memory before the creates and after the drain: the bytes each delivered timer keeps for the retention"
+        echo "   SLOWLOG (slowlog-log-slower-than 1000, set after the last create's answer) after the drain: the calls that held Redis over 1 ms"
         echo "M: ${CMD_M:-not run}"
         echo "   then INFO memory used_memory and /proc/<pid>/status VmRSS before/after, /proc/<pid>/stat utime+stime over ${M_IDLE_S}s,"
         echo "   ${CMD_M2:-not run}"
