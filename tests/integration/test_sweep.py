@@ -85,3 +85,40 @@ def test_a_sweep_of_100000_due_timers_never_delays_a_begin_by_more_than_100_ms(r
     while failed_count() < N and time.monotonic() < deadline:
         time.sleep(0.2)
     assert failed_count() == N
+
+
+FINISH_BATCH_MAX = 48  # service/engine.c: timers a finish call records
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="reads one Redis's SLOWLOG")
+def test_the_outcomes_of_a_burst_are_recorded_in_calls_of_at_most_48_timers(redis, receiver, hookwheel_factory):
+    """A finish costs Redis about 20 us a timer (a one-shot's end writes its
+    record once more), so a burst's outcomes go in calls of at most 48 timers
+    (about 1 ms of Redis each), never one call for all that ended together:
+    a begin due meanwhile waits behind no more than that. One partition and
+    room for every attempt at once, so that the whole burst ends together."""
+    n = 400
+    hw = hookwheel_factory(redis, args=["--partitions", "1", "--max-inflight", str(n),
+                                        "--queue-parallelism", str(n)])
+    redis.cmd("CONFIG", "SET", "slowlog-max-len", "100000")
+    redis.cmd("CONFIG", "SET", "slowlog-log-slower-than", "0")
+    redis.cmd("SLOWLOG", "RESET")
+    try:
+        due = int(now_ms()) + int(scaled(3) * 1000)
+        for i in range(n):
+            status, _, body = hw.create({"id": f"burst-{i:03d}", "url": receiver.url("/burst"), "fire_at_ms": due})
+            assert status == 201, body
+        assert len(receiver.wait_for(n, path="/burst", timeout=(due - now_ms()) / 1000 + scaled(20))) == n
+        deadline = time.monotonic() + scaled(10)
+        sizes = []
+        while sum(sizes) < n and time.monotonic() < deadline:  # the last outcomes are written just after
+            time.sleep(0.2)
+            # FCALL <function> <numkeys: the timers> <their keys...> <arguments...>
+            with RespClient(redis.port) as c:  # (raw: the arguments of a write may be binary)
+                log = c.call("SLOWLOG", "GET", "-1")
+            sizes = [int(e[3][2]) for e in log if e[3][0].upper() == b"FCALL" and e[3][1].endswith(b"_finish")]
+    finally:
+        redis.cmd("CONFIG", "SET", "slowlog-log-slower-than", "10000")
+    assert sum(sizes) == n, sizes  # every outcome, once
+    assert max(sizes) <= FINISH_BATCH_MAX, sorted(sizes)
+    assert max(sizes) > 1, sizes  # and still batched
