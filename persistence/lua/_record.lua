@@ -73,7 +73,11 @@ local function batch_keys(KEYS)
 end
 
 -- (plain finds: these run for every timer a function touches)
-local function key_base(tkey) return string.sub(tkey, 1, string.find(tkey, '}', 1, true) + 1) end
+local KB_KEY, KB_BASE = nil, nil -- (the last key asked about: a timer's is asked for several of its keys)
+local function key_base(tkey)
+  if tkey ~= KB_KEY then KB_KEY, KB_BASE = tkey, string.sub(tkey, 1, string.find(tkey, '}', 1, true) + 1) end
+  return KB_BASE
+end
 local function id_ns(id)
   local slash = string.find(id, '/', 1, true) -- neither a namespace nor an id holds one
   return slash and string.sub(id, 1, slash - 1) or ''

@@ -84,7 +84,7 @@ local function one(tk, a)
     return
   end
   local final = final_state(r, outcome, tonumber(ARGV[a + 7]))
-  local queue, from = tail_decode(v).queue, count_bucket('firing', r.att)
+  local queue, from = tail_queue(v), count_bucket('firing', r.att)
   if final then
     count_step(tk, id, queue, r, from, final)
     -- the record, written whole once more with its history at its end
