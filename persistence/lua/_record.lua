@@ -649,7 +649,7 @@ local function batch_flush()
 end
 local function batched(loop)
   local function list() return {keys = {}} end
-  BATCH = {mset = {}, zrem = list(), zadd = list(), sadd = list(), hincr = list(), seen = {}}
+  BATCH = {mset = {}, zrem = list(), zadd = list(), sadd = list(), hincr = list()}
   local ok, err = pcall(loop)
   batch_flush()
   if not ok then error(err, 0) end
@@ -684,10 +684,14 @@ local function zs_add(key, score, id)
 end
 local function set_add(key, m)
   if not BATCH then return redis.call('SADD', key, m) end
-  local seen = key .. '\0' .. m
-  if BATCH.seen[seen] then return end
-  BATCH.seen[seen] = true
   local a = batch_list(BATCH.sadd, key)
+  local seen = a.seen -- (a table per key: no string made per member to ask)
+  if not seen then
+    seen = {}
+    a.seen = seen
+  end
+  if seen[m] then return end
+  seen[m] = true
   a[#a + 1] = m
 end
 local DELTA = {[1] = '1', [-1] = '-1'} -- (the usual increments, as strings)

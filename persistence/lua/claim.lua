@@ -82,8 +82,9 @@ if #due > limit and nss > 1 and limit >= nss then
   for i = 1, #rest do first[#first + 1] = rest[i] end
   due = first
 end
+local holders = base .. 'holders'
 batched(function()
-  local taken, holders = 0, nil
+  local taken = 0
   for i = 1, #due do
     if taken == limit then break end
     local id, tk, ns = due[i][2], ARGV[4] .. due[i][2], due[i][5]
@@ -96,10 +97,7 @@ batched(function()
         -- place(): at the index's score as Redis wrote it (the due time: a
         -- number would be formatted again), and the holder registered (once)
         zs_add(KEYS[2], r.fire == due[i][1] and due[i][4] or r.fire, id)
-        if not holders then -- (once: the holder is registered for all)
-          holders = base .. 'holders'
-          set_add(holders, ARGV[3])
-        end
+        set_add(holders, ARGV[3])
         r.owner = ARGV[3]
         local h = head_encode(r)
         redis.call('SETRANGE', tk, ZERO, h)
