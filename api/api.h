@@ -29,6 +29,7 @@ typedef struct api {
     metrics *m; /* set by the caller after api_init; NULL: /metrics answers 503 */
     atomic_int counts_busy;          /* /metrics: a read of the queue counts is in flight */
     _Atomic uint64_t counts_read_ms; /* /metrics: when the last one was asked for */
+    _Atomic(struct counts_answers *) counts_new; /* /metrics: the last read's answers, for the next scrape to sum */
 } api;
 
 /* The route table (api/routes.c): every endpoint of the API. */
@@ -75,6 +76,8 @@ void api_ui_file(http_req *r, const char *const *params, void *app);
  * policy (the destination policy checked on every new timer's URL; NULL:
  * none) must outlive the server. */
 void api_init(api *a, const config *cfg, store *st, engine *eng, const netpolicy *policy);
+/* Frees what a is left holding, once no callback of its store can run. */
+void api_fini(api *a);
 
 /* The Timer resource from a stored timer v of key id `id`, as malloc'd
  * JSON text (*len set); NULL when its spec is unreadable. */

@@ -8,8 +8,11 @@
  * even while Redis is down. The queue counts (hookwheel_queue_timers and
  * the due backlog) live in Redis: a scrape renders the last read and, at
  * most once every COUNTS_REFRESH_MS, asks for a new one (persistence/
- * counts.h), which the next scrape shows. So they are one scrape interval
- * old, and a scrape never waits for Redis. */
+ * counts.h), which the next scrape sums and shows. So they are one scrape
+ * interval old, and a scrape never waits for Redis. The sum is made here, on
+ * the HTTP thread, not in the read's callback: for tens of thousands of
+ * queues it takes milliseconds of the store's writer thread, which every
+ * request's Redis calls wait for. */
 #include "api.h"
 
 #include "clock.h"
@@ -18,25 +21,39 @@
 
 #define COUNTS_REFRESH_MS 1000
 
-/* Writer thread: the counts of every namespace, summed per queue name by
- * metrics_set_queue_counts (as the other queue metrics are). */
-static void counts_done_cb(void *arg, const counts_reply *r)
+/* Writer thread: a read of every namespace's counts answered; the next
+ * scrape sums it (take_counts). */
+static void counts_done_cb(void *arg, counts_answers *ans)
 {
     api *a = arg;
-    if (r->status == COUNTS_OK && a->m) {
-        metrics_queue_counts *rows = xcalloc(r->n + 1, sizeof *rows);
-        for (size_t i = 0; i < r->n; i++) {
-            rows[i].queue = r->rows[i].queue;
-            for (int s = 0; s < COUNTS_STATES; s++)
-                rows[i].n[s] = r->rows[i].n[s]; /* counts.h and metrics.h list the states in one order */
-            rows[i].n[MQ_DUE] = r->rows[i].due;
-            rows[i].oldest_due_ms = r->rows[i].oldest_due_ms;
-        }
-        metrics_set_queue_counts(a->m, rows, r->n);
-        free(rows);
-    }
+    if (counts_answers_status(ans) == COUNTS_OK && a->m)
+        ans = atomic_exchange(&a->counts_new, ans); /* (the one no scrape took yet goes) */
+    counts_answers_free(ans);
     atomic_store(&a->counts_busy, 0);
 }
+
+/* Sums the counts of the last read, if no scrape took them yet, per queue
+ * name (metrics_set_queue_counts, as the other queue metrics are). */
+static void take_counts(api *a)
+{
+    counts_answers *ans = atomic_exchange(&a->counts_new, NULL);
+    if (!ans)
+        return;
+    const counts_reply *r = counts_sum(ans);
+    metrics_queue_counts *rows = xcalloc(r->n + 1, sizeof *rows);
+    for (size_t i = 0; i < r->n; i++) {
+        rows[i].queue = r->rows[i].queue;
+        for (int s = 0; s < COUNTS_STATES; s++)
+            rows[i].n[s] = r->rows[i].n[s]; /* counts.h and metrics.h list the states in one order */
+        rows[i].n[MQ_DUE] = r->rows[i].due;
+        rows[i].oldest_due_ms = r->rows[i].oldest_due_ms;
+    }
+    metrics_set_queue_counts(a->m, rows, r->n);
+    free(rows);
+    counts_answers_free(ans);
+}
+
+void api_fini(api *a) { counts_answers_free(atomic_exchange(&a->counts_new, NULL)); }
 
 /* Asks for the queue counts when the last read is older than
  * COUNTS_REFRESH_MS and none is in flight. */
@@ -91,6 +108,7 @@ void api_metrics(http_req *r, const char *const *params, void *app)
     };
     /* After the gauges are read: the counts read queues a call per
      * partition, which this scrape must not report as queued writes. */
+    take_counts(a);
     refresh_counts(a);
     size_t len;
     char *text = metrics_render(a->m, &g, &len);

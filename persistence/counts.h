@@ -16,8 +16,8 @@
  *
  * Threads and ownership: any thread may call a verb. A verb that returns 0
  * calls its callback exactly once, later, on the store's writer thread; one
- * that returns a negative errno never calls it. The reply lives only during
- * the callback. */
+ * that returns a negative errno never calls it. A rebuild's reply lives only
+ * during the callback; a read's answers are the callback's to free. */
 #ifndef HW_PERSISTENCE_COUNTS_H
 #define HW_PERSISTENCE_COUNTS_H
 
@@ -55,13 +55,33 @@ typedef struct counts_reply {
     const counts_row *rows;  /* by namespace, then queue; only queues with a count or a due timer */
 } counts_reply;
 
-typedef void (*counts_cb)(void *arg, const counts_reply *r);
+/* A read's answers, one per partition, not yet summed. The callback owns
+ * them: it frees them with counts_answers_free, then or later, on any
+ * thread. Summing tens of thousands of queues' rows takes milliseconds, so
+ * it is left to whoever needs the rows (counts_sum), off the writer thread
+ * that every request's Redis calls share. */
+typedef struct counts_answers counts_answers;
+typedef void (*counts_cb)(void *arg, counts_answers *a);
 
 /* The counts of namespace ns (NULL: every namespace) summed over the
  * partitions (one call per partition, pipelined), and the waiting timers
  * due by now_ms. status is COUNTS_OK only when every partition answered. */
 int counts_read(store *st, uint32_t partitions, const char *ns, uint64_t now_ms, counts_cb cb, void *arg)
     __attribute__((warn_unused_result));
+
+/* COUNTS_OK when every partition answered (known without summing). */
+enum counts_status counts_answers_status(const counts_answers *a);
+/* 0 when a partition's rebuild has not ended or its due entries passed the
+ * budget (counts_reply's exact, known without summing). */
+int counts_answers_exact(const counts_answers *a);
+/* The sum of a's rows, by namespace then queue, made on the first call
+ * (the same reply after); it lives until counts_answers_free. */
+const counts_reply *counts_sum(counts_answers *a);
+/* The row of one queue of namespace ns ("" without namespaces) into *out,
+ * without summing the others (a look at each answer's fields); 1 when a
+ * partition counted it, else 0 with *out zero. */
+int counts_find(const counts_answers *a, const char *ns, const char *queue, counts_row *out);
+void counts_answers_free(counts_answers *a); /* NULL: nothing */
 
 /* One slice of the rebuild of partition p (SCAN COUNT scan_count). cb gets
  * ok (0: Redis did not answer or failed), how many timers it counted, and

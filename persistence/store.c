@@ -1982,6 +1982,15 @@ int store_eval_read(store *s, enum store_script script, int nkeys, int argc, con
 
 /* ---- reply helpers ---- */
 
+redisReply *store_reply_take(const redisReply *r, size_t i)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
+        return NULL;
+    redisReply *e = r->element[i];
+    r->element[i] = NULL; /* (the array of pointers is the reply's own: freeReplyObject skips a NULL) */
+    return e;
+}
+
 long long store_reply_int(const redisReply *r, int i, long long def)
 {
     if (!r)

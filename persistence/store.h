@@ -61,6 +61,12 @@ enum store_script {
  * is freed after the callback returns. */
 typedef void (*store_reply_cb)(void *arg, const redisReply *reply);
 
+/* Detaches element i of the array reply r (the one a callback was given)
+ * and returns it, the caller's to free with freeReplyObject; the store
+ * frees the rest. NULL when r has no such element. For a callback that
+ * leaves the work on what Redis answered to another thread. */
+redisReply *store_reply_take(const redisReply *r, size_t i);
+
 
 /* 1 when url has one of the forms store_create takes (its syntax only:
  * nothing is resolved or connected). */

@@ -129,6 +129,7 @@ static void stop_all(app *a)
     leases_free(a->leases); /* renew as late as possible; other instances go on */
     tally_stop(a->tally);   /* after the engine: its last outcomes are counted */
     store_free(a->st);
+    api_fini(&a->api);      /* after the store: its callbacks have run */
     engine_free(a->eng);
     tally_free(a->tally);   /* after the store: its writes' callbacks have run */
     metrics_free(a->metrics); /* every thread that records has stopped */

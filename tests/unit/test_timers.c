@@ -32,6 +32,7 @@
 #include <hiredis/hiredis.h>
 
 #include "clock.h"
+#include "counts.h"
 #include "keys.h"
 #include "log.h"
 #include "redis_child.h"
@@ -1431,11 +1432,75 @@ static void test_a_record_of_another_layout_does_not_decode(void **state)
     assert_int_equal(timers_decode((const char *)head, sizeof head, NULL, 0, &v), -EINVAL); /* cut short */
 }
 
+/* ---- counts ---- */
+
+static counts_answers *counted;
+
+static void counts_cb_keep(void *arg, counts_answers *a)
+{
+    (void)arg;
+    counted = a; /* the test's: summed and freed on the test's thread */
+    signal_done();
+}
+
+/* A read's answers are summed where they are used, not in the callback:
+ * counts_sum's rows and counts_find's row agree with what was created, one
+ * queue's row found without the sum, a queue with no timer found as none. */
+static void test_a_counts_read_is_summed_off_the_writer_and_one_queue_found_alone(void **state)
+{
+    fixture *f = *state;
+    int64_t later = (int64_t)clock_now_ms() + 3600000;
+    const char *queues[] = {"qa", "qb", "qc"};
+    int made[3] = {0};
+    for (int i = 0; i < 60; i++) { /* ids over every partition: each answer holds a part of each queue */
+        char id[32];
+        snprintf(id, sizeof id, "n1/c-%d", i);
+        int q = i % 5 == 0 ? 1 : i % 3; /* uneven */
+        timer_new n = {id, SPEC, strlen(SPEC), "fire_at_ms=0", later, 0, queues[q], "req-1", clock_now_ms(), 0,
+                       .trace = {0}};
+        assert_int_equal(timers_create(f->a, &n, create_cb, NULL), 0);
+        wait_done();
+        assert_int_equal(res.status, TIMERS_OK);
+        made[q]++;
+    }
+    timer_new other = {"n2/c-0", SPEC, strlen(SPEC), "fire_at_ms=0", later, 0, "qa", "req-1", clock_now_ms(), 0,
+                       .trace = {0}};
+    assert_int_equal(timers_create(f->a, &other, create_cb, NULL), 0); /* another namespace's: not n1's */
+    wait_done();
+    assert_int_equal(counts_read(f->st, 16, "n1", clock_now_ms(), counts_cb_keep, NULL), 0);
+    wait_done();
+    assert_non_null(counted);
+    assert_int_equal(counts_answers_status(counted), COUNTS_OK);
+    counts_row one;
+    assert_int_equal(counts_find(counted, "n1", "qb", &one), 1); /* before any sum */
+    assert_int_equal(one.n[COUNTS_SCHEDULED], made[1]);
+    assert_int_equal(counts_find(counted, "n1", "nothing", &one), 0);
+    assert_int_equal(one.n[COUNTS_SCHEDULED], 0);
+    assert_int_equal(counts_find(counted, "n1", "q", &one), 0); /* a prefix of a name is not the name */
+    const counts_reply *sum = counts_sum(counted);
+    assert_int_equal(sum->status, COUNTS_OK);
+    assert_int_equal(sum->exact, counts_answers_exact(counted)); /* (0 here: no rebuild ran) */
+    assert_int_equal(sum->n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_string_equal(sum->rows[i].ns, "n1");
+        assert_string_equal(sum->rows[i].queue, queues[i]); /* by queue */
+        assert_int_equal(sum->rows[i].n[COUNTS_SCHEDULED], made[i]);
+        assert_int_equal(sum->rows[i].due, 0);
+        assert_int_equal(counts_find(counted, "n1", queues[i], &one), 1);
+        assert_memory_equal(one.n, sum->rows[i].n, sizeof one.n);
+    }
+    assert_ptr_equal(counts_sum(counted), sum); /* summed once */
+    counts_answers_free(counted);
+    counted = NULL;
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* as service/main.c: a peer gone mid-write is an error, not a death */
     log_min_level = LOG_WARN;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_a_counts_read_is_summed_off_the_writer_and_one_queue_found_alone, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_a_created_timer_reads_back_as_it_was_written, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_same_create_again_is_an_idempotent_repeat_and_another_spec_conflicts,
                                         setup, teardown),
