@@ -42,6 +42,7 @@
 #define RECONNECT_MAX_MS 2000
 #define SENTINEL_POLL_MS 500 /* how often the sentinels are asked where the master is */
 #define KEY_GUARD_MAX 160
+#define BULK_PER_BATCH 2 /* bulk calls (cmd.bulk) a batch takes at most */
 
 typedef struct cmd {
     struct cmd *next;
@@ -51,6 +52,7 @@ typedef struct cmd {
     uint64_t held_since; /* when it was first held back (0: never) */
     uint32_t hold_max_ms; /* held longer, it fails (it never ran) */
     int writes;          /* a write the API acknowledges: only once replicas have it */
+    int bulk;            /* a call over many timers for one request: BULK_PER_BATCH a batch */
     redisReply *reply;   /* its reply while the replicas' acknowledgement is read */
     store_reply_cb cb;
     void *arg;
@@ -1569,6 +1571,34 @@ static void run_batch(store *s, cmd *batch)
     note_ready(s, up && s->nnodes > 0 && !s->map_partial);
 }
 
+/* Under mu: the next batch, taken from the queue: every command in it but
+ * the bulk ones past the first BULK_PER_BATCH, which stay queued, in their
+ * order, for the batches after. */
+static cmd *take_batch(store *s)
+{
+    cmd *batch = NULL, **bt = &batch, *rest = NULL, **rt = &rest;
+    uint32_t left = 0;
+    int bulk = 0;
+    for (cmd *c = s->head, *next; c; c = next) {
+        next = c->next;
+        if (c->bulk && bulk == BULK_PER_BATCH) {
+            *rt = c;
+            rt = &c->next;
+            left++;
+            continue;
+        }
+        bulk += c->bulk;
+        *bt = c;
+        bt = &c->next;
+    }
+    *bt = NULL;
+    *rt = NULL;
+    s->head = rest;
+    s->tail = rest ? rt : &s->head;
+    s->queued = left;
+    return batch;
+}
+
 static void *writer_main(void *arg)
 {
     store *s = arg;
@@ -1592,10 +1622,7 @@ static void *writer_main(void *arg)
         }
         if (!s->head && s->stopping)
             break; /* what is still held fails below: it never ran */
-        cmd *batch = s->head;
-        s->head = NULL;
-        s->tail = &s->head;
-        s->queued = 0;
+        cmd *batch = take_batch(s);
         pthread_mutex_unlock(&s->mu);
         run_batch(s, batch);
         pthread_mutex_lock(&s->mu);
@@ -1761,13 +1788,14 @@ uint32_t store_max_queued(const store *s) { return s->max_queued; }
 
 /* admitted: the command carries writes admitted before (store_eval_admitted),
  * so a full queue does not refuse it. */
-static int submit(store *s, char *buf, int len, int slot, int writes, uint32_t hold_max_ms, int admitted,
+static int submit(store *s, char *buf, int len, int slot, int writes, int bulk, uint32_t hold_max_ms, int admitted,
                   store_reply_cb cb, void *arg)
 {
     if (len < 0)
         return -ENOMEM;
     cmd *c = xmalloc(sizeof *c);
-    *c = (cmd){NULL, buf, len, slot, 0, hold_max_ms, writes, NULL, cb, arg};
+    *c = (cmd){.buf = buf, .len = len, .slot = slot, .hold_max_ms = hold_max_ms, .writes = writes, .bulk = bulk,
+               .cb = cb, .arg = arg};
     pthread_mutex_lock(&s->mu);
     int rc = s->stopping ? -ESHUTDOWN : s->queued >= s->max_queued && !admitted ? -EAGAIN : 0;
     if (rc == 0) {
@@ -1820,17 +1848,17 @@ static int key_slot(const store *s, int argc, const char **argv, const size_t *l
     return cluster_slot(argv[k], lens ? lens[k] : strlen(argv[k]));
 }
 
-static int command_at(store *s, int argc, const char **argv, const size_t *lens, int slot, int writes,
+static int command_at(store *s, int argc, const char **argv, const size_t *lens, int slot, int writes, int bulk,
                       uint32_t hold_max_ms, int admitted, store_reply_cb cb, void *arg)
 {
     char *buf = NULL;
     int len = format_resp(&buf, argc, argv, lens);
-    return submit(s, buf, len, slot, writes, hold_max_ms, admitted, cb, arg);
+    return submit(s, buf, len, slot, writes, bulk, hold_max_ms, admitted, cb, arg);
 }
 
 int store_command(store *s, int argc, const char **argv, const size_t *lens, store_reply_cb cb, void *arg)
 {
-    return command_at(s, argc, argv, lens, key_slot(s, argc, argv, lens, 1), 0, STORE_HOLD_MAX_MS, 0, cb, arg);
+    return command_at(s, argc, argv, lens, key_slot(s, argc, argv, lens, 1), 0, 0, STORE_HOLD_MAX_MS, 0, cb, arg);
 }
 
 /* The migration guard of a cluster call whose first key is key: a key of
@@ -1896,8 +1924,15 @@ static int eval(store *s, enum store_script script, int nkeys, int argc, const c
      * back the claims of every partition after it. It fails soon instead
      * (it never ran), and the next sweep claims that partition again. */
     uint32_t hold_max_ms = script == SCRIPT_CLAIM ? STORE_CLAIM_HOLD_MAX_MS : STORE_HOLD_MAX_MS;
-    int rc = command_at(s, total, v, l, nkeys > 0 ? key_slot(s, argc, argv, lens, 0) : -1, writes, hold_max_ms,
-                        admitted, cb, arg);
+    /* Calls over many timers or queues for one request (a listing's page,
+     * the counts, a selector's or dead-letter operation's chunk: about a
+     * millisecond of Redis each) go BULK_PER_BATCH a batch, so that a
+     * flood of them from one namespace does not stand in front of
+     * everyone's creates, begins and finishes on the one connection. */
+    int bulk = script == SCRIPT_LIST || script == SCRIPT_LIST_RO || script == SCRIPT_COUNTS ||
+               script == SCRIPT_COUNTS_RO || script == SCRIPT_SELECT || script == SCRIPT_DEADLETTERS;
+    int rc = command_at(s, total, v, l, nkeys > 0 ? key_slot(s, argc, argv, lens, 0) : -1, writes, bulk,
+                        hold_max_ms, admitted, cb, arg);
     if (v != vs) {
         free(v);
         free(l);

@@ -3,7 +3,11 @@
  *
  * Any thread may submit; the writer thread owns the hiredis connection,
  * appends everything queued in one go, reads the replies in order and calls
- * each command's callback on the writer thread. A callback must be quick:
+ * each command's callback on the writer thread. The one exception to the
+ * order: the bulk functions (a listing's page, the counts, a selector's or
+ * dead-letter operation's chunk) go at most BULK_PER_BATCH (2) a batch; the
+ * others wait for the next batches, in their order, while what is queued
+ * after them goes on. A callback must be quick:
  * it answers an HTTP request or posts to the engine's inbox, never blocks.
  *
  * Scripts (persistence/lua/) are one Redis function library (Redis 7.0+),

@@ -1432,6 +1432,61 @@ static void test_a_record_of_another_layout_does_not_decode(void **state)
     assert_int_equal(timers_decode((const char *)head, sizeof head, NULL, 0, &v), -EINVAL); /* cut short */
 }
 
+/* ---- bulk calls ---- */
+
+static atomic_int seq_next;
+static atomic_int list_seq[8];
+static int get_seq, blpop_seq;
+
+static void seq_list_cb(void *arg, int status, int more, const char *last_score, const char *last_id, size_t n,
+                        const timer_listed *items)
+{
+    (void)status, (void)more, (void)last_score, (void)last_id, (void)n, (void)items;
+    atomic_store(&list_seq[(intptr_t)arg], atomic_fetch_add(&seq_next, 1));
+}
+
+static void seq_get_cb(void *arg, int status, const timer_view *v, int flag)
+{
+    (void)arg, (void)status, (void)v, (void)flag;
+    get_seq = atomic_fetch_add(&seq_next, 1);
+    signal_done();
+}
+
+static void seq_blpop_cb(void *arg, const redisReply *r)
+{
+    (void)arg, (void)r;
+    blpop_seq = atomic_fetch_add(&seq_next, 1);
+}
+
+/* Calls over many timers for one request (listings, the counts, selector
+ * and dead-letter chunks) go at most two a batch: a get queued behind eight
+ * listing calls is answered before the third of them, not after all eight. */
+static void test_a_call_queued_behind_many_bulk_calls_goes_with_the_next_batch(void **state)
+{
+    fixture *f = *state;
+    create(f->a, "bulk-1", (int64_t)clock_now_ms() + 3600000, 0, NULL, TIMERS_OK);
+    atomic_store(&seq_next, 1);
+    for (int i = 0; i < 8; i++)
+        atomic_store(&list_seq[i], 0);
+    /* The connection is busy for 300 ms: what follows queues up meanwhile. */
+    const char *blpop[] = {"BLPOP", "hw:test:nothing", "0.3"};
+    assert_int_equal(store_command(f->st, 3, blpop, NULL, seq_blpop_cb, NULL), 0);
+    usleep(50000);
+    for (intptr_t i = 0; i < 8; i++)
+        assert_int_equal(timers_list(f->a, (uint32_t)i % 16, "", "scheduled", 1, NULL, NULL, 100, NULL, NULL, 1000,
+                                     1u << 20, seq_list_cb, (void *)i),
+                         0);
+    assert_int_equal(timers_get(f->a, "bulk-1", seq_get_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(blpop_seq, 1);
+    assert_true(get_seq <= 4); /* after the BLPOP and at most two listings */
+    uint64_t until = clock_now_ms() + 10000; /* the rest of the listings answer, on the writer */
+    while (atomic_load(&list_seq[7]) == 0 && clock_now_ms() < until)
+        usleep(1000);
+    for (int i = 0; i < 8; i++) /* each once, in their order */
+        assert_int_equal(atomic_load(&list_seq[i]), i < 2 ? i + 2 : i + 3);
+}
+
 /* ---- counts ---- */
 
 static counts_answers *counted;
@@ -1500,6 +1555,8 @@ int main(void)
     log_min_level = LOG_WARN;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_a_counts_read_is_summed_off_the_writer_and_one_queue_found_alone, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_call_queued_behind_many_bulk_calls_goes_with_the_next_batch, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_created_timer_reads_back_as_it_was_written, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_same_create_again_is_an_idempotent_repeat_and_another_spec_conflicts,
