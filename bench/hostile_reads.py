@@ -14,13 +14,15 @@ gets QUEUES queues:
   is GET /queues;
 - --read timers: the same timers; a read is a page of
   GET /timers?state=scheduled&limit=1000, each reader
-  walking the pages from the first, again and again.
+  walking the pages from the first, again and again;
+- --read batch: no setup; a "read" is a POST /timers/batch of 1,000 timers due in an hour
+  (a's creates in bulk rather than its reads).
 Then READERS clients of namespace a read back to back (HOOKWHEEL_MAX_EXPENSIVE_PER_NAMESPACE is
 4 by default) while namespace b creates a timer every 20 ms, due 300 ms later, TIMERS in all,
 and a receiver here notes when each arrives. Lateness is arrival - due. With --readers 0 the
 same without reads. Every process is started here, on 127.0.0.1, and stopped by pid.
 
-Usage: python3 bench/hostile_reads.py [--bin PATH ...] [--read stats|queues|timers] [--runs R]
+Usage: python3 bench/hostile_reads.py [--bin PATH ...] [--read stats|queues|timers|batch] [--runs R]
                                       [--queues Q] [--minutes M] [--readers K] [--timers N]
   --bin: a hookwheel binary (repeat it for an A/B, e.g. one built in a git worktree of the base;
   default build/hookwheel). Prints one line per run, then the medians."""
@@ -122,6 +124,9 @@ def one_run(binary, a):
                             for m in range(minute - a.minutes + 1, minute + 2) for i in range(a.queues))
             subprocess.run(["redis-cli", "-p", str(rport), "--pipe"], input=cmds, capture_output=True, check=True)
             path = f"/stats?minutes={a.minutes}"
+        elif a.read == "batch":
+            path = "/timers/batch"
+            batch = json.dumps({"timers": [{"url": "http://127.0.0.1:9/a", "delay_ms": 3600000} for _ in range(1000)]})
         else:
             c = http.client.HTTPConnection("127.0.0.1", hport, timeout=120)
             for k in range(0, a.queues, 1000):
@@ -141,8 +146,12 @@ def one_run(binary, a):
             cursor = None
             while not stopping.is_set():
                 t0 = time.monotonic()
-                c.request("GET", path + (f"&cursor={urllib.parse.quote(cursor)}" if cursor else ""),
-                          headers={"Authorization": f"Bearer {TOKEN_A}"})
+                if a.read == "batch":
+                    c.request("POST", path, body=batch,
+                              headers={"Authorization": f"Bearer {TOKEN_A}", "Content-Type": "application/json"})
+                else:
+                    c.request("GET", path + (f"&cursor={urllib.parse.quote(cursor)}" if cursor else ""),
+                              headers={"Authorization": f"Bearer {TOKEN_A}"})
                 r = c.getresponse()
                 text = r.read()
                 reads.append((r.status, (time.monotonic() - t0) * 1000))
@@ -186,7 +195,7 @@ def one_run(binary, a):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", action="append")
-    ap.add_argument("--read", choices=("stats", "queues", "timers"), default="stats")
+    ap.add_argument("--read", choices=("stats", "queues", "timers", "batch"), default="stats")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--queues", type=int, default=20000)
     ap.add_argument("--minutes", type=int, default=5)
@@ -202,7 +211,8 @@ def main():
             print(f"run {run} {b}: b's lateness p50 {r['late_p50']:.1f} p99 {r['late_p99']:.1f} max {r['late_max']:.1f} ms, "
                   f"b's create p99 {r['create_p99']:.1f} ms; a's reads {r['reads']} (refused {r['refused']}), "
                   f"median {r['read_ms']:.0f} ms", flush=True)
-    what = f"GET /stats, {a.minutes} minutes" if a.read == "stats" else f"GET /{a.read}"
+    what = (f"GET /stats, {a.minutes} minutes" if a.read == "stats" else
+            "POST /timers/batch" if a.read == "batch" else f"GET /{a.read}")
     print(f"medians ({what}, {a.queues} queues, {a.readers} readers, {a.timers} timers, {a.runs} runs):")
     for b, v in res.items():
         print(f"  {b}: " + ", ".join(f"{k} {statistics.median(x[k] for x in v):.1f}" for k in v[0]))

@@ -1878,7 +1878,7 @@ static size_t migration_guard(char *out, size_t size, const char *key, size_t le
 }
 
 static int eval(store *s, enum store_script script, int nkeys, int argc, const char **argv, const size_t *lens,
-                int admitted, store_reply_cb cb, void *arg)
+                int admitted, int bulk, store_reply_cb cb, void *arg)
 {
     enum { SMALL = 24 }; /* arguments kept on the stack; batches (timers.c) take more */
     if (argc < 0 || nkeys < 0 || nkeys > argc || script < 0 || script >= SCRIPT_COUNT)
@@ -1925,12 +1925,13 @@ static int eval(store *s, enum store_script script, int nkeys, int argc, const c
      * (it never ran), and the next sweep claims that partition again. */
     uint32_t hold_max_ms = script == SCRIPT_CLAIM ? STORE_CLAIM_HOLD_MAX_MS : STORE_HOLD_MAX_MS;
     /* Calls over many timers or queues for one request (a listing's page,
-     * the counts, a selector's or dead-letter operation's chunk: about a
-     * millisecond of Redis each) go BULK_PER_BATCH a batch, so that a
+     * the counts, a selector's or dead-letter operation's chunk, a batch's
+     * creates: store_eval_bulk; about a millisecond of Redis each) go
+     * BULK_PER_BATCH a batch, so that a
      * flood of them from one namespace does not stand in front of
      * everyone's creates, begins and finishes on the one connection. */
-    int bulk = script == SCRIPT_LIST || script == SCRIPT_LIST_RO || script == SCRIPT_COUNTS ||
-               script == SCRIPT_COUNTS_RO || script == SCRIPT_SELECT || script == SCRIPT_DEADLETTERS;
+    bulk |= script == SCRIPT_LIST || script == SCRIPT_LIST_RO || script == SCRIPT_COUNTS ||
+            script == SCRIPT_COUNTS_RO || script == SCRIPT_SELECT || script == SCRIPT_DEADLETTERS;
     int rc = command_at(s, total, v, l, nkeys > 0 ? key_slot(s, argc, argv, lens, 0) : -1, writes, bulk,
                         hold_max_ms, admitted, cb, arg);
     if (v != vs) {
@@ -1943,13 +1944,19 @@ static int eval(store *s, enum store_script script, int nkeys, int argc, const c
 int store_eval(store *s, enum store_script script, int nkeys, int argc, const char **argv, const size_t *lens,
                store_reply_cb cb, void *arg)
 {
-    return eval(s, script, nkeys, argc, argv, lens, 0, cb, arg);
+    return eval(s, script, nkeys, argc, argv, lens, 0, 0, cb, arg);
 }
 
 int store_eval_admitted(store *s, enum store_script script, int nkeys, int argc, const char **argv,
                         const size_t *lens, store_reply_cb cb, void *arg)
 {
-    return eval(s, script, nkeys, argc, argv, lens, 1, cb, arg);
+    return eval(s, script, nkeys, argc, argv, lens, 1, 0, cb, arg);
+}
+
+int store_eval_bulk(store *s, enum store_script script, int nkeys, int argc, const char **argv, const size_t *lens,
+                    store_reply_cb cb, void *arg)
+{
+    return eval(s, script, nkeys, argc, argv, lens, 0, 1, cb, arg);
 }
 
 /* A reader sent by store_eval_read: its arguments, kept (in an arena of
@@ -1976,7 +1983,7 @@ static void reader_cb(void *arg, const redisReply *r)
     if (store_reply_refusal(r) && rd->twin != SCRIPT_COUNT) {
         enum store_script twin = rd->twin;
         rd->twin = SCRIPT_COUNT; /* once */
-        if (eval(rd->s, twin, rd->nkeys, rd->argc, rd->v, rd->len, 1, reader_cb, rd) == 0)
+        if (eval(rd->s, twin, rd->nkeys, rd->argc, rd->v, rd->len, 1, 0, reader_cb, rd) == 0)
             return;
     }
     rd->cb(rd->arg, r);
@@ -1988,7 +1995,7 @@ int store_eval_read(store *s, enum store_script script, int nkeys, int argc, con
 {
     enum store_script twin = twin_of(script);
     if (twin == SCRIPT_COUNT || argc < 0)
-        return eval(s, script, nkeys, argc, argv, lens, 0, cb, arg);
+        return eval(s, script, nkeys, argc, argv, lens, 0, 0, cb, arg);
     size_t total = 0;
     for (int i = 0; i < argc; i++)
         total += (lens ? lens[i] : strlen(argv[i])) + 1;
@@ -2009,7 +2016,7 @@ int store_eval_read(store *s, enum store_script script, int nkeys, int argc, con
         script = twin;
         rd->twin = SCRIPT_COUNT;
     }
-    int rc = eval(s, script, nkeys, argc, rd->v, rd->len, 0, reader_cb, rd);
+    int rc = eval(s, script, nkeys, argc, rd->v, rd->len, 0, 0, reader_cb, rd);
     if (rc < 0)
         reader_free(rd);
     return rc;

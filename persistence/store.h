@@ -4,10 +4,10 @@
  * Any thread may submit; the writer thread owns the hiredis connection,
  * appends everything queued in one go, reads the replies in order and calls
  * each command's callback on the writer thread. The one exception to the
- * order: the bulk functions (a listing's page, the counts, a selector's or
- * dead-letter operation's chunk) go at most BULK_PER_BATCH (2) a batch; the
- * others wait for the next batches, in their order, while what is queued
- * after them goes on. A callback must be quick:
+ * order: the bulk calls (a listing's page, the counts, a selector's or
+ * dead-letter operation's chunk, store_eval_bulk's) go at most
+ * BULK_PER_BATCH (2) a batch; the others wait for the next batches, in
+ * their order, while what is queued after them goes on. A callback must be quick:
  * it answers an HTTP request or posts to the engine's inbox, never blocks.
  *
  * Scripts (persistence/lua/) are one Redis function library (Redis 7.0+),
@@ -223,6 +223,13 @@ int store_eval(store *s, enum store_script script, int nkeys, int argc, const ch
  * more as the twin, so what Redis holds stays readable. */
 int store_eval_read(store *s, enum store_script script, int nkeys, int argc, const char **argv,
                     const size_t *lens, store_reply_cb cb, void *arg) __attribute__((warn_unused_result));
+
+/* store_eval for a call over many timers for one request that the script
+ * alone does not say (create_batch of POST /timers/batch, where the creates
+ * that waited for their partition's call are not): it goes with the bulk
+ * functions, BULK_PER_BATCH a batch (the head of this file). */
+int store_eval_bulk(store *s, enum store_script script, int nkeys, int argc, const char **argv, const size_t *lens,
+                    store_reply_cb cb, void *arg) __attribute__((warn_unused_result));
 
 /* store_eval for a command that carries writes admitted earlier within the
  * cap (timers.c: creates that waited for their partition's call): a full

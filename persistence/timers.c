@@ -880,9 +880,11 @@ static int batch_plain(size_t n, const prepared *items)
 /* Sends one create_batch call for n prepared timers of partition p. A
  * plain call lists the timers no instance holds first, then the ones this
  * instance holds at once; any other call keeps the items' order. order
- * (n places) gets the items' places in the call's order. */
+ * (n places) gets the items' places in the call's order. bulk: POST /timers/batch's call, sent
+ * with store_eval_bulk (the creates that waited for their partition's call
+ * are not). */
 static int send_create_batch(timers *t, uint32_t p, size_t n, const prepared *items, int atomic, int admitted,
-                             size_t *order, store_reply_cb done, void *ctx)
+                             int bulk, size_t *order, store_reply_cb done, void *ctx)
 {
     size_t argc = 6 + n, arena = n * KEYS_MAX + KEYS_MAX + FIELD_MAX + 128;
     for (size_t i = 0; i < n; i++) {
@@ -924,8 +926,8 @@ static int send_create_batch(timers *t, uint32_t p, size_t n, const prepared *it
                 arg_str(&a, it->labels[k]);
         }
     }
-    int rc = (admitted ? store_eval_admitted : store_eval)(t->st, SCRIPT_CREATE_BATCH, (int)n, a.n, a.v, a.len, done,
-                                                           ctx);
+    int rc = (admitted ? store_eval_admitted : bulk ? store_eval_bulk : store_eval)(t->st, SCRIPT_CREATE_BATCH, (int)n,
+                                                                                  a.n, a.v, a.len, done, ctx);
     args_free(&a);
     return rc;
 }
@@ -988,7 +990,7 @@ int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new
     }
     create_batch_ctx *c = xmalloc(sizeof *c + n * sizeof c->order[0]);
     *c = (create_batch_ctx){cb, arg, n};
-    int rc = send_create_batch(t, partition, n, pr, atomic, 0, c->order, create_batch_done, c);
+    int rc = send_create_batch(t, partition, n, pr, atomic, 0, 1, c->order, create_batch_done, c); /* bulk */
     if (rc < 0)
         free(c);
     for (size_t i = 0; i < n; i++)
@@ -1125,7 +1127,7 @@ static int creates_send(timers *t, uint32_t p, pending *list, int admitted)
         c->items[i] = w;
         pr[i] = (prepared){w->id, w->rec, w->len, w->fire_ms, w->hold, w->queue, w->labels, w->nlabels};
     }
-    int rc = send_create_batch(t, p, n, pr, 0, admitted, c->order, creates_done, c);
+    int rc = send_create_batch(t, p, n, pr, 0, admitted, 0, c->order, creates_done, c);
     free(pr);
     if (rc < 0) {
         free(c->items);

@@ -1452,18 +1452,24 @@ static void seq_get_cb(void *arg, int status, const timer_view *v, int flag)
     signal_done();
 }
 
+static void seq_batch_cb(void *arg, int status, size_t n, const timer_created *r)
+{
+    (void)status, (void)n, (void)r;
+    atomic_store(&list_seq[(intptr_t)arg], atomic_fetch_add(&seq_next, 1));
+}
+
 static void seq_blpop_cb(void *arg, const redisReply *r)
 {
     (void)arg, (void)r;
     blpop_seq = atomic_fetch_add(&seq_next, 1);
 }
 
-/* Calls over many timers for one request (listings, the counts, selector
- * and dead-letter chunks) go at most two a batch: a get queued behind eight
- * listing calls is answered before the third of them, not after all eight. */
-static void test_a_call_queued_behind_many_bulk_calls_goes_with_the_next_batch(void **state)
+/* Eight bulk calls (listing pages, or POST /timers/batch's calls when
+ * batch) queued while a BLPOP holds the connection, then a get: the get
+ * is answered after two of them, not after all eight, and they answer once
+ * each in their order. */
+static void bulk_then_get(fixture *f, int batch)
 {
-    fixture *f = *state;
     create(f->a, "bulk-1", (int64_t)clock_now_ms() + 3600000, 0, NULL, TIMERS_OK);
     atomic_store(&seq_next, 1);
     for (int i = 0; i < 8; i++)
@@ -1472,19 +1478,37 @@ static void test_a_call_queued_behind_many_bulk_calls_goes_with_the_next_batch(v
     const char *blpop[] = {"BLPOP", "hw:test:nothing", "0.3"};
     assert_int_equal(store_command(f->st, 3, blpop, NULL, seq_blpop_cb, NULL), 0);
     usleep(50000);
-    for (intptr_t i = 0; i < 8; i++)
-        assert_int_equal(timers_list(f->a, (uint32_t)i % 16, "", "scheduled", 1, NULL, NULL, 100, NULL, NULL, 1000,
-                                     1u << 20, seq_list_cb, (void *)i),
-                         0);
+    for (intptr_t i = 0; i < 8; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "bb-%d", (int)i);
+        timer_new n = {id, SPEC, strlen(SPEC), "fire_at_ms=0", (int64_t)clock_now_ms() + 3600000, 0, "q7", "req-1",
+                       clock_now_ms(), 0, .trace = {0}};
+        int rc = batch ? timers_create_batch(f->a, timers_partition(f->a, id), 1, &n, 0, seq_batch_cb, (void *)i)
+                       : timers_list(f->a, (uint32_t)i % 16, "", "scheduled", 1, NULL, NULL, 100, NULL, NULL, 1000,
+                                     1u << 20, seq_list_cb, (void *)i);
+        assert_int_equal(rc, 0);
+    }
     assert_int_equal(timers_get(f->a, "bulk-1", seq_get_cb, NULL), 0);
     wait_done();
     assert_int_equal(blpop_seq, 1);
-    assert_true(get_seq <= 4); /* after the BLPOP and at most two listings */
-    uint64_t until = clock_now_ms() + 10000; /* the rest of the listings answer, on the writer */
+    assert_int_equal(get_seq, 4); /* after the BLPOP and two of them */
+    uint64_t until = clock_now_ms() + 10000; /* the rest answer, on the writer */
     while (atomic_load(&list_seq[7]) == 0 && clock_now_ms() < until)
         usleep(1000);
     for (int i = 0; i < 8; i++) /* each once, in their order */
         assert_int_equal(atomic_load(&list_seq[i]), i < 2 ? i + 2 : i + 3);
+}
+
+static void test_a_call_queued_behind_many_listing_calls_goes_with_the_next_batch(void **state)
+{
+    bulk_then_get(*state, 0);
+}
+
+/* A batch's creates are bulk calls; the creates of single POST /timers
+ * that waited for their partition's call are not (timers_create). */
+static void test_a_call_queued_behind_many_batch_calls_goes_with_the_next_batch(void **state)
+{
+    bulk_then_get(*state, 1);
 }
 
 /* ---- counts ---- */
@@ -1556,7 +1580,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_a_counts_read_is_summed_off_the_writer_and_one_queue_found_alone, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_a_call_queued_behind_many_bulk_calls_goes_with_the_next_batch, setup,
+        cmocka_unit_test_setup_teardown(test_a_call_queued_behind_many_listing_calls_goes_with_the_next_batch, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_call_queued_behind_many_batch_calls_goes_with_the_next_batch, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_created_timer_reads_back_as_it_was_written, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_same_create_again_is_an_idempotent_repeat_and_another_spec_conflicts,
