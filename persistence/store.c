@@ -92,6 +92,8 @@ struct store {
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_cond_t idle_cv;    /* broadcast when nothing is queued or in flight (store_drain) */
+    int busy;                  /* a batch is in flight (its callbacks may queue more) */
     cmd *head, **tail;
     uint32_t queued;
     int stopping, started;
@@ -484,6 +486,7 @@ store *store_create(const char *url, uint32_t timeout_ms, uint32_t max_queued)
         s->held_slots = xcalloc(CLUSTER_SLOTS, sizeof *s->held_slots);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->idle_cv, NULL);
     pthread_cond_init(&s->watch_cv, NULL);
     return s;
 }
@@ -1623,9 +1626,13 @@ static void *writer_main(void *arg)
         if (!s->head && s->stopping)
             break; /* what is still held fails below: it never ran */
         cmd *batch = take_batch(s);
+        s->busy = 1;
         pthread_mutex_unlock(&s->mu);
         run_batch(s, batch);
         pthread_mutex_lock(&s->mu);
+        s->busy = 0;
+        if (!s->head)
+            pthread_cond_broadcast(&s->idle_cv);
     }
     pthread_mutex_unlock(&s->mu);
     fail_list_unsent(s->held);
@@ -1669,6 +1676,24 @@ int store_start(store *s)
     return 0;
 }
 
+int store_drain(store *s, uint32_t timeout_ms)
+{
+    if (!s || !s->started)
+        return 0;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)timeout_ms * 1000000u;
+    until.tv_sec += (time_t)(ns / 1000000000u);
+    until.tv_nsec = (long)(ns % 1000000000u);
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    while ((s->head || s->busy) && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&s->idle_cv, &s->mu, &until);
+    int left = s->head || s->busy;
+    pthread_mutex_unlock(&s->mu);
+    return left ? -ETIMEDOUT : 0;
+}
+
 void store_free(store *s)
 {
     if (!s)
@@ -1686,6 +1711,7 @@ void store_free(store *s)
     if (s->tail) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
+        pthread_cond_destroy(&s->idle_cv);
         pthread_cond_destroy(&s->watch_cv);
     }
     for (int i = 0; i < s->nnodes; i++)

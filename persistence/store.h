@@ -134,6 +134,11 @@ int store_start(store *s) __attribute__((warn_unused_result));
 
 /* Stops the writer after the commands already queued were sent; commands
  * submitted afterwards get reply NULL at once. Frees s. NULL is a no-op. */
+/* Waits until nothing is queued and no batch is in flight (the callbacks of
+ * what was queued have run, and what they queued in turn), at most
+ * timeout_ms. 0, or -ETIMEDOUT. Before the HTTP server stops: its requests'
+ * callbacks answer them while they are still there. */
+int store_drain(store *s, uint32_t timeout_ms);
 void store_free(store *s);
 
 /* 1 when the last contact with Redis succeeded and the scripts are loaded. */

@@ -5,6 +5,7 @@
  * Signals are blocked in every thread and taken synchronously by the main
  * thread (sigwait), so no handler runs in an arbitrary thread. */
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,7 +114,8 @@ static int start_all(app *a)
 }
 
 /* Stops in dependency order: no new requests, the engine hands its claims
- * back, the API answers what is left, the lease worker stops renewing (other
+ * back, the store sends what open requests queued and their callbacks answer
+ * them, the API answers what is left, the lease worker stops renewing (other
  * instances, if any, renew from now on; its store's last callbacks may still
  * hand the engine an on_expire timer, so it goes before the engine), the
  * per-minute figures counted until the engine stopped are queued, the
@@ -125,6 +127,13 @@ static void stop_all(app *a)
         http_quiesce(a->http);
     if (a->eng)
         engine_stop(a->eng);
+    /* The calls of requests still open (a listing's or a batch's calls wait
+     * their turn: store.h) answer them before the server frees them; a call
+     * Redis does not answer fails within the Redis timeout. */
+    uint32_t drain_ms = (uint32_t)a->cfg.redis_timeout_ms + 3000;
+    if (store_drain(a->st, drain_ms) < 0)
+        LOG(LOG_WARN, "Redis calls still queued at stop: their requests are answered 503",
+            "\"waited_ms\":%" PRIu32, drain_ms);
     http_stop(a->http);
     leases_free(a->leases); /* renew as late as possible; other instances go on */
     tally_stop(a->tally);   /* after the engine: its last outcomes are counted */
