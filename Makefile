@@ -1,6 +1,7 @@
 # hookwheel - build, run and test. Targets: all (default), run, test, deps (what testing needs), deps-run,
 # unit, integration, integration-cluster, test-sanitize, test-fuzz, test-compose, fuzz, bench, bench-quick, clean. SANITIZER=address,undefined
 # (test-sanitize adds float-cast-overflow,float-divide-by-zero) builds into build/sanitize.
+# MALLOC=libc links glibc's malloc instead of jemalloc.
 
 CC        ?= cc
 SANITIZER ?=
@@ -15,7 +16,7 @@ PKGS      := libmicrohttpd libcurl jansson hiredis openssl
 # What building and running hookwheel needs (make run installs only these),
 # and what testing needs on top (make deps and make test install all).
 RUN_PKGS  := build-essential pkg-config libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev \
-             libhiredis-dev libssl-dev redis-server redis-tools tzdata
+             libhiredis-dev libssl-dev libjemalloc-dev redis-server redis-tools tzdata
 TEST_PKGS := libcmocka-dev nginx-light python3 python3-pytest curl clang libclang-rt-14-dev
 # The deploy files and the API contract: docker-compose (config check only),
 # jsonschema (contract tests), Node.js for the OpenAPI linter. npm comes with
@@ -49,10 +50,18 @@ OPT       ?= -O2 -g
 CFLAGS    += -std=gnu11 $(OPT) $(WARN) -MMD -MP -D_GNU_SOURCE \
              -I. -Iservice -Iapi -Ipersistence -I$(BUILD) $(PKG_CFLAGS)
 LDLIBS    += $(PKG_LIBS) -lpthread -lm
+# The service's allocator: jemalloc, as Redis's. Its per-thread caches free a
+# block on the freeing thread; glibc's malloc locks the arena of the thread that
+# allocated it, and a create is allocated on an HTTP thread and freed on the
+# store's (README, Performance). MALLOC=libc keeps glibc's; a sanitizer brings
+# its own allocator, so a sanitized build never links jemalloc.
+MALLOC    ?= jemalloc
 ifneq ($(SANITIZER),)
 CFLAGS    += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS   += -fsanitize=$(SANITIZER)
+MALLOC    := libc
 endif
+MALLOC_LIBS := $(if $(filter jemalloc,$(MALLOC)),-ljemalloc)
 
 # Every module but main.c, so the test binaries link the rest.
 LIB_SRCS  := $(filter-out service/main.c,$(sort $(wildcard service/*.c persistence/*.c api/*.c)))
@@ -76,7 +85,7 @@ hookwheel: $(BIN)
 	@ln -sf $(BIN) hookwheel
 
 $(BIN): $(LIB_OBJS) $(MAIN_OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MALLOC_LIBS)
 
 # hookwheelctl links libcurl and jansson only.
 $(CLI_BIN): $(CLI_OBJS)
