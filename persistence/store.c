@@ -96,6 +96,7 @@ struct store {
     int busy;                  /* a batch is in flight (its callbacks may queue more) */
     cmd *head, **tail;
     uint32_t queued;
+    uint32_t bulk_queued;      /* of which bulk calls (take_batch) */
     int stopping, started;
     pthread_t thread;
 
@@ -1576,29 +1577,37 @@ static void run_batch(store *s, cmd *batch)
 
 /* Under mu: the next batch, taken from the queue: every command in it but
  * the bulk ones past the first BULK_PER_BATCH, which stay queued, in their
- * order, for the batches after. */
+ * order, for the batches after. With no more bulk calls queued than a batch
+ * takes (nearly always), the whole queue is the batch; otherwise the walk
+ * ends at the last bulk call, and what follows it joins the batch whole. */
 static cmd *take_batch(store *s)
 {
-    cmd *batch = NULL, **bt = &batch, *rest = NULL, **rt = &rest;
-    uint32_t left = 0;
-    int bulk = 0;
-    for (cmd *c = s->head, *next; c; c = next) {
+    cmd *batch = s->head;
+    if (s->bulk_queued <= BULK_PER_BATCH) {
+        s->head = NULL;
+        s->tail = &s->head;
+        s->queued = s->bulk_queued = 0;
+        return batch;
+    }
+    cmd **bt = &batch, *rest = NULL, **rt = &rest, *c = s->head;
+    uint32_t left = 0, seen = 0;
+    for (cmd *next; c && seen < s->bulk_queued; c = next) {
         next = c->next;
-        if (c->bulk && bulk == BULK_PER_BATCH) {
+        seen += c->bulk != 0;
+        if (c->bulk && seen > BULK_PER_BATCH) {
             *rt = c;
             rt = &c->next;
             left++;
             continue;
         }
-        bulk += c->bulk;
         *bt = c;
         bt = &c->next;
     }
-    *bt = NULL;
+    *bt = c; /* after the last bulk call: all of it goes now */
     *rt = NULL;
     s->head = rest;
     s->tail = rest ? rt : &s->head;
-    s->queued = left;
+    s->queued = s->bulk_queued = left;
     return batch;
 }
 
@@ -1827,6 +1836,7 @@ static int submit(store *s, char *buf, int len, int slot, int writes, int bulk, 
     if (rc == 0) {
         *s->tail = c;
         s->tail = &c->next;
+        s->bulk_queued += bulk != 0;
         if (s->queued++ == 0)
             pthread_cond_signal(&s->cv);
     }

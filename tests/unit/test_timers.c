@@ -1436,7 +1436,7 @@ static void test_a_record_of_another_layout_does_not_decode(void **state)
 
 static atomic_int seq_next;
 static atomic_int list_seq[8];
-static int get_seq, blpop_seq;
+static int get_seq, mid_seq, blpop_seq;
 
 static void seq_list_cb(void *arg, int status, int more, const char *last_score, const char *last_id, size_t n,
                         const timer_listed *items)
@@ -1452,6 +1452,12 @@ static void seq_get_cb(void *arg, int status, const timer_view *v, int flag)
     signal_done();
 }
 
+static void seq_mid_cb(void *arg, int status, const timer_view *v, int flag)
+{
+    (void)arg, (void)status, (void)v, (void)flag;
+    mid_seq = atomic_fetch_add(&seq_next, 1);
+}
+
 static void seq_batch_cb(void *arg, int status, size_t n, const timer_created *r)
 {
     (void)status, (void)n, (void)r;
@@ -1465,9 +1471,10 @@ static void seq_blpop_cb(void *arg, const redisReply *r)
 }
 
 /* Eight bulk calls (listing pages, or POST /timers/batch's calls when
- * batch) queued while a BLPOP holds the connection, then a get: the get
- * is answered after two of them, not after all eight, and they answer once
- * each in their order. */
+ * batch) queued while a BLPOP holds the connection, a get among them (after
+ * the fourth) and one after them: both gets are answered after two of them,
+ * not after all eight, in their order, and the bulk calls answer once each
+ * in theirs. */
 static void bulk_then_get(fixture *f, int batch)
 {
     create(f->a, "bulk-1", (int64_t)clock_now_ms() + 3600000, 0, NULL, TIMERS_OK);
@@ -1487,16 +1494,19 @@ static void bulk_then_get(fixture *f, int batch)
                        : timers_list(f->a, (uint32_t)i % 16, "", "scheduled", 1, NULL, NULL, 100, NULL, NULL, 1000,
                                      1u << 20, seq_list_cb, (void *)i);
         assert_int_equal(rc, 0);
+        if (i == 3)
+            assert_int_equal(timers_get(f->a, "bulk-1", seq_mid_cb, NULL), 0);
     }
     assert_int_equal(timers_get(f->a, "bulk-1", seq_get_cb, NULL), 0);
     wait_done();
     assert_int_equal(blpop_seq, 1);
-    assert_int_equal(get_seq, 4); /* after the BLPOP and two of them */
+    assert_int_equal(mid_seq, 4); /* after the BLPOP and two of them */
+    assert_int_equal(get_seq, 5);
     uint64_t until = clock_now_ms() + 10000; /* the rest answer, on the writer */
     while (atomic_load(&list_seq[7]) == 0 && clock_now_ms() < until)
         usleep(1000);
     for (int i = 0; i < 8; i++) /* each once, in their order */
-        assert_int_equal(atomic_load(&list_seq[i]), i < 2 ? i + 2 : i + 3);
+        assert_int_equal(atomic_load(&list_seq[i]), i < 2 ? i + 2 : i + 4);
 }
 
 static void test_a_call_queued_behind_many_listing_calls_goes_with_the_next_batch(void **state)
