@@ -98,8 +98,8 @@ class Stack:
 
     def down(self):
         for service in ("hookwheel", "nginx"):
-            logs = self.compose("logs", "--no-color", "--tail", "40", service, check=False).stdout
-            print(f"--- {self.project} {service} (last 40 lines)\n{logs}")
+            logs = self.compose("logs", "--no-color", "--tail", "150", service, check=False).stdout
+            print(f"--- {self.project} {service} (last 150 lines)\n{logs}")
         self.compose("down", "-v", "--remove-orphans", check=False)
 
 
@@ -114,7 +114,14 @@ def delivered_each_once(stack, timer_ids, timeout):
         for r in stack.received():
             got.setdefault(r["uri"].rsplit("/", 1)[-1], []).append(r)
         return got if all(t in got for t in timer_ids) else None
-    wait_until(all_there, timeout, f"the receiver got all of {timer_ids[:5]}...")
+    try:
+        wait_until(all_there, timeout, f"the receiver got all of {timer_ids[:5]}...")
+    except AssertionError as e:
+        # What hookwheel says of each one missing, so a failure says where it stopped.
+        got = {r["uri"].rsplit("/", 1)[-1] for r in stack.received()}
+        missing = [t for t in timer_ids if t not in got]
+        lines = [f"{t}: {stack.http('GET', '/timers/' + t)[1][:600].decode(errors='replace')}" for t in missing[:10]]
+        raise AssertionError(f"{e}\n{len(missing)} missing:\n" + "\n".join(lines)) from None
     time.sleep(1)
     got = all_there()
     twice = {t: len(got[t]) for t in timer_ids if len(got[t]) != 1}
