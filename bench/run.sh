@@ -443,6 +443,10 @@ run_lat() {
     secs=$(kv "$line" secs)
     lgp=$(pct_of "$(kv "$lg" cpu_ms)" "$secs") skp=$(pct_of "$(kv "$sk" cpu_ms)" "$secs")
     result "CPU_$w run=$run $line cpu_loadgen=$lgp cpu_sink=$skp others_pct=$(others "$line" "$lgp" "$skp")"
+    # what a timer cost at this steady rate, its create and its delivery together
+    result "$w run=$run $(awk -v h="$(kv "$line" cpu_hookwheel)" -v r="$(kv "$line" cpu_redis)" -v s="$secs" \
+        -v n="$(kv "$sk" unique)" 'BEGIN { n = n > 0 ? n : 1
+        printf "hw_us_per_timer=%.1f redis_us_per_timer=%.1f", h / 100 * s * 1e6 / n, r / 100 * s * 1e6 / n }')"
     stop_pid "$HPID" 20
     stop_pid "$RPID"
 }
@@ -807,6 +811,8 @@ write_report() {
         row "L early" L early 0 "0" "==" 0 all
         row "L lost (2xx creates − distinct deliveries)" L lost 0 "0" "==" 0 all
         row "L duplicate deliveries" L dupes 0 "—" - 0
+        row "L hookwheel CPU µs per timer (its create and delivery)" L hw_us_per_timer 1 "—" - 0
+        row "L Redis CPU µs per timer" L redis_us_per_timer 1 "—" - 0
         row "L20 creates answered 2xx" L20 create_ok 0 "$((L20_RATE * L20_SECS))" "==" $((L20_RATE * L20_SECS)) all
         row "L20 create rate achieved, timers/s" L20 create_rate 0 "$L20_RATE" - 0
         row "L20 create latency p99, ms" L20 create_p99_ms 3 "—" - 0
@@ -817,6 +823,8 @@ write_report() {
         row "L20 early" L20 early 0 "0" "==" 0 all
         row "L20 lost (2xx creates − distinct deliveries)" L20 lost 0 "0" "==" 0 all
         row "L20 duplicate deliveries" L20 dupes 0 "—" - 0
+        row "L20 hookwheel CPU µs per timer (its create and delivery)" L20 hw_us_per_timer 1 "—" - 0
+        row "L20 Redis CPU µs per timer" L20 redis_us_per_timer 1 "—" - 0
         row "D creates answered 2xx" D create_ok 0 "$D_N" "==" "$D_N" all
         row "D deliveries/s (T → last delivery)" D deliveries_per_s 0 "≥ 2.5× base" "x>=" 2.5
         row "D deliveries/s (first → last delivery)" D first_to_last_per_s 0 "—" - 0
