@@ -53,6 +53,7 @@ for rate in $RATES; do
         done
         kill "$spid" 2>/dev/null || true
         wait "$spid" 2>/dev/null || true
+        PIDS=() # gone: the exit trap must not signal its pid, which may be another process's by then
         lg=$(grep '^LOADGEN ' "$WORK/lg") sk=$(grep '^SINK ' "$WORK/sink") ||
             { log "missing LOADGEN/SINK line"; exit 1; }
         awk -v rate="$rate" -v ok="$(kv "$lg" ok)" -v lc="$(kv "$lg" cpu_ms)" -v sc="$(kv "$sk" cpu_ms)" \
