@@ -5,7 +5,9 @@
 # goes), COUNT requests a run over CONNS keep-alive connections. Per rate it
 # prints the requests/s achieved and the CPU a request costs the load
 # generator and the receiver (their own getrusage figures) and the whole
-# machine (/proc/stat, so the kernel's share of both is in it).
+# machine (/proc/stat, so the kernel's share of both is in it). /proc/stat is
+# tick-sampled and can read below the two processes' own sum (bench/run.sh's
+# others() says the same): take the larger of the two as the harness's cost.
 #
 # This is the part of every L, L20, D and capacity figure that is not
 # hookwheel's: a timer costs the harness about one request of this table
