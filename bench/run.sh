@@ -482,8 +482,18 @@ def name(e):
         return a[1].decode(errors="replace").rsplit("_", 1)[-1]
     return a[0].decode(errors="replace").upper()
 top = max(log, key=lambda e: e[2], default=None)
+def keys(e):  # an FCALL's number of keys (a batch's timers), else 0
+    a = e[3]
+    try:
+        return int(a[2]) if a[0].upper() == b"FCALL" else 0
+    except (IndexError, ValueError):
+        return 0
+by = {}
+for e in log:
+    by.setdefault(name(e), []).append(e)
 print(f"redis_calls_over_1ms={len(log)} redis_longest_call_ms={top[2] / 1000 if top else 0:.3f} "
-      f"redis_longest_call={name(top) if top else '-'}")
+      f"redis_longest_call={name(top) if top else '-'} redis_longest_call_keys={keys(top) if top else 0} "
+      "redis_slow_by_call=" + (",".join(f"{k}:{len(v)}:{max(keys(e) for e in v)}" for k, v in sorted(by.items())) or "-"))
 PY
 }
 
@@ -943,7 +953,7 @@ write_report() {
         echo "   then INFO commandstats (usec summed over cmdstat_*) and INFO cpu (used_cpu_sys+used_cpu_user) after the last"
         echo "   create's answer and again after the drain (the receiver had all, Redis settled: ≤ 100 commands in 0.5 s)"
         echo "   INFO memory used_memory before the creates and after the drain: the bytes each delivered timer keeps for the retention"
-        echo "   SLOWLOG (slowlog-log-slower-than 1000, set after the last create's answer) after the drain: the calls that held Redis over 1 ms"
+        echo "   SLOWLOG (slowlog-log-slower-than 1000, set after the last create's answer) after the drain: the calls that held Redis over 1 ms (the raw D lines: redis_slow_by_call=<function or command>:<calls over 1 ms>:<most timers one carried>)"
         echo "M: ${CMD_M:-not run}"
         echo "   then INFO memory used_memory and /proc/<pid>/status VmRSS before/after, /proc/<pid>/stat utime+stime over ${M_IDLE_S}s,"
         echo "   ${CMD_M2:-not run}"
