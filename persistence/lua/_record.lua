@@ -102,20 +102,35 @@ local function bytes_lt(a, b)
   return #a < #b
 end
 
+-- The head's rf byte split into its fields, for each of its 256 values
+-- (rsv, flag, hist, sk, cnt, lb, cb: a lookup, not seven divisions a
+-- decode), and each state's byte (STATE_CODE's).
+local RF_BITS = {}
+for rf = 0, 255 do
+  local b = (rf - rf % 2) / 2
+  RF_BITS[rf] = {rf % 2, b % 4, (b - b % 4) / 4 % 2, (b - b % 8) / 8 % 2, (b - b % 16) / 16 % 2,
+                 (b - b % 32) / 32 % 2, (b - b % 64) / 64 % 2}
+end
+local STATE_BYTE = {scheduled = 115, firing = 102, retrying = 114, delivered = 100, failed = 120,
+                    cancelled = 99, paused = 112} -- (STATE_CODE's letters: no library is there at load)
+
 local function head_decode(v)
   local _, st, att, fire, owner, ver, runs, rf, plan, nxt, tok = struct.unpack(HEAD_FMT, v)
+  local f = RF_BITS[rf]
   return {st = STATE_NAME[st], att = att, fire = fire, owner = owner, ver = ver, runs = runs,
-          rsv = rf % 2, flag = math.floor(rf / 2) % 4, hist = math.floor(rf / 8) % 2, sk = math.floor(rf / 16) % 2,
-          cnt = math.floor(rf / 32) % 2, lb = math.floor(rf / 64) % 2, cb = math.floor(rf / 128) % 2,
-          plan = plan, next = nxt,
-          tok = tok}
+          rsv = f[1], flag = f[2], hist = f[3], sk = f[4], cnt = f[5], lb = f[6], cb = f[7],
+          plan = plan, next = nxt, tok = tok}
 end
 
 local function head_encode(r)
-  return struct.pack(HEAD_FMT, MAGIC, string.byte(STATE_CODE[r.st]), r.att, r.fire, r.owner, r.ver, r.runs,
+  return struct.pack(HEAD_FMT, MAGIC, STATE_BYTE[r.st], r.att, r.fire, r.owner, r.ver, r.runs,
                      r.rsv + 2 * r.flag + 8 * r.hist + 16 * (r.sk or 0) + 32 * (r.cnt or 0) + 64 * (r.lb or 0) + 128 * (r.cb or 0),
                      r.plan, r.next, r.tok)
 end
+
+-- Where the owner is in the head (after magic, state, attempts and fire:
+-- 1 + 1 + 2 + 6 bytes), so a claim writes those 16 bytes only.
+local OWNER_AT = '10'
 
 -- The queue of a whole record: after the head, created (6 bytes), the
 -- request id's length and bytes, kind, due time as given and every_ms (13
@@ -169,6 +184,24 @@ local function head_get(tkey)
   return head_decode(v)
 end
 
+-- The head of the timer at tkey as HEAD_FMT's fields after the magic
+-- (state by name; rf whole), or nil when there is none: for the hot
+-- functions that change a few fields and write them back with head_pack,
+-- without a table a timer. Write functions only (no READ_ONLY twin).
+local function head_fields(tkey)
+  local v = redis.call('GETRANGE', tkey, ZERO, HEAD_LAST)
+  if v == '' then return nil end
+  if string.byte(v, 1) ~= MAGIC then
+    upgrade(tkey)
+    v = redis.call('GETRANGE', tkey, ZERO, HEAD_LAST)
+  end
+  local _, st, att, fire, owner, ver, runs, rf, plan, nxt, tok = struct.unpack(HEAD_FMT, v)
+  return STATE_NAME[st], att, fire, owner, ver, runs, rf, plan, nxt, tok
+end
+local function head_pack(st, att, fire, owner, ver, runs, rf, plan, nxt, tok)
+  return struct.pack(HEAD_FMT, MAGIC, STATE_BYTE[st], att, fire, owner, ver, runs, rf, plan, nxt, tok)
+end
+
 -- The decoded head of v, the whole record read at tkey (false: none), and
 -- the record; a record of an older layout is upgraded and read again.
 local function rec_decode(tkey, v)
@@ -187,6 +220,21 @@ end
 
 -- The whole record (head and tail) and its decoded head, or nil.
 local function rec_get(tkey) return rec_decode(tkey, redis.call('GET', tkey)) end
+
+-- The state, due time and owner of the timer at tkey and its whole record,
+-- or nil: what a claim looks at, without decoding the rest of the head. An
+-- older layout is upgraded (rec_decode) and its record read again.
+local function rec_sfo(tkey)
+  local v = redis.call('GET', tkey)
+  if not v then return nil end
+  if string.byte(v, 1) ~= MAGIC then
+    local r
+    r, v = rec_decode(tkey, v)
+    return r.st, r.fire, r.owner, v
+  end
+  local _, st, _, fire, owner = struct.unpack('<BBHi6c16', v)
+  return STATE_NAME[st], fire, owner, v
+end
 
 -- The whole record of the timer at tkey in this layout, or nil.
 local function rec_read(tkey)

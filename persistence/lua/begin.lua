@@ -27,37 +27,34 @@
 -- attempt still happens; another job of the same timer (held twice after a
 -- lost create reply) is refused.
 local out = {}
-local function answer(att, r)
-  out[#out + 1] = att
-  out[#out + 1] = att >= 1 and r.runs or 0
-  out[#out + 1] = att >= 1 and r.plan or att == -4 and r.fire or 0
-end
+local me = ARGV[1]
 for i = 1, batch_keys(KEYS) do
   local tk = KEYS[i]
   local a = 2 + 4 * (i - 1)
-  local r = head_get(tk)
-  local tok = tonumber(ARGV[a + 1])
-  if not r then
-    answer(0)
-  elseif r.st == 'firing' and r.owner == ARGV[1] and r.tok == tok then
-    answer(r.att, r)
-  elseif not is_waiting(r.st) then
-    answer(-1)
-  elseif r.owner ~= ARGV[1] then
-    answer(-2)
-  elseif r.ver ~= tonumber(ARGV[a]) then
-    answer(-3)
-  elseif r.fire > tonumber(ARGV[a + 3]) then
-    answer(-4, r)
+  -- (the head's fields as locals: a batch's timers make no table each)
+  local st, att, fire, owner, ver, runs, rf, plan, nxt, tok = head_fields(tk)
+  local job = tonumber(ARGV[a + 1])
+  if not st then
+    out[#out + 1], out[#out + 2], out[#out + 3] = 0, 0, 0
+  elseif st == 'firing' and owner == me and tok == job then
+    out[#out + 1], out[#out + 2], out[#out + 3] = att, runs, plan
+  elseif not is_waiting(st) then
+    out[#out + 1], out[#out + 2], out[#out + 3] = -1, 0, 0
+  elseif owner ~= me then
+    out[#out + 1], out[#out + 2], out[#out + 3] = -2, 0, 0
+  elseif ver ~= tonumber(ARGV[a]) then
+    out[#out + 1], out[#out + 2], out[#out + 3] = -3, 0, 0
+  elseif fire > tonumber(ARGV[a + 3]) then
+    out[#out + 1], out[#out + 2], out[#out + 3] = -4, 0, fire
   else
-    r.att = r.att + 1
-    if r.att == 1 then -- a new run: its number, and when it was due
-      r.runs = ARGV[a + 2] == '1' and r.runs + 1 or 1
-      r.plan = r.fire
+    att = att + 1
+    if att == 1 then -- a new run: its number, and when it was due
+      runs = ARGV[a + 2] == '1' and runs + 1 or 1
+      plan = fire
     end
-    r.tok, r.st = tok, 'firing' -- stays in this instance's claimed zset, where it was
-    head_put(tk, r)
-    answer(r.att, r)
+    -- firing, for this job; it stays in this instance's claimed zset, where it was
+    redis.call('SETRANGE', tk, ZERO, head_pack('firing', att, fire, owner, ver, runs, rf, plan, nxt, job))
+    out[#out + 1], out[#out + 2], out[#out + 3] = att, runs, plan
   end
 end
 return out

@@ -16,7 +16,9 @@
 -- Returns {n, revoked_1, ..., revoked_n, id, record, id, record, ...}: the
 -- revocations of this instance in the partition ("<version> <id>", see
 -- revoke(); taken off the list, at most REVOKED_MAX a call), then one pair
--- per claimed timer. A limit of 0 only reads the revocations.
+-- per claimed timer: its id and its record as this call read it (its head
+-- still without the owner this call wrote in place: the owner is the
+-- caller). A limit of 0 only reads the revocations.
 local REVOKED_MAX = 4096
 local rk = revoked_key(ARGV[4], ARGV[3])
 local out = redis.call('LRANGE', rk, 0, REVOKED_MAX - 1)
@@ -83,6 +85,7 @@ if #due > limit and nss > 1 and limit >= nss then
   due = first
 end
 local holders = base .. 'holders'
+if #ARGV[3] ~= #NO_OWNER then error('hookwheel: an owner tag is ' .. #NO_OWNER .. ' bytes') end
 batched(function()
   local taken = 0
   for i = 1, #due do
@@ -91,17 +94,17 @@ batched(function()
     if room[ns] > 0 then -- (a namespace's scheduled and retrying entries share its room)
       room[ns] = room[ns] - 1
       taken = taken + 1
-      local r, v = rec_get(tk)
+      local st, fire, owner, v = rec_sfo(tk)
       zs_rem(due[i][3], id) -- (an entry of a timer gone or not waiting there is stale)
-      if r and is_waiting(r.st) and r.owner == NO_OWNER then
+      if st and is_waiting(st) and owner == NO_OWNER then
         -- place(): at the index's score as Redis wrote it (the due time: a
         -- number would be formatted again), and the holder registered (once)
-        zs_add(KEYS[2], r.fire == due[i][1] and due[i][4] or r.fire, id)
+        zs_add(KEYS[2], fire == due[i][1] and due[i][4] or fire, id)
         set_add(holders, ARGV[3])
-        r.owner = ARGV[3]
-        local h = head_encode(r)
-        redis.call('SETRANGE', tk, ZERO, h)
-        take(id, h .. string.sub(v, HEAD + 1))
+        redis.call('SETRANGE', tk, OWNER_AT, ARGV[3]) -- (the owner's 16 bytes, in place)
+        -- the record as read: the caller takes everything but the owner
+        -- from it, and the owner is the caller (persistence/timers.c)
+        take(id, v)
       end
     end
   end
