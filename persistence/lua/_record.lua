@@ -172,15 +172,23 @@ local upgrade, upgraded -- below: an older layout is brought to this one on firs
 -- upgrade would have moved to the timer's history key. Set by batch_reset.
 local READ_ONLY, RO_HIST = false, {}
 
--- The head of the timer at tkey, or nil when there is none.
-local function head_get(tkey)
+-- The head's bytes of the timer at tkey ('' when there is none); a write
+-- function upgrades an older layout first (a read-only one gets its bytes
+-- as they are: see head_get).
+local function head_bytes(tkey)
   local v = redis.call('GETRANGE', tkey, ZERO, HEAD_LAST)
-  if v == '' then return nil end
-  if string.byte(v, 1) ~= MAGIC then
-    if READ_ONLY then return (upgraded(tkey, redis.call('GET', tkey))) end
+  if v ~= '' and string.byte(v, 1) ~= MAGIC and not READ_ONLY then
     upgrade(tkey)
     v = redis.call('GETRANGE', tkey, ZERO, HEAD_LAST)
   end
+  return v
+end
+
+-- The head of the timer at tkey, or nil when there is none.
+local function head_get(tkey)
+  local v = head_bytes(tkey)
+  if v == '' then return nil end
+  if string.byte(v, 1) ~= MAGIC then return (upgraded(tkey, redis.call('GET', tkey))) end -- (READ_ONLY)
   return head_decode(v)
 end
 
@@ -189,12 +197,9 @@ end
 -- functions that change a few fields and write them back with head_pack,
 -- without a table a timer. Write functions only (no READ_ONLY twin).
 local function head_fields(tkey)
-  local v = redis.call('GETRANGE', tkey, ZERO, HEAD_LAST)
+  local v = head_bytes(tkey)
   if v == '' then return nil end
-  if string.byte(v, 1) ~= MAGIC then
-    upgrade(tkey)
-    v = redis.call('GETRANGE', tkey, ZERO, HEAD_LAST)
-  end
+  if string.byte(v, 1) ~= MAGIC then error('hookwheel: head_fields in a read-only call') end
   local _, st, att, fire, owner, ver, runs, rf, plan, nxt, tok = struct.unpack(HEAD_FMT, v)
   return STATE_NAME[st], att, fire, owner, ver, runs, rf, plan, nxt, tok
 end
