@@ -90,11 +90,14 @@
  * its slot free. Finishes that decide what comes next (a retry, a recurring
  * timer's next run) and every finish at stop go out at once. */
 #define FINISH_LINGER_MS 10
-/* Finishes per call: a finish costs Redis about 20 us a timer (recording a
- * one-shot's end writes its record once more, with its history and
- * retention), so a call of this many holds Redis about 1 ms, and a begin
- * due meanwhile waits no longer (TIMERS_BATCH_MAX, 256, held it up to 7 ms). */
-#define FINISH_BATCH_MAX 48
+/* Finishes per call: a finish costs Redis about 10 us a timer alone
+ * (bench/script_cost.py; recording a one-shot's end writes its record once
+ * more, with its history and retention), and two to five times that on a
+ * busy machine, where Redis waits for a core. A call of this many holds
+ * Redis under 1 ms even then, and a begin due meanwhile waits no longer
+ * (TIMERS_BATCH_MAX, 256, held it up to 7 ms; 48 calls went over 1 ms four
+ * times as often in bench/run.sh's D, at the same deliveries/s). */
+#define FINISH_BATCH_MAX 24
 /* Begins held back while this instance's lease may have lapsed are tried
  * again this much later (the watchdog renews it meanwhile, see lease_held). */
 #define LEASE_WAIT_MS 50
