@@ -157,7 +157,7 @@ def main():
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64, help="timers per begin and finish call (the engine: up to 256)")
-    ap.add_argument("--claim-batch", type=int, default=128, help="timers per claim call (hookwheel's --claim-batch)")
+    ap.add_argument("--claim-batch", type=int, default=64, help="timers per claim call (hookwheel's --claim-batch default)")
     ap.add_argument("--create-batch", type=int, default=128,
                     help="timers per create_batch call (the service: up to 128)")
     ap.add_argument("--general", action="store_true",

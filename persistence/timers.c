@@ -1328,7 +1328,7 @@ int timers_hand_back(timers *t, uint32_t partition, uint64_t now_ms, const char 
 }
 
 /* Claims handed back a call of release.lua: a call holds Redis for about
- * as long as a claim of as many (HOOKWHEEL_CLAIM_BATCH's default). */
+ * as long as a claim of as many. */
 #define RELEASE_SLICE 128
 
 /* One partition's release: sent again while claims are left. */
