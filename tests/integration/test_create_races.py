@@ -214,11 +214,24 @@ def test_creates_while_redis_is_stopped_are_503_and_a_repeat_after_the_restart_i
     # half due within the claim window from the repeat on (held at once), half far
     specs = [spec_of(f"rs-{i}", 0, start + (3500 if i % 2 else FAR), receiver) for i in range(600)]
     answers, lock, stop_at = {}, threading.Lock(), [None]
+    # Each worker posts half its creates, then waits until Redis is stopped
+    # and posts the rest: the stop comes once half the workers are halfway
+    # (the others still posting, so some creates meet the stop itself), and
+    # the second halves meet a stopped Redis however fast the first went.
+    halfway, stopped, at_half = threading.Event(), threading.Event(), [0]
+    sleeps = [[rnd.random() * 0.02 for _ in specs[k::64]] for k in range(64)]
 
     def worker(k):
+        mine = specs[k::64]
         with hw.api.session() as s:
-            for spec in specs[k::64]:
-                time.sleep(rnd.random() * 0.02)
+            for i, spec in enumerate(mine):
+                if i == len(mine) // 2:
+                    with lock:
+                        at_half[0] += 1
+                        if at_half[0] == 32:
+                            halfway.set()
+                    stopped.wait(scaled(20))
+                time.sleep(sleeps[k][i])
                 try:
                     status, _, body = s.create(spec)
                 except OSError as e:
@@ -227,9 +240,10 @@ def test_creates_while_redis_is_stopped_are_503_and_a_repeat_after_the_restart_i
                     answers[spec["id"]] = (status, body)
 
     def stopper():
-        time.sleep(0.15)
+        halfway.wait(scaled(20))
         redis.stop()
         stop_at[0] = time.monotonic()
+        stopped.set()
         time.sleep(0.6)
         redis.restart()
 
