@@ -122,10 +122,15 @@ local function head_decode(v)
           plan = plan, next = nxt, tok = tok}
 end
 
+-- A head of HEAD_FMT from its fields after the magic (state by name; rf
+-- whole), and from a decoded head.
+local function head_pack(st, att, fire, owner, ver, runs, rf, plan, nxt, tok)
+  return struct.pack(HEAD_FMT, MAGIC, STATE_BYTE[st], att, fire, owner, ver, runs, rf, plan, nxt, tok)
+end
 local function head_encode(r)
-  return struct.pack(HEAD_FMT, MAGIC, STATE_BYTE[r.st], r.att, r.fire, r.owner, r.ver, r.runs,
-                     r.rsv + 2 * r.flag + 8 * r.hist + 16 * (r.sk or 0) + 32 * (r.cnt or 0) + 64 * (r.lb or 0) + 128 * (r.cb or 0),
-                     r.plan, r.next, r.tok)
+  return head_pack(r.st, r.att, r.fire, r.owner, r.ver, r.runs,
+                   r.rsv + 2 * r.flag + 8 * r.hist + 16 * (r.sk or 0) + 32 * (r.cnt or 0) + 64 * (r.lb or 0) + 128 * (r.cb or 0),
+                   r.plan, r.next, r.tok)
 end
 
 -- Where the owner is in the head (after magic, state, attempts and fire:
@@ -202,9 +207,6 @@ local function head_fields(tkey)
   if string.byte(v, 1) ~= MAGIC then error('hookwheel: head_fields in a read-only call') end
   local _, st, att, fire, owner, ver, runs, rf, plan, nxt, tok = struct.unpack(HEAD_FMT, v)
   return STATE_NAME[st], att, fire, owner, ver, runs, rf, plan, nxt, tok
-end
-local function head_pack(st, att, fire, owner, ver, runs, rf, plan, nxt, tok)
-  return struct.pack(HEAD_FMT, MAGIC, STATE_BYTE[st], att, fire, owner, ver, runs, rf, plan, nxt, tok)
 end
 
 -- The decoded head of v, the whole record read at tkey (false: none), and

@@ -213,7 +213,7 @@ def test_creates_while_redis_is_stopped_are_503_and_a_repeat_after_the_restart_i
     start = int(now_ms())
     # half due within the claim window from the repeat on (held at once), half far
     specs = [spec_of(f"rs-{i}", 0, start + (3500 if i % 2 else FAR), receiver) for i in range(600)]
-    answers, lock, stop_at = {}, threading.Lock(), [None]
+    answers, lock = {}, threading.Lock()
     # Each worker posts half its creates, then waits until Redis is stopped
     # and posts the rest: the stop comes once half the workers are halfway
     # (the others still posting, so some creates meet the stop itself), and
@@ -242,7 +242,6 @@ def test_creates_while_redis_is_stopped_are_503_and_a_repeat_after_the_restart_i
     def stopper():
         halfway.wait(scaled(20))
         redis.stop()
-        stop_at[0] = time.monotonic()
         stopped.set()
         time.sleep(0.6)
         redis.restart()
