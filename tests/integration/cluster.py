@@ -13,7 +13,7 @@ would; crossslot_errors() sums Redis's own CROSSSLOT counters over the nodes."""
 import subprocess
 import time
 
-from conftest import RedisServer, RespClient, RedisError, _decode, free_cluster_port
+from conftest import RedisServer, RespClient, RedisError, _decode, free_cluster_port, tail
 
 NODE_ARGS = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
              "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"]
@@ -39,7 +39,7 @@ class RedisCluster:
                                  "--tls-replication", "yes", "--tls-auth-clients", "no",
                                  "--tls-cert-file", self.tls["cert"], "--tls-key-file", self.tls["key"],
                                  "--tls-ca-cert-file", self.tls["ca"]]
-            n.start(port=free_cluster_port())
+            self._start_node(n)
         addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
         if self.tls:
             addrs = [f"127.0.0.1:{p}" for p in self.tls_ports]
@@ -51,6 +51,17 @@ class RedisCluster:
             raise RuntimeError(f"redis-cli --cluster create failed: {out.stdout[-2000:]!r}")
         self.wait_ok(timeout)
         return self
+
+    @staticmethod
+    def _start_node(n, attempts=5):
+        """Starts node n on a free cluster port, on another one if a parallel
+        run bound that port (or its bus port) between the check and the bind."""
+        for i in range(attempts):
+            try:
+                return n.start(port=free_cluster_port())
+            except RuntimeError:
+                if i == attempts - 1 or "Address already in use" not in tail(n.log, 5):
+                    raise
 
     def wait_ok(self, timeout=60.0):
         """Until every live node says cluster_state:ok and knows every

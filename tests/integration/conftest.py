@@ -17,6 +17,7 @@ import http.client
 import http.server
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -106,18 +107,32 @@ def free_port():
         return s.getsockname()[1]
 
 
+def _ephemeral_low():
+    """The lowest port the kernel hands out to outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_cluster_port():
     """A free port P whose cluster bus port P + 10000 (Redis Cluster's) is
-    free too, and so at most 55535."""
+    free too. Both lie below the kernel's ephemeral range, so no outgoing
+    connection of a test (a curl, a hiredis link) can take the bus port
+    between this check and the node's bind, nor while a node is down and
+    restarted on its port."""
+    hi = min(_ephemeral_low(), 65536) - 10000  # P + 10000 < the ephemeral range
+    lo = max(1024, hi - 12000)
+    rng = random.SystemRandom()
     while True:
-        p = free_port()
-        if p > 55535:
+        p = rng.randrange(lo, hi)
+        try:
+            for q in (p, p + 10000):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", q))
+        except OSError:
             continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", p + 10000))
-            except OSError:
-                continue
         return p
 
 
