@@ -41,6 +41,7 @@ struct timers {
     char tag[17];        /* this instance's owner tag */
     char retention[24];  /* ms, as text */
     char history[24];
+    char budget[24];     /* a batch call's time budget, us, as text (budget_start in _record.lua) */
     /* timers_create's writes, per partition: while one create_batch call of
      * a partition is in flight, the creates that come meanwhile wait, and
      * its reply sends them as the next call (creates.c's comment below) */
@@ -339,6 +340,7 @@ timers *timers_new(store *st, const timers_config *c)
     keys_owner_tag(t->tag, c->instance_id);
     snprintf(t->retention, sizeof t->retention, "%" PRIu64, c->retention_ms);
     snprintf(t->history, sizeof t->history, "%" PRIu32, c->history);
+    snprintf(t->budget, sizeof t->budget, "%" PRIu32, c->call_budget_us ? c->call_budget_us : TIMERS_CALL_BUDGET_US);
     pthread_mutex_init(&t->cmu, NULL);
     t->cq = xcalloc(t->partitions, sizeof *t->cq);
     for (uint32_t p = 0; p < t->partitions; p++)
@@ -669,18 +671,19 @@ static void claim_done(void *arg, const redisReply *r)
     int st = reply_status(r, "claim");
     long long nrev = 0;
     if (st == TIMERS_OK &&
-        (r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER || (nrev = r->element[0]->integer) < 0 ||
-         (size_t)nrev > r->elements - 1 || (r->elements - 1 - (size_t)nrev) % 2)) {
+        (r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER || (nrev = r->element[0]->integer) < 0 ||
+         (size_t)nrev > r->elements - 2 || (r->elements - 2 - (size_t)nrev) % 2)) {
         LOG(LOG_ERROR, "claim answered an unexpected reply", "\"elements\":%zu", r->elements);
         st = TIMERS_FAILED;
         nrev = 0;
     }
-    size_t first = st == TIMERS_OK ? 1 + (size_t)nrev : 0;
+    size_t first = st == TIMERS_OK ? 2 + (size_t)nrev : 0;
+    int more = st == TIMERS_OK && store_reply_int(r, 1, 0) == 1;
     size_t n = st == TIMERS_OK ? (r->elements - first) / 2 : 0, k = 0, kr = 0;
     timer_claimed *items = xmalloc((n ? n : 1) * sizeof *items);
     timer_revoked *rev = xmalloc((nrev ? (size_t)nrev : 1) * sizeof *rev);
     for (size_t i = 0; i < (size_t)nrev; i++) {
-        const char *s = store_reply_str(r, (int)(1 + i), NULL), *sp = s ? strchr(s, ' ') : NULL;
+        const char *s = store_reply_str(r, (int)(2 + i), NULL), *sp = s ? strchr(s, ' ') : NULL;
         char *end;
         unsigned long long ver = s ? strtoull(s, &end, 10) : 0;
         if (!sp || end != sp || !sp[1])
@@ -699,7 +702,7 @@ static void claim_done(void *arg, const redisReply *r)
         items[k++] = (timer_claimed){id, v.spec, v.spec_len, v.fire_ms, v.attempts, v.version, v.request_id,
                                      v.request_id_len, v.trace};
     }
-    cb(c->arg, st, k, items, kr, rev);
+    cb(c->arg, st, k, items, kr, rev, more);
     free(rev);
     free(items);
     free(c);
@@ -709,7 +712,7 @@ int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t li
                  const char *ns_room, timers_claim_cb cb, void *arg)
 {
     args a;
-    args_init(&a, 10, 4 * KEYS_MAX + 96);
+    args_init(&a, 11, 4 * KEYS_MAX + 96);
     arg_built(&a, keys_namespaces(arena_end(&a), partition));
     arg_built(&a, keys_claimed(arena_end(&a), partition, t->tag));
     arg_built(&a, keys_lastclaim(arena_end(&a), partition, t->tag));
@@ -720,23 +723,114 @@ int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t li
     arg_str(&a, replay ? "1" : "0");
     arg_u64(&a, ns_cap);
     arg_str(&a, ns_room);
+    arg_str(&a, t->budget);
     return submit_batch(t, SCRIPT_CLAIM, 3, &a, claim_done, batch_new((void *)cb, arg, 0));
 }
 
-static void begin_done(void *arg, const redisReply *r)
+/* ---- batches answered in parts: begin, finish ----
+ * begin.lua and finish.lua stop once a call has run for its time budget
+ * (budget_start in _record.lua) and answer for their first timers; the rest
+ * goes again, as many calls as it takes, and the callback gets all the
+ * results at once. The arguments are kept for that: the arena's, and the
+ * strings of the caller's items, which live until the callback (timers.h).
+ * A part that fails ends the batch with the results of the parts before
+ * (n less than asked: the caller treats the rest as unanswered). */
+typedef struct parts {
+    timers *t;
+    enum store_script script;
+    const char *verb;
+    void *cb, *arg;
+    args a;         /* n keys, nfixed arguments, then `group` per timer */
+    int nfixed, group;
+    size_t n, done; /* timers, and those answered */
+    size_t width;   /* reply elements per timer */
+    void (*decode)(const redisReply *r, size_t i, void *res); /* element i * width on, to res */
+    void (*finish)(struct parts *c, int status); /* calls cb with the done results */
+    unsigned char *res; /* n results of res_size */
+    size_t res_size;
+} parts;
+
+static atomic_ullong parts_sent; /* continuation calls sent, all batches' (timers_parts_continued) */
+
+static int parts_send(parts *c);
+
+static void parts_done(void *arg, const redisReply *r)
 {
-    batch_ctx *c = arg;
-    timers_begin_cb cb = (timers_begin_cb)c->cb;
-    int st = reply_status(r, "begin");
-    if (st == TIMERS_OK && r->elements != 3 * c->n)
+    parts *c = arg;
+    int st = reply_status(r, c->verb);
+    size_t m = st == TIMERS_OK ? r->elements / c->width : 0;
+    if (st == TIMERS_OK && (r->elements % c->width || m == 0 || m > c->n - c->done)) {
+        LOG(LOG_ERROR, "a batch call answered an unexpected reply",
+            "\"call\":\"%s\",\"elements\":%zu,\"timers\":%zu", c->verb, r->elements, c->n - c->done);
         st = TIMERS_FAILED;
-    timer_begun res[TIMERS_BATCH_MAX];
-    for (size_t i = 0; st == TIMERS_OK && i < c->n; i++)
-        res[i] = (timer_begun){(int32_t)store_reply_int(r, (int)(3 * i), TIMERS_GONE),
-                               (uint32_t)store_reply_int(r, (int)(3 * i + 1), 0),
-                               store_reply_int(r, (int)(3 * i + 2), 0)};
-    cb(c->arg, st, st == TIMERS_OK ? c->n : 0, res);
+    }
+    for (size_t i = 0; i < m; i++)
+        c->decode(r, i, c->res + (c->done + i) * c->res_size);
+    c->done += m;
+    if (st == TIMERS_OK && c->done < c->n) {
+        atomic_fetch_add(&parts_sent, 1);
+        if (parts_send(c) == 0)
+            return;
+        st = TIMERS_UNREACHABLE; /* not sent: the rest unanswered */
+    }
+    /* a part after the first that failed: the parts before stand */
+    c->finish(c, c->done > 0 ? TIMERS_OK : st);
+    args_free(&c->a);
+    free(c->res);
     free(c);
+}
+
+/* Sends the timers from c->done on. */
+static int parts_send(parts *c)
+{
+    size_t rest = c->n - c->done;
+    int argc = (int)(rest * (size_t)(1 + c->group)) + c->nfixed;
+    const char **v = xmalloc((size_t)argc * sizeof *v);
+    size_t *len = xmalloc((size_t)argc * sizeof *len), k = 0;
+    const size_t fixed = c->n, groups = c->n + (size_t)c->nfixed;
+    for (size_t i = c->done; i < c->n; i++, k++)
+        v[k] = c->a.v[i], len[k] = c->a.len[i];
+    for (int i = 0; i < c->nfixed; i++, k++)
+        v[k] = c->a.v[fixed + (size_t)i], len[k] = c->a.len[fixed + (size_t)i];
+    for (size_t i = groups + c->done * (size_t)c->group; i < groups + c->n * (size_t)c->group; i++, k++)
+        v[k] = c->a.v[i], len[k] = c->a.len[i];
+    int rc = store_eval(c->t->st, c->script, (int)rest, argc, v, len, parts_done, c);
+    free(v);
+    free(len);
+    return rc;
+}
+
+/* Sends a batch whose arguments a holds (n keys, nfixed, then group per
+ * timer); on failure frees everything and answers nothing. */
+static int parts_submit(timers *t, enum store_script script, const char *verb, args *a, int nfixed, int group,
+                        size_t n, size_t width, size_t res_size, void (*decode)(const redisReply *, size_t, void *),
+                        void (*finish)(parts *, int), void *cb, void *arg)
+{
+    parts *c = xmalloc(sizeof *c);
+    *c = (parts){.t = t, .script = script, .verb = verb, .cb = cb, .arg = arg, .a = *a, .nfixed = nfixed,
+                 .group = group, .n = n, .width = width, .decode = decode, .finish = finish,
+                 .res = xmalloc(n * res_size), .res_size = res_size};
+    int rc = store_eval(t->st, script, (int)n, a->n, a->v, a->len, parts_done, c);
+    if (rc < 0) {
+        args_free(&c->a);
+        free(c->res);
+        free(c);
+    }
+    return rc;
+}
+
+uint64_t timers_parts_continued(void) { return atomic_load(&parts_sent); }
+
+static void begin_decode(const redisReply *r, size_t i, void *res)
+{
+    *(timer_begun *)res = (timer_begun){(int32_t)store_reply_int(r, (int)(3 * i), TIMERS_GONE),
+                                        (uint32_t)store_reply_int(r, (int)(3 * i + 1), 0),
+                                        store_reply_int(r, (int)(3 * i + 2), 0)};
+}
+
+static void begin_finish(parts *c, int status)
+{
+    ((timers_begin_cb)c->cb)(c->arg, status, status == TIMERS_OK ? c->done : 0, (const timer_begun *)c->res);
 }
 
 /* Writes the timer keys of items (ids at offset id_off of each item of
@@ -754,16 +848,18 @@ int timers_begin(timers *t, uint32_t partition, size_t n, const timer_begin *ite
     if (n == 0 || n > TIMERS_BATCH_MAX)
         return -EINVAL;
     args a;
-    args_init(&a, (int)(1 + 5 * n), n * (KEYS_MAX + 4 * 24) + 64);
+    args_init(&a, (int)(2 + 5 * n), n * (KEYS_MAX + 4 * 24) + 64);
     arg_timer_keys(&a, partition, n, items, sizeof *items);
     arg_str(&a, t->tag);
+    arg_str(&a, t->budget);
     for (size_t i = 0; i < n; i++) {
         arg_u64(&a, items[i].version);
         arg_u64(&a, items[i].token);
         arg_str(&a, items[i].recurring ? "1" : "0");
         arg_u64(&a, items[i].due_ms);
     }
-    return submit_batch(t, SCRIPT_BEGIN, (int)n, &a, begin_done, batch_new((void *)cb, arg, n));
+    return parts_submit(t, SCRIPT_BEGIN, "begin", &a, 2, 4, n, 3, sizeof(timer_begun), begin_decode, begin_finish,
+                        (void *)cb, arg);
 }
 
 static void select_done(void *arg, const redisReply *r)
@@ -1175,26 +1271,21 @@ int timers_create(timers *t, const timer_new *n, timers_create_cb cb, void *arg)
     return rc;
 }
 
-static void finish_done(void *arg, const redisReply *r)
+static void finish_decode(const redisReply *r, size_t i, void *res)
 {
-    batch_ctx *c = arg;
-    timers_finish_cb cb = (timers_finish_cb)c->cb;
-    int st = reply_status(r, "finish");
-    if (st == TIMERS_OK && r->elements != 5 * c->n)
-        st = TIMERS_FAILED;
-    timer_finished res[TIMERS_BATCH_MAX];
-    for (size_t i = 0; st == TIMERS_OK && i < c->n; i++) {
-        int k = (int)(5 * i);
-        res[i] = (timer_finished){
-            .ok = store_reply_int(r, k, 0) == 1,
-            .fire_ms = store_reply_int(r, k + 1, 0),
-            .version = (uint64_t)store_reply_int(r, k + 2, 0),
-            .kept = store_reply_int(r, k + 3, 0) == 1,
-            .attempts = (uint32_t)store_reply_int(r, k + 4, 0),
-        };
-    }
-    cb(c->arg, st, st == TIMERS_OK ? c->n : 0, res);
-    free(c);
+    int k = (int)(5 * i);
+    *(timer_finished *)res = (timer_finished){
+        .ok = store_reply_int(r, k, 0) == 1,
+        .fire_ms = store_reply_int(r, k + 1, 0),
+        .version = (uint64_t)store_reply_int(r, k + 2, 0),
+        .kept = store_reply_int(r, k + 3, 0) == 1,
+        .attempts = (uint32_t)store_reply_int(r, k + 4, 0),
+    };
+}
+
+static void finish_finish(parts *c, int status)
+{
+    ((timers_finish_cb)c->cb)(c->arg, status, status == TIMERS_OK ? c->done : 0, (const timer_finished *)c->res);
 }
 
 int timers_finish(timers *t, uint32_t partition, uint64_t now_ms, uint64_t hold_until_ms, size_t n,
@@ -1204,13 +1295,14 @@ int timers_finish(timers *t, uint32_t partition, uint64_t now_ms, uint64_t hold_
     if (n == 0 || n > TIMERS_BATCH_MAX)
         return -EINVAL;
     args a;
-    args_init(&a, (int)(5 + 10 * n), n * (KEYS_MAX + 6 * 24) + 5 * 24);
+    args_init(&a, (int)(6 + 10 * n), n * (KEYS_MAX + 6 * 24) + 5 * 24);
     arg_timer_keys(&a, partition, n, items, sizeof *items);
     arg_str(&a, t->tag);
     arg_u64(&a, now_ms);
     arg_str(&a, t->retention);
     arg_u64(&a, hold_until_ms);
     arg_str(&a, t->history);
+    arg_str(&a, t->budget);
     for (size_t i = 0; i < n; i++) {
         const timer_finish *f = &items[i];
         arg_str(&a, f->id);
@@ -1223,7 +1315,8 @@ int timers_finish(timers *t, uint32_t partition, uint64_t now_ms, uint64_t hold_
         arg_u64(&a, f->times);
         arg_i64(&a, f->next_delay_ms);
     }
-    return submit_batch(t, SCRIPT_FINISH, (int)n, &a, finish_done, batch_new((void *)cb, arg, n));
+    return parts_submit(t, SCRIPT_FINISH, "finish", &a, 6, 9, n, 5, sizeof(timer_finished), finish_decode,
+                        finish_finish, (void *)cb, arg);
 }
 
 static void migrate_done(void *arg, const redisReply *r)

@@ -89,7 +89,18 @@ typedef struct timers_config {
     const char *instance_id; /* this instance (copied) */
     uint64_t retention_ms;   /* how long a finished timer stays readable */
     uint32_t history;        /* attempts kept per timer */
+    uint32_t call_budget_us; /* a claim's, begin's or finish's time in Redis (0: TIMERS_CALL_BUDGET_US) */
 } timers_config;
+
+/* A call over many timers (claim, begin, finish) takes no more once it has
+ * run this long in Redis (us), so that one never holds Redis much over a
+ * millisecond however slow or busy the machine: a claim then says more may
+ * be due, and the rest of a begin or finish goes in further calls. */
+#define TIMERS_CALL_BUDGET_US 500
+
+/* The calls sent for the rest of a begin or finish that Redis answered in
+ * part (its time budget ran out), since the process started. */
+uint64_t timers_parts_continued(void);
 
 /* every_ms of a calendar schedule (repeat.cron): stored as -1, its next slots
  * computed by the engine (finish's next fire). */
@@ -271,8 +282,10 @@ typedef struct timer_revoked {
     const char *id; /* NUL-terminated */
     uint64_t version;
 } timer_revoked;
+/* more: the call's time budget ran out before its limit: more may be due
+ * now (claim again soon). */
 typedef void (*timers_claim_cb)(void *arg, int status, size_t n, const timer_claimed *items, size_t nrevoked,
-                                const timer_revoked *revoked);
+                                const timer_revoked *revoked, int more);
 /* ns_cap: at most this many of one namespace in the call (0: no cap);
  * ns_room: "<ns>=<n>," for each namespace that may take fewer (n), ""
  * when none. */
@@ -285,7 +298,10 @@ int timers_claim(timers *t, uint32_t partition, uint64_t horizon_ms, uint32_t li
  * number (>= 1) and when that run was due. TIMERS_NOT_DUE: the timer is
  * due later than items[i].due_ms (it was made again after a create whose
  * write a failover lost); run_due_ms is then its due time, and nothing
- * changed. */
+ * changed. The items' strings (ids) stay valid until cb: the rest of a
+ * batch whose time budget ran out is sent from them. cb may get fewer
+ * results than items (n) when such a later call failed: the rest are
+ * unanswered, as in a call without a reply. */
 #define TIMERS_BATCH_MAX 256
 typedef struct timer_begin {
     const char *id;
@@ -340,7 +356,9 @@ typedef struct timer_finished {
 typedef void (*timers_finish_cb)(void *arg, int status, size_t n, const timer_finished *results);
 
 /* Records the outcomes of n attempts of one partition (at most
- * TIMERS_BATCH_MAX); hold_until_ms: what is due by then stays claimed. */
+ * TIMERS_BATCH_MAX); hold_until_ms: what is due by then stays claimed. As
+ * with timers_begin, the items' strings (id, attempt) stay valid until cb,
+ * which may get fewer results than items. */
 int timers_finish(timers *t, uint32_t partition, uint64_t now_ms, uint64_t hold_until_ms, size_t n,
                   const timer_finish *items, timers_finish_cb cb, void *arg) __attribute__((warn_unused_result));
 

@@ -59,7 +59,7 @@ static const setting settings[] = {
       "timers due within this window are claimed into memory; the loader sweeps every window/2"),
     U("claim-batch", claim_batch, "64", 1, 4096,
       "timers claimed per partition per call of a sweep (1 to 4096; a call holds Redis for about 5 \u00b5s a timer "
-      "alone, so 0.3 ms at the default, and several times that on a busy machine)"),
+      "alone, so 0.3 ms at the default; a call that reaches 0.5 ms stops there and the next sweep goes on)"),
     U("partitions", partitions, "0", 0, 16384,
       "Redis partitions (hash tags); 0: 16, or 64 on a Redis Cluster (a +cluster URL); must be the same for "
       "every instance and never change"),

@@ -1422,7 +1422,7 @@ static void expire(engine *e, uint64_t now)
 
 static uint32_t sweep_limit(const engine *e, uint32_t p);
 static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items, size_t nrevoked,
-                     const timer_revoked *revoked);
+                     const timer_revoked *revoked, int more);
 
 /* Appends "<ns>=<room>," to the claim's list for a namespace whose room
  * under the cap is less than the claim's limit (the others need no entry:
@@ -1472,7 +1472,7 @@ static int claim_next(engine *e, uint32_t p, uint64_t horizon, uint32_t limit)
 /* Store thread: a partition's claim answered; the claimed timers go to the
  * engine in one post (their specs are parsed there, see parse_claimed). */
 static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items, size_t nrevoked,
-                     const timer_revoked *revoked)
+                     const timer_revoked *revoked, int more)
 {
     sweep_ctx *c = arg;
     engine *e = c->e;
@@ -1499,7 +1499,7 @@ static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items
     }
     if (first)
         post_chain(e, first, last); /* one lock and one wake-up for the whole batch */
-    if ((c->limit && n >= c->limit) || nrevoked >= TIMERS_REVOKED_MAX)
+    if ((c->limit && n >= c->limit) || more || nrevoked >= TIMERS_REVOKED_MAX)
         e->sweep_more = 1; /* read by the engine thread after the wake below: benign race */
     if (c->partition + 1 < e->cfg->partitions &&
         claim_next(e, c->partition + 1, c->horizon, sweep_limit(e, c->partition + 1)) == 0)
@@ -2377,7 +2377,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
         e->rng = clock_now_us();
     atomic_init(&e->next_token, (unsigned)splitmix64_next(&e->rng) | 1u);
     timers_config tc = {(uint32_t)cfg->partitions, cfg->instance_id, cfg->retention_s * 1000u,
-                        (uint32_t)cfg->attempt_history};
+                        (uint32_t)cfg->attempt_history, TIMERS_CALL_BUDGET_US};
     e->tm = timers_new(st, &tc);
     e->begins = xcalloc(cfg->partitions, sizeof *e->begins);
     e->finishes = xcalloc(cfg->partitions, sizeof *e->finishes);

@@ -675,8 +675,10 @@ end
 -- leaves nothing gathered for the next one. read_only: the call is a
 -- no-writes twin (READ_ONLY above).
 local BATCH = nil
+local BUDGET_END = nil -- (budget_start below)
 local function batch_reset(read_only)
   BATCH = nil
+  BUDGET_END = nil
   LB_SEEN = {}
   READ_ONLY = read_only
   if read_only then RO_HIST = {} end -- (written by read-only calls only: no table made per hot call)
@@ -708,6 +710,28 @@ local function batched(loop)
   local ok, err = pcall(loop)
   batch_flush()
   if not ok then error(err, 0) end
+end
+-- ---- a call's time budget ----
+-- A call that moves many timers (claim, begin, finish) stops taking more
+-- once it has run for its budget (microseconds, from the caller; 0: none),
+-- looked at before every BUDGET_EVERY-th timer, and answers for the timers
+-- it took: the caller sends the rest in another call (persistence/timers.c).
+-- So a call holds Redis about as long on a slow or busy machine as on a
+-- fast one, rather than as long as its count of timers takes there. It
+-- always takes its first BUDGET_EVERY timers.
+local BUDGET_EVERY = 4
+local function clock_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- (n: the call's timers; a call of at most BUDGET_EVERY never looks)
+local function budget_start(us, n)
+  us = tonumber(us) or 0
+  BUDGET_END = us > 0 and n > BUDGET_EVERY and clock_us() + us or nil
+end
+-- Whether the call stops before its i-th timer.
+local function budget_spent(i)
+  return BUDGET_END ~= nil and i % BUDGET_EVERY == 1 and i > 1 and clock_us() >= BUDGET_END
 end
 -- The list of key in t (a batch's gathered writes), made when first asked for.
 local function batch_list(t, key)

@@ -5,13 +5,16 @@
 -- run void) may start; it becomes 'firing', so a cancel from now on answers
 -- 409 (this is what makes cancel exact) and a fire is kept for after the run.
 -- KEYS: the timer keys
--- ARGV: 1 this instance's owner tag, then for the i-th timer (from 2 + 4(i-1)):
+-- ARGV: 1 this instance's owner tag, 2 the call's time budget (us, see
+--       budget_start), then for the i-th timer (from 3 + 4(i-1)):
 --       the version its run was claimed under, the job's token (unique per
 --       job of the instance), recurring ("1"; a one-shot timer has one
 --       run, so a fire, reschedule or pause between its retries starts its
 --       attempts again as run 1, not a second run), and the due time (ms)
 --       the job holds for this attempt
--- Returns three numbers per timer: its attempt number (>= 1) when it may
+-- Returns three numbers per timer it took (all of them, unless its budget
+-- ran out: then the first ones, and the caller sends the rest again): its
+-- attempt number (>= 1) when it may
 -- start, else 0 gone, -1 not waiting (paused, cancelled, finished), -2 not
 -- claimed by this instance, -3 moved (a newer version), -4 not due yet;
 -- then its run number (1 for the first run; a manual retry of a dead
@@ -28,9 +31,12 @@
 -- lost create reply) is refused.
 local out = {}
 local me = ARGV[1]
-for i = 1, batch_keys(KEYS) do
+local n = batch_keys(KEYS)
+budget_start(ARGV[2], n)
+for i = 1, n do
+  if budget_spent(i) then break end
   local tk = KEYS[i]
-  local a = 2 + 4 * (i - 1)
+  local a = 3 + 4 * (i - 1)
   -- (the head's fields as locals: a batch's timers make no table each)
   local st, att, fire, owner, ver, runs, rf, plan, nxt, tok = head_fields(tk)
   local job = tonumber(ARGV[a + 1])

@@ -12,18 +12,23 @@
 --       return its timers again, those still waiting and still ours),
 --       6 ns_cap (at most this many of one namespace; 0: no cap), 7 ns_room
 --       ("<ns>=<n>," for each namespace that may take fewer: n, its room
---       under the cap in the instance's memory)
--- Returns {n, revoked_1, ..., revoked_n, id, record, id, record, ...}: the
--- revocations of this instance in the partition ("<version> <id>", see
+--       under the cap in the instance's memory), 8 the call's time budget
+--       (us, see budget_start)
+-- Returns {n, more, revoked_1, ..., revoked_n, id, record, id, record, ...}:
+-- more is 1 when the budget ran out before the limit was reached (more may
+-- be due: the caller claims again soon), then the revocations of this
+-- instance in the partition ("<version> <id>", see
 -- revoke(); taken off the list, at most REVOKED_MAX a call), then one pair
 -- per claimed timer: its id and its record as this call read it (its head
 -- still without the owner this call wrote in place: the owner is the
 -- caller). A limit of 0 only reads the revocations.
 local REVOKED_MAX = 4096
+budget_start(ARGV[8], tonumber(ARGV[2]))
 local rk = revoked_key(ARGV[4], ARGV[3])
 local out = redis.call('LRANGE', rk, 0, REVOKED_MAX - 1)
 if #out > 0 then redis.call('LTRIM', rk, #out, -1) end
-table.insert(out, 1, #out)
+table.insert(out, 1, 0)
+table.insert(out, 1, #out - 1)
 local batch = {}
 local function take(id, v)
   out[#out + 1] = id
@@ -90,6 +95,10 @@ batched(function()
   local taken = 0
   for i = 1, #due do
     if taken == limit then break end
+    if budget_spent(i) then
+      out[2] = 1
+      break
+    end
     local id, tk, ns = due[i][2], ARGV[4] .. due[i][2], due[i][5]
     if room[ns] > 0 then -- (a namespace's scheduled and retrying entries share its room)
       room[ns] = room[ns] - 1

@@ -6,8 +6,9 @@
 -- KEYS: the timer keys
 -- ARGV: 1 this instance's owner tag, 2 now_ms, 3 retention_ms, 4 horizon_ms
 --       (a next attempt due by then stays claimed in this instance's wheel,
---       when the timer's keep is "1"), 5 attempts kept in the history, then
---       for the i-th timer (from 6 + 9(i-1)): id, outcome (delivered | retry
+--       when the timer's keep is "1"), 5 attempts kept in the history,
+--       6 the call's time budget (us, see budget_start), then for the i-th
+--       timer (from 7 + 9(i-1)): id, outcome (delivered | retry
 --       | failed | next: a recurring run succeeded | stop: a recurring run
 --       answered 410 | requeue: the attempt never left this instance, as when
 --       it had no socket: due again at next fire_ms, and not counted), the
@@ -15,7 +16,8 @@
 --       schedule: its next slot), keep,
 --       repeat.every_ms, fixed_rate ("1"), repeat.times (0: no limit), the
 --       callback's Hookwheel-Next-Delay-Ms (-1: none)
--- Returns five numbers per timer: ok, fire_ms, version, kept, attempts; ok
+-- Returns five numbers per timer it took (all of them, unless its budget
+-- ran out: then the first ones, and the caller sends the rest again): ok, fire_ms, version, kept, attempts; ok
 -- is 0 when the timer is no longer this instance's firing timer (one this
 -- instance holds waiting, its begin lost, goes back to its index), and kept
 -- is 1 when it waits in this instance's claims for its next attempt at
@@ -133,7 +135,12 @@ local function one(tk, a)
   return answer(r)
 end
 
+local n = batch_keys(KEYS)
+budget_start(ARGV[6], n)
 batched(function()
-  for i = 1, batch_keys(KEYS) do one(KEYS[i], 6 + 9 * (i - 1)) end
+  for i = 1, n do
+    if budget_spent(i) then break end
+    one(KEYS[i], 7 + 9 * (i - 1))
+  end
 end)
 return out

@@ -95,7 +95,7 @@ def test_a_claim_of_timers_from_two_indexes_takes_them_soonest_first_and_moves_e
     out = redis.cmd("FCALL", claim, 3, f"hw:{{{p}}}:nss", f"hw:{{{p}}}:cl:{tag}", f"hw:{{{p}}}:lc:{tag}",
                     due + 15, 3, tag, f"hw:{{{p}}}:t:", "0")
     n = out[0]
-    taken = out[1 + n::2]
+    taken = out[2 + n::2]  # (out[1]: more, when the call's time budget ran out)
     # The horizon (due + 15) takes the first two (one from each index); the
     # limit (3) is not what stops it.
     assert taken == [ids[0], ids[1]]
@@ -105,7 +105,7 @@ def test_a_claim_of_timers_from_two_indexes_takes_them_soonest_first_and_moves_e
     out = redis.cmd("FCALL", claim, 3, f"hw:{{{p}}}:nss", f"hw:{{{p}}}:cl:{tag}", f"hw:{{{p}}}:lc:{tag}",
                     due + 100, 10, tag, f"hw:{{{p}}}:t:", "0")
     n = out[0]
-    assert out[1 + n::2] == [ids[2], ids[3]]
+    assert out[1] == 0 and out[2 + n::2] == [ids[2], ids[3]]
     scores = redis.cmd("ZRANGE", f"hw:{{{p}}}:cl:{tag}", 0, -1, "WITHSCORES")
     got = {scores[k]: int(float(scores[k + 1])) for k in range(0, len(scores), 2)}
     assert got == {i: due + 10 * k for k, i in enumerate(ids)}
@@ -167,8 +167,8 @@ def test_a_firing_timer_no_job_holds_is_handed_back_only_while_in_the_attempt_it
         redis.cmd("FCALL", claim, 3, f"hw:{{{p}}}:nss", f"hw:{{{p}}}:cl:{tag}", f"hw:{{{p}}}:lc:{tag}",
                   due + 10, limit, tag, prefix, "0")
     assert sorted(redis.cmd("ZRANGE", mine, 0, -1)) == sorted([a, b]) and redis.cmd("ZRANGE", others, 0, -1) == [c]
-    assert redis.cmd("FCALL", begin, 2, key[a], key[b], me, 0, 11, "0", due, 0, 12, "0", due + 1)[::3] == [1, 1]
-    assert redis.cmd("FCALL", begin, 1, key[c], other, 0, 13, "0", due + 2)[0] == 1
+    assert redis.cmd("FCALL", begin, 2, key[a], key[b], me, 0, 0, 11, "0", due, 0, 12, "0", due + 1)[::3] == [1, 1]
+    assert redis.cmd("FCALL", begin, 1, key[c], other, 0, 0, 13, "0", due + 2)[0] == 1
     # Only claims due by `until` are read; the rest of the call's limit is not what stops it.
     assert redis.cmd("FCALL", held, 1, mine, prefix, me, due - 1, 0, 10) == [0]
     listed = redis.cmd("FCALL", held, 1, mine, prefix, me, due + 10, 0, 10)
@@ -178,10 +178,10 @@ def test_a_firing_timer_no_job_holds_is_handed_back_only_while_in_the_attempt_it
     assert redis.cmd("FCALL", held, 1, mine, prefix, me, due + 10, 1, 1) == [2, b, 12, 1, 1]
     # Meanwhile b's attempt ended (a retry this instance keeps) and its job began the next one.
     now = int(now_ms())
-    kept = redis.cmd("FCALL", finish, 1, key[b], me, now, 60000, due + 100_000, 5,
+    kept = redis.cmd("FCALL", finish, 1, key[b], me, now, 60000, due + 100_000, 5, 0,
                      b, "retry", '{"status":500}', due + 5, "1", 0, "0", 0, -1)
     assert kept[0] == 1 and kept[3] == 1
-    assert redis.cmd("FCALL", begin, 1, key[b], me, 0, 12, "0", due + 5)[0] == 2
+    assert redis.cmd("FCALL", begin, 1, key[b], me, 0, 0, 12, "0", due + 5)[0] == 2
     lost = '{"error":"attempt interrupted: its finish was lost"}'
     out = redis.cmd("FCALL", handback, 3, key[a], key[b], key[c], me, now, lost, 60000, 5,
                     a, 11, 1, 1, b, 12, 1, 1, c, 13, 1, 1)

@@ -39,6 +39,8 @@
 #include "store.h"
 #include "timers.h"
 
+#define LONG_BUDGET_US 60000000u
+
 typedef struct fixture {
     char dir[64];
     redis_child *rc;
@@ -177,12 +179,13 @@ static void finish_cb(void *arg, int status, size_t n, const timer_finished *r)
 }
 
 static void claim_cb(void *arg, int status, size_t n, const timer_claimed *items, size_t nrev,
-                     const timer_revoked *rev)
+                     const timer_revoked *rev, int more)
 {
     (void)arg;
     memset(&res, 0, sizeof res);
     res.status = status;
     res.n = n;
+    res.more = more;
     res.nrev = nrev;
     for (size_t i = 0; i < nrev && i < 8; i++) {
         snprintf(res.rev_ids[i], sizeof res.rev_ids[i], "%s", rev[i].id);
@@ -272,7 +275,10 @@ static int setup(void **state)
     f->st = store_create(url, 2000, 1000);
     if (!f->st || store_start(f->st) < 0)
         return -1;
-    timers_config ca = {16, "box-a", 60000, 3}, cb = {16, "box-b", 60000, 3};
+    /* calls with a budget of a minute: the tests that count what one call
+     * takes do not depend on how busy the machine is (the budget's own
+     * test makes a handle with a budget of 1 us) */
+    timers_config ca = {16, "box-a", 60000, 3, LONG_BUDGET_US}, cb = {16, "box-b", 60000, 3, LONG_BUDGET_US};
     f->a = timers_new(f->st, &ca);
     f->b = timers_new(f->st, &cb);
     *state = f;
@@ -499,6 +505,69 @@ static void test_a_batch_finish_records_each_outcome_and_a_repeat_answers_the_sa
     timer_finish stray = {ids[1], TIMER_DELIVERED, "{\"n\":9}", 0, 1, 0, 0, 0, -1};
     finish(f->b, 1, &stray);
     assert_int_equal(res.fin[0].ok, 0);
+}
+
+/* With a budget of 1 us every batch call stops after its first few timers
+ * (BUDGET_EVERY in _record.lua): a claim says more may be due, and a begin
+ * or finish of many timers is answered whole, in order, over several calls. */
+static void test_calls_whose_time_budget_runs_out_answer_every_timer_over_several_calls(void **state)
+{
+    fixture *f = *state;
+    timers_config c = {16, "box-a", 60000, 3, .call_budget_us = 1};
+    timers *t = timers_new(f->st, &c);
+    enum { N = 40 };
+    char ids[N][16];
+    same_partition(t, ids, N);
+    int64_t fire = (int64_t)clock_now_ms();
+    for (int i = 0; i < N; i++)
+        create(t, ids[i], fire + i, 0, NULL, TIMERS_OK);
+    uint32_t p = timers_partition(t, ids[0]);
+    /* the claims: each takes some, says more until none is left */
+    size_t claimed = 0, calls = 0;
+    int more = 1;
+    while (more && calls < 100) {
+        assert_int_equal(timers_claim(t, p, (uint64_t)fire + 60000, 400, 0, 0, "", claim_cb, NULL), 0);
+        wait_done();
+        assert_int_equal(res.status, TIMERS_OK);
+        for (size_t i = 0; i < res.n; i++) /* soonest first, across the calls */
+            assert_string_equal(res.ids[i], ids[claimed + i]);
+        claimed += res.n;
+        more = res.more;
+        calls++;
+    }
+    assert_int_equal(claimed, N);
+    assert_true(calls > 2);
+    /* one begin of all of them, answered whole in order */
+    timer_begin b[N];
+    for (int i = 0; i < N; i++)
+        b[i] = (timer_begin){ids[i], 0, (uint32_t)(100 + i), 0, DUE_ANY};
+    enum { CANCELLED = N - 5 }; /* one of a later call's timers, cancelled meanwhile */
+    assert_int_equal(timers_cancel(t, ids[CANCELLED], clock_now_ms(), view_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+    uint64_t sent = timers_parts_continued();
+    begin(t, N, b);
+    assert_true(timers_parts_continued() - sent >= 2);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(res.begun[i], i == CANCELLED ? TIMERS_NOT_WAITING : 1);
+    /* one finish of the begun ones, answered whole in order */
+    timer_finish fin[N];
+    size_t k = 0;
+    for (int i = 0; i < N; i++)
+        if (i != CANCELLED)
+            fin[k++] = (timer_finish){ids[i], i % 2 ? TIMER_FAILED : TIMER_DELIVERED, "{\"n\":1}", 0, 0, 0, 0, 0, -1};
+    sent = timers_parts_continued();
+    finish(t, k, fin);
+    assert_true(timers_parts_continued() - sent >= 2);
+    for (size_t i = 0; i < k; i++) {
+        assert_int_equal(res.fin[i].ok, 1);
+        assert_int_equal(res.fin[i].attempts, 1);
+    }
+    for (int i = 0; i < N; i++) {
+        get(t, ids[i]);
+        assert_string_equal(res.v.state, i == CANCELLED ? "cancelled" : i % 2 ? "failed" : "delivered");
+    }
+    timers_free(t);
 }
 
 static void test_an_attempt_that_never_left_is_requeued_without_counting(void **state)
@@ -1068,7 +1137,7 @@ static void test_a_verb_on_an_unreachable_redis_calls_back_once_unreachable(void
     store *st = store_create("redis://127.0.0.1:1", 200, 10);
     assert_non_null(st);
     assert_int_equal(store_start(st), 0);
-    timers_config c = {16, "box-z", 1000, 1};
+    timers_config c = {16, "box-z", 1000, 1, 0};
     timers *t = timers_new(st, &c);
     assert_int_equal(timers_get(t, "x", view_cb, NULL), 0);
     wait_done();
@@ -1602,6 +1671,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_begin_by_a_job_that_holds_an_earlier_due_time_is_refused_as_not_due,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_begin_under_an_older_version_is_refused_as_moved, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_calls_whose_time_budget_runs_out_answer_every_timer_over_several_calls,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_batch_finish_records_each_outcome_and_a_repeat_answers_the_same, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_an_attempt_that_never_left_is_requeued_without_counting, setup, teardown),
