@@ -179,6 +179,12 @@ struct engine {
     uint64_t last_sweep_ms; /* when the last sweep started */
     uint64_t last_now_ms; /* the wall clock when the loop last read it (follow_clock) */
     int sweep_more;       /* a partition returned a full batch: sweep again at once */
+    /* How many timers a claim call takes within its time budget here
+     * (TIMERS_CALL_BUDGET_US): a call cut short sets it to what it took,
+     * each full call raises it by a quarter, up to claim_batch. A claim asks
+     * for no more, so that it does not read and sort entries it will not
+     * take. Store thread (sweep_cb, claim_next) and the engine's (sweep). */
+    atomic_uint claim_fit;
     uint64_t sweep_base;  /* the sweep's claims per partition (sweep_limit) ... */
     uint32_t sweep_extra; /* ... plus one for this many partitions ... */
     uint32_t sweep_offset, sweep_next_offset; /* ... from this one on */
@@ -1455,6 +1461,9 @@ static void room_entry(strtab_node *n, void *arg)
 static int claim_next(engine *e, uint32_t p, uint64_t horizon, uint32_t limit)
 {
     sweep_ctx *c = &e->sweeps[p];
+    uint32_t fit = atomic_load(&e->claim_fit);
+    if (limit > fit)
+        limit = fit;
     c->limit = limit;
     c->horizon = horizon;
     struct room_list l = {e, limit, NULL, 0, 0};
@@ -1499,6 +1508,12 @@ static void sweep_cb(void *arg, int status, size_t n, const timer_claimed *items
     }
     if (first)
         post_chain(e, first, last); /* one lock and one wake-up for the whole batch */
+    uint32_t fit = atomic_load(&e->claim_fit);
+    if (more && n > 0)
+        atomic_store(&e->claim_fit, n < 4 ? 4u : (uint32_t)n);
+    else if (status == TIMERS_OK && c->limit && n >= c->limit && fit < e->cfg->claim_batch)
+        atomic_store(&e->claim_fit, fit + fit / 4 + 1 < e->cfg->claim_batch ? fit + fit / 4 + 1
+                                                                              : (uint32_t)e->cfg->claim_batch);
     if ((c->limit && n >= c->limit) || more || nrevoked >= TIMERS_REVOKED_MAX)
         e->sweep_more = 1; /* read by the engine thread after the wake below: benign race */
     if (c->partition + 1 < e->cfg->partitions &&
@@ -2376,6 +2391,7 @@ engine *engine_create(const config *cfg, store *st, const signer *sign, const ne
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng)
         e->rng = clock_now_us();
     atomic_init(&e->next_token, (unsigned)splitmix64_next(&e->rng) | 1u);
+    atomic_init(&e->claim_fit, (unsigned)cfg->claim_batch);
     timers_config tc = {(uint32_t)cfg->partitions, cfg->instance_id, cfg->retention_s * 1000u,
                         (uint32_t)cfg->attempt_history, TIMERS_CALL_BUDGET_US};
     e->tm = timers_new(st, &tc);

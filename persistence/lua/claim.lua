@@ -51,42 +51,76 @@ local ns_cap, room = tonumber(ARGV[6]) or 0, {}
 for ns, n in string.gmatch(ARGV[7] or '', '([^,=]*)=(%d+),') do room[ns] = tonumber(n) end
 -- The due entries of every waiting index, soonest first (ties by id, as a
 -- zset orders them), at most limit in all and a namespace's room of it.
-local due, sources, nss = {}, 0, 0
+-- Each index answers its entries in that order already: they are merged,
+-- not sorted (a flood due at one instant ties on every score).
+local runs, nss, total = {}, 0, 0
 for _, ns in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local found, r, before = 0, limit, #due
+  local found, r, some = 0, limit, false
   if ns_cap > 0 then r = math.min(limit, room[ns] or ns_cap) end
   for _, st in ipairs({'scheduled', 'retrying'}) do
     local ik = base .. 'ix:' .. ns .. ':' .. st
     local got = r > 0 and redis.call('ZRANGEBYSCORE', ik, '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', '0',
                                      r == limit and ARGV[2] or r) or {}
-    for i = 1, #got, 2 do due[#due + 1] = {tonumber(got[i + 1]), got[i], ik, got[i + 1], ns} end
-    if #got > 0 then sources = sources + 1 end
+    if #got > 0 then
+      local run = {}
+      for i = 1, #got, 2 do run[#run + 1] = {tonumber(got[i + 1]), got[i], ik, got[i + 1], ns} end
+      runs[#runs + 1] = run
+      total, some = total + #run, true
+    end
     if #got > 0 or redis.call('EXISTS', ik) == 1 then found = 1 end
   end
   if found == 0 then redis.call('SREM', KEYS[1], ns) end -- nothing waits there any more
-  if #due > before then nss = nss + 1 end
+  if some then nss = nss + 1 end
   room[ns] = r
 end
-if sources > 1 then -- (the entries of one index come in this order already)
-  table.sort(due, function(a, b) return a[1] < b[1] or (a[1] == b[1] and bytes_lt(a[2], b[2])) end)
+local function before(a, b) return a[1] < b[1] or (a[1] == b[1] and bytes_lt(a[2], b[2])) end
+local due = runs[1] or {}
+if #runs > 1 then
+  due = {}
+  local at = {}
+  for k = 1, #runs do at[k] = 1 end
+  for _ = 1, total do
+    local best
+    for k = 1, #runs do
+      local e = runs[k][at[k]]
+      if e and (not best or before(e, runs[best][at[best]])) then best = k end
+    end
+    due[#due + 1] = runs[best][at[best]]
+    at[best] = at[best] + 1
+  end
 end
--- More due than the call takes, of several namespaces: each namespace's
--- soonest, up to an equal share of the limit, go first, then the rest in
--- due order. A namespace's flood due at one instant would otherwise fill
--- every call until it was all claimed (or its cap reached), and another
--- namespace's timers due just after it would be claimed late.
+-- More due than the call takes, of several namespaces: the namespaces
+-- take turns, each its soonest first, up to an equal share of the limit
+-- each, then the rest go in due order. A namespace's flood due at one
+-- instant would otherwise fill every call until it was all claimed (or its
+-- cap reached), and another namespace's timers due just after it would be
+-- claimed late. Turns rather than each namespace's share in one piece: a
+-- call its time budget cuts short has still given each its turns.
 if #due > limit and nss > 1 and limit >= nss then
-  local share, n, first, rest = math.floor(limit / nss), {}, {}, {}
+  local share, lists, order = math.floor(limit / nss), {}, {}
   for i = 1, #due do
     local ns = due[i][5]
-    if (n[ns] or 0) < math.min(share, room[ns]) then
-      n[ns] = (n[ns] or 0) + 1
-      first[#first + 1] = due[i]
-    else
-      rest[#rest + 1] = due[i]
+    local l = lists[ns]
+    if not l then
+      l = {}
+      lists[ns] = l
+      order[#order + 1] = ns
+    end
+    l[#l + 1] = due[i]
+  end
+  local first, taken = {}, {}
+  for turn = 1, share do
+    for _, ns in ipairs(order) do
+      local e = turn <= room[ns] and lists[ns][turn]
+      if e then
+        first[#first + 1] = e
+        taken[e] = true
+      end
     end
   end
-  for i = 1, #rest do first[#first + 1] = rest[i] end
+  for i = 1, #due do
+    if not taken[due[i]] then first[#first + 1] = due[i] end
+  end
   due = first
 end
 local holders = base .. 'holders'
