@@ -14,18 +14,17 @@
 --       the job holds for this attempt
 -- Returns three numbers per timer it took (all of them, unless its budget
 -- ran out: then the first ones, and the caller sends the rest again): its
--- attempt number (>= 1) when it may
--- start, else 0 gone, -1 not waiting (paused, cancelled, finished), -2 not
--- claimed by this instance, -3 moved (a newer version), -4 not due yet;
--- then its run number (1 for the first run; a manual retry of a dead
--- letter replays the run it failed in) and when that run was due (ms; a
--- retry's deadline counts from it), both 0 when it may not start, except
--- that -4 gives the timer's due time as the third number. -4 is a timer
--- due later than the job asking holds: a create whose write a failover
--- lost, made again under the same id and version, due later; the job held
--- since the lost create must not start the new one early (it waits for
--- the due time given). Repeating it is safe: a timer this
--- instance already marked firing for the same job (token) answers its
+-- attempt number (>= 1) when it may start, else 0 gone, -1 not waiting
+-- (paused, cancelled, finished), -2 not claimed by this instance, -3 moved
+-- (a newer version), -4 not due yet; then its run number (1 for the first
+-- run; a manual retry of a dead letter replays the run it failed in) and
+-- when that run was due (ms; a retry's deadline counts from it), both 0
+-- when it may not start, except that -4 gives the timer's due time as the
+-- third number. -4 is a timer due later than the job asking holds: a create
+-- whose write a failover lost, made again under the same id and version,
+-- due later; the job held since the lost create must not start the new one
+-- early (it waits for the due time given). Repeating it is safe: a timer
+-- this instance already marked firing for the same job (token) answers its
 -- attempt again, so a begin whose reply was lost is sent again and the
 -- attempt still happens; another job of the same timer (held twice after a
 -- lost create reply) is refused.

@@ -17,13 +17,13 @@
 --       repeat.every_ms, fixed_rate ("1"), repeat.times (0: no limit), the
 --       callback's Hookwheel-Next-Delay-Ms (-1: none)
 -- Returns five numbers per timer it took (all of them, unless its budget
--- ran out: then the first ones, and the caller sends the rest again): ok, fire_ms, version, kept, attempts; ok
--- is 0 when the timer is no longer this instance's firing timer (one this
--- instance holds waiting, its begin lost, goes back to its index), and kept
--- is 1 when it waits in this instance's claims for its next attempt at
--- fire_ms. Repeating it is safe: when the history already starts with this
--- attempt (a finish whose reply was lost, sent again) it answers as the
--- first time did.
+-- ran out: then the first ones, and the caller sends the rest again): ok,
+-- fire_ms, version, kept, attempts; ok is 0 when the timer is no longer
+-- this instance's firing timer (one this instance holds waiting, its begin
+-- lost, goes back to its index), and kept is 1 when it waits in this
+-- instance's claims for its next attempt at fire_ms. Repeating it is safe:
+-- when the history already starts with this attempt (a finish whose reply
+-- was lost, sent again) it answers as the first time did.
 local me, now, retention, horizon, keep_hist = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
 local now_s = ARGV[2] -- (a score given as a string is not formatted again)
 local out = {}
