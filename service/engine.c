@@ -182,7 +182,7 @@ struct engine {
     /* How many timers a claim call takes within its time budget here
      * (TIMERS_CALL_BUDGET_US): a call cut short sets it to what it took,
      * each full call raises it by a quarter, up to claim_batch. A claim asks
-     * for no more, so that it does not read and sort entries it will not
+     * for no more, so that it does not read and lay out entries it will not
      * take. Store thread (sweep_cb, claim_next) and the engine's (sweep). */
     atomic_uint claim_fit;
     uint64_t sweep_base;  /* the sweep's claims per partition (sweep_limit) ... */
