@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -746,43 +747,23 @@ typedef struct parts {
     size_t width;   /* reply elements per timer */
     void (*decode)(const redisReply *r, size_t i, void *res); /* element i * width on, to res */
     void (*finish)(struct parts *c, int status); /* calls cb with the done results */
-    unsigned char *res; /* n results of res_size */
     size_t res_size;
+    _Alignas(max_align_t) unsigned char res[]; /* n results of res_size */
 } parts;
 
-static atomic_ullong parts_sent; /* continuation calls sent, all batches' (timers_parts_continued) */
+static void parts_done(void *arg, const redisReply *r);
 
-static int parts_send(parts *c);
-
-static void parts_done(void *arg, const redisReply *r)
+static void parts_free(parts *c)
 {
-    parts *c = arg;
-    int st = reply_status(r, c->verb);
-    size_t m = st == TIMERS_OK ? r->elements / c->width : 0;
-    if (st == TIMERS_OK && (r->elements % c->width || m == 0 || m > c->n - c->done)) {
-        LOG(LOG_ERROR, "a batch call answered an unexpected reply",
-            "\"call\":\"%s\",\"elements\":%zu,\"timers\":%zu", c->verb, r->elements, c->n - c->done);
-        st = TIMERS_FAILED;
-    }
-    for (size_t i = 0; i < m; i++)
-        c->decode(r, i, c->res + (c->done + i) * c->res_size);
-    c->done += m;
-    if (st == TIMERS_OK && c->done < c->n) {
-        atomic_fetch_add(&parts_sent, 1);
-        if (parts_send(c) == 0)
-            return;
-        st = TIMERS_UNREACHABLE; /* not sent: the rest unanswered */
-    }
-    /* a part after the first that failed: the parts before stand */
-    c->finish(c, c->done > 0 ? TIMERS_OK : st);
     args_free(&c->a);
-    free(c->res);
     free(c);
 }
 
-/* Sends the timers from c->done on. */
+/* Sends the timers from c->done on (the first call: the arguments as made). */
 static int parts_send(parts *c)
 {
+    if (c->done == 0)
+        return store_eval(c->t->st, c->script, (int)c->n, c->a.n, c->a.v, c->a.len, parts_done, c);
     size_t rest = c->n - c->done;
     int argc = (int)(rest * (size_t)(1 + c->group)) + c->nfixed;
     const char **v = xmalloc((size_t)argc * sizeof *v);
@@ -800,26 +781,42 @@ static int parts_send(parts *c)
     return rc;
 }
 
+static void parts_done(void *arg, const redisReply *r)
+{
+    parts *c = arg;
+    int st = reply_status(r, c->verb);
+    size_t m = st == TIMERS_OK ? r->elements / c->width : 0;
+    if (st == TIMERS_OK && (r->elements % c->width || m == 0 || m > c->n - c->done)) {
+        LOG(LOG_ERROR, "a batch call answered an unexpected reply",
+            "\"call\":\"%s\",\"elements\":%zu,\"timers\":%zu", c->verb, r->elements, c->n - c->done);
+        st = TIMERS_FAILED;
+        m = 0;
+    }
+    for (size_t i = 0; i < m; i++)
+        c->decode(r, i, c->res + (c->done + i) * c->res_size);
+    c->done += m;
+    if (st == TIMERS_OK && c->done < c->n && parts_send(c) == 0)
+        return;
+    /* the parts answered stand, the rest unanswered (a later part failed,
+     * or could not be sent) */
+    c->finish(c, c->done > 0 ? TIMERS_OK : st);
+    parts_free(c);
+}
+
 /* Sends a batch whose arguments a holds (n keys, nfixed, then group per
  * timer); on failure frees everything and answers nothing. */
 static int parts_submit(timers *t, enum store_script script, const char *verb, args *a, int nfixed, int group,
                         size_t n, size_t width, size_t res_size, void (*decode)(const redisReply *, size_t, void *),
                         void (*finish)(parts *, int), void *cb, void *arg)
 {
-    parts *c = xmalloc(sizeof *c);
+    parts *c = xmalloc(sizeof *c + n * res_size);
     *c = (parts){.t = t, .script = script, .verb = verb, .cb = cb, .arg = arg, .a = *a, .nfixed = nfixed,
-                 .group = group, .n = n, .width = width, .decode = decode, .finish = finish,
-                 .res = xmalloc(n * res_size), .res_size = res_size};
-    int rc = store_eval(t->st, script, (int)n, a->n, a->v, a->len, parts_done, c);
-    if (rc < 0) {
-        args_free(&c->a);
-        free(c->res);
-        free(c);
-    }
+                 .group = group, .n = n, .width = width, .decode = decode, .finish = finish, .res_size = res_size};
+    int rc = parts_send(c);
+    if (rc < 0)
+        parts_free(c);
     return rc;
 }
-
-uint64_t timers_parts_continued(void) { return atomic_load(&parts_sent); }
 
 static void begin_decode(const redisReply *r, size_t i, void *res)
 {

@@ -93,14 +93,12 @@ typedef struct timers_config {
 } timers_config;
 
 /* A call over many timers (claim, begin, finish) takes no more once it has
- * run this long in Redis (us), so that one never holds Redis much over a
- * millisecond however slow or busy the machine: a claim then says more may
- * be due, and the rest of a begin or finish goes in further calls. */
+ * run this long in Redis (us), so that its own work stays under about a
+ * millisecond however slow the machine (a busy one adds Redis's waits for a
+ * core): a claim then says more may be due, and the rest of a begin or
+ * finish goes in further calls. */
 #define TIMERS_CALL_BUDGET_US 500
 
-/* The calls sent for the rest of a begin or finish that Redis answered in
- * part (its time budget ran out), since the process started. */
-uint64_t timers_parts_continued(void);
 
 /* every_ms of a calendar schedule (repeat.cron): stored as -1, its next slots
  * computed by the engine (finish's next fire). */

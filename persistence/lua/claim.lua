@@ -25,10 +25,10 @@
 local REVOKED_MAX = 4096
 budget_start(ARGV[8], tonumber(ARGV[2]))
 local rk = revoked_key(ARGV[4], ARGV[3])
-local out = redis.call('LRANGE', rk, 0, REVOKED_MAX - 1)
-if #out > 0 then redis.call('LTRIM', rk, #out, -1) end
-table.insert(out, 1, 0)
-table.insert(out, 1, #out - 1)
+local revoked = redis.call('LRANGE', rk, 0, REVOKED_MAX - 1)
+if #revoked > 0 then redis.call('LTRIM', rk, #revoked, -1) end
+local out = {#revoked, 0}
+for i = 1, #revoked do out[i + 2] = revoked[i] end
 local batch = {}
 local function take(id, v)
   out[#out + 1] = id

@@ -507,69 +507,6 @@ static void test_a_batch_finish_records_each_outcome_and_a_repeat_answers_the_sa
     assert_int_equal(res.fin[0].ok, 0);
 }
 
-/* With a budget of 1 us every batch call stops after its first few timers
- * (BUDGET_EVERY in _record.lua): a claim says more may be due, and a begin
- * or finish of many timers is answered whole, in order, over several calls. */
-static void test_calls_whose_time_budget_runs_out_answer_every_timer_over_several_calls(void **state)
-{
-    fixture *f = *state;
-    timers_config c = {16, "box-a", 60000, 3, .call_budget_us = 1};
-    timers *t = timers_new(f->st, &c);
-    enum { N = 40 };
-    char ids[N][16];
-    same_partition(t, ids, N);
-    int64_t fire = (int64_t)clock_now_ms();
-    for (int i = 0; i < N; i++)
-        create(t, ids[i], fire + i, 0, NULL, TIMERS_OK);
-    uint32_t p = timers_partition(t, ids[0]);
-    /* the claims: each takes some, says more until none is left */
-    size_t claimed = 0, calls = 0;
-    int more = 1;
-    while (more && calls < 100) {
-        assert_int_equal(timers_claim(t, p, (uint64_t)fire + 60000, 400, 0, 0, "", claim_cb, NULL), 0);
-        wait_done();
-        assert_int_equal(res.status, TIMERS_OK);
-        for (size_t i = 0; i < res.n; i++) /* soonest first, across the calls */
-            assert_string_equal(res.ids[i], ids[claimed + i]);
-        claimed += res.n;
-        more = res.more;
-        calls++;
-    }
-    assert_int_equal(claimed, N);
-    assert_true(calls > 2);
-    /* one begin of all of them, answered whole in order */
-    timer_begin b[N];
-    for (int i = 0; i < N; i++)
-        b[i] = (timer_begin){ids[i], 0, (uint32_t)(100 + i), 0, DUE_ANY};
-    enum { CANCELLED = N - 5 }; /* one of a later call's timers, cancelled meanwhile */
-    assert_int_equal(timers_cancel(t, ids[CANCELLED], clock_now_ms(), view_cb, NULL), 0);
-    wait_done();
-    assert_int_equal(res.status, TIMERS_OK);
-    uint64_t sent = timers_parts_continued();
-    begin(t, N, b);
-    assert_true(timers_parts_continued() - sent >= 2);
-    for (int i = 0; i < N; i++)
-        assert_int_equal(res.begun[i], i == CANCELLED ? TIMERS_NOT_WAITING : 1);
-    /* one finish of the begun ones, answered whole in order */
-    timer_finish fin[N];
-    size_t k = 0;
-    for (int i = 0; i < N; i++)
-        if (i != CANCELLED)
-            fin[k++] = (timer_finish){ids[i], i % 2 ? TIMER_FAILED : TIMER_DELIVERED, "{\"n\":1}", 0, 0, 0, 0, 0, -1};
-    sent = timers_parts_continued();
-    finish(t, k, fin);
-    assert_true(timers_parts_continued() - sent >= 2);
-    for (size_t i = 0; i < k; i++) {
-        assert_int_equal(res.fin[i].ok, 1);
-        assert_int_equal(res.fin[i].attempts, 1);
-    }
-    for (int i = 0; i < N; i++) {
-        get(t, ids[i]);
-        assert_string_equal(res.v.state, i == CANCELLED ? "cancelled" : i % 2 ? "failed" : "delivered");
-    }
-    timers_free(t);
-}
-
 static void test_an_attempt_that_never_left_is_requeued_without_counting(void **state)
 {
     fixture *f = *state;
@@ -838,6 +775,83 @@ static long long raw_int(redisContext *c, const char *fmt, ...)
     return v;
 }
 
+/* FCALLs Redis ran since its last CONFIG RESETSTAT. */
+static long fcall_calls(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    assert_non_null(r);
+    const char *at = r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_fcall:calls=") : NULL;
+    long n = at ? strtol(at + strlen("cmdstat_fcall:calls="), NULL, 10) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* With a budget of 1 us every batch call stops after its first few timers
+ * (BUDGET_EVERY in _record.lua): a claim says more may be due, and a begin
+ * or finish of many timers is answered whole, in order, over several calls. */
+static void test_calls_whose_time_budget_runs_out_answer_every_timer_over_several_calls(void **state)
+{
+    fixture *f = *state;
+    timers_config c = {16, "box-a", 60000, 3, .call_budget_us = 1};
+    timers *t = timers_new(f->st, &c);
+    enum { N = 40 };
+    char ids[N][16];
+    same_partition(t, ids, N);
+    int64_t fire = (int64_t)clock_now_ms();
+    for (int i = 0; i < N; i++)
+        create(t, ids[i], fire + i, 0, NULL, TIMERS_OK);
+    uint32_t p = timers_partition(t, ids[0]);
+    /* the claims: each takes some, says more until none is left */
+    size_t claimed = 0, calls = 0;
+    int more = 1;
+    while (more && calls < 100) {
+        assert_int_equal(timers_claim(t, p, (uint64_t)fire + 60000, 400, 0, 0, "", claim_cb, NULL), 0);
+        wait_done();
+        assert_int_equal(res.status, TIMERS_OK);
+        for (size_t i = 0; i < res.n; i++) /* soonest first, across the calls */
+            assert_string_equal(res.ids[i], ids[claimed + i]);
+        claimed += res.n;
+        more = res.more;
+        calls++;
+    }
+    assert_int_equal(claimed, N);
+    assert_true(calls > 2);
+    /* one begin of all of them, answered whole in order */
+    timer_begin b[N];
+    for (int i = 0; i < N; i++)
+        b[i] = (timer_begin){ids[i], 0, (uint32_t)(100 + i), 0, DUE_ANY};
+    enum { CANCELLED = N - 5 }; /* one of a later call's timers, cancelled meanwhile */
+    assert_int_equal(timers_cancel(t, ids[CANCELLED], clock_now_ms(), view_cb, NULL), 0);
+    wait_done();
+    assert_int_equal(res.status, TIMERS_OK);
+    redisContext *rc = raw(f);
+    freeReplyObject(redisCommand(rc, "CONFIG RESETSTAT"));
+    begin(t, N, b);
+    assert_true(fcall_calls(rc) >= 3); /* one begin, in parts */
+    for (int i = 0; i < N; i++)
+        assert_int_equal(res.begun[i], i == CANCELLED ? TIMERS_NOT_WAITING : 1);
+    /* one finish of the begun ones, answered whole in order */
+    timer_finish fin[N];
+    size_t k = 0;
+    for (int i = 0; i < N; i++)
+        if (i != CANCELLED)
+            fin[k++] = (timer_finish){ids[i], i % 2 ? TIMER_FAILED : TIMER_DELIVERED, "{\"n\":1}", 0, 0, 0, 0, 0, -1};
+    freeReplyObject(redisCommand(rc, "CONFIG RESETSTAT"));
+    finish(t, k, fin);
+    assert_true(fcall_calls(rc) >= 3); /* one finish, in parts */
+    redisFree(rc);
+    for (size_t i = 0; i < k; i++) {
+        assert_int_equal(res.fin[i].ok, 1);
+        assert_int_equal(res.fin[i].attempts, 1);
+    }
+    for (int i = 0; i < N; i++) {
+        get(t, ids[i]);
+        assert_string_equal(res.v.state, i == CANCELLED ? "cancelled" : i % 2 ? "failed" : "delivered");
+    }
+    timers_free(t);
+}
+
+
 static void test_a_release_of_more_claims_than_a_call_takes_hands_them_all_back(void **state)
 {
     fixture *f = *state;
@@ -860,12 +874,7 @@ static void test_a_release_of_more_claims_than_a_call_takes_hands_them_all_back(
     keys_claimed(key, p, tag);
     assert_int_equal(raw_int(c, "EXISTS %s", key), 0);
     /* in calls of 128 at most: three in p, one in each other partition */
-    redisReply *r = redisCommand(c, "INFO commandstats");
-    assert_non_null(r);
-    const char *at = r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_fcall:calls=") : NULL;
-    assert_non_null(at);
-    assert_int_equal(strtol(at + strlen("cmdstat_fcall:calls="), NULL, 10), 15 + 3);
-    freeReplyObject(r);
+    assert_int_equal(fcall_calls(c), 15 + 3);
     redisFree(c);
     /* all back in their index: a's claim gets them */
     assert_int_equal(timers_claim(f->a, p, (uint64_t)now + 5000, 400, 0, 0, "", claim_cb, NULL), 0);
