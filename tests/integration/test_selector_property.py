@@ -265,6 +265,9 @@ def test_selections_by_label_match_a_model_exactly(tmp_path, redis, receiver, ho
 
     def between(page):
         n[0] += 1
+        # the walk's own cancels are touched: with retention 1 s they may be gone by the next page
+        met = set(page["cancelled"])
+        untouched[:] = [tid for tid in untouched if tid not in met]
         if n[0] % 5 == 0:
             specs = [{"id": f"mid-walk-{n[0]}-{j}", "url": receiver.url(f"/{ns}"), "delay_ms": FAR,
                       "labels": {"big": "1", "few": str(j)}} for j in range(3)]
