@@ -43,10 +43,13 @@ struct timers {
     char retention[24];  /* ms, as text */
     char history[24];
     char budget[24];     /* a batch call's time budget, us, as text (budget_start in _record.lua) */
-    /* timers_create's writes, per partition: while one create_batch call of
-     * a partition is in flight, the creates that come meanwhile wait, and
-     * its reply sends them as the next call (creates.c's comment below) */
+    /* timers_create's writes: while one create_batch call of a queue is in
+     * flight, the creates that come meanwhile wait, and its reply sends
+     * them as the next call (the comment of timers_create below). A queue
+     * per partition on a Redis Cluster (a call is of one slot); one for
+     * all partitions on one Redis (one_queue). */
     pthread_mutex_t cmu;
+    int one_queue;
     uint32_t waiting; /* creates waiting, all partitions' */
     struct create_queue {
         int busy;
@@ -343,6 +346,7 @@ timers *timers_new(store *st, const timers_config *c)
     snprintf(t->history, sizeof t->history, "%" PRIu32, c->history);
     snprintf(t->budget, sizeof t->budget, "%" PRIu32, c->call_budget_us ? c->call_budget_us : TIMERS_CALL_BUDGET_US);
     pthread_mutex_init(&t->cmu, NULL);
+    t->one_queue = !store_is_cluster(st);
     t->cq = xcalloc(t->partitions, sizeof *t->cq);
     for (uint32_t p = 0; p < t->partitions; p++)
         t->cq[p].tail = &t->cq[p].head;
@@ -920,6 +924,7 @@ int timers_select(timers *t, uint32_t partition, const char *ns, const timer_sel
 
 /* A timer ready for create_batch: its record made (record_new). */
 typedef struct prepared {
+    uint32_t p; /* its partition */
     const char *id;
     const unsigned char *rec;
     size_t len;
@@ -970,13 +975,14 @@ static int batch_plain(size_t n, const prepared *items)
     return !id_twice(n, items);
 }
 
-/* Sends one create_batch call for n prepared timers of partition p. A
+/* Sends one create_batch call for n prepared timers (of one partition
+ * on a Redis Cluster; on one Redis of any: each key is of its item's). A
  * plain call lists the timers no instance holds first, then the ones this
  * instance holds at once; any other call keeps the items' order. order
  * (n places) gets the items' places in the call's order. bulk: POST /timers/batch's call, sent
  * with store_eval_bulk (the creates that waited for their partition's call
  * are not). */
-static int send_create_batch(timers *t, uint32_t p, size_t n, const prepared *items, int atomic, int admitted,
+static int send_create_batch(timers *t, size_t n, const prepared *items, int atomic, int admitted,
                              int bulk, size_t *order, store_reply_cb done, void *ctx)
 {
     size_t argc = 6 + n, arena = n * KEYS_MAX + KEYS_MAX + FIELD_MAX + 128;
@@ -995,7 +1001,7 @@ static int send_create_batch(timers *t, uint32_t p, size_t n, const prepared *it
     args a;
     args_init(&a, (int)argc, arena);
     for (size_t j = 0; j < n; j++)
-        arg_built(&a, keys_timer(arena_end(&a), p, items[order[j]].id));
+        arg_built(&a, keys_timer(arena_end(&a), items[order[j]].p, items[order[j]].id));
     if (plain) {
         const char *id = items[0].id, *q = items[0].queue;
         arg_str(&a, atomic ? "P1" : "P0");
@@ -1078,12 +1084,12 @@ int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new
     unsigned char **recs = xmalloc(n * sizeof *recs);
     for (size_t i = 0; i < n; i++) {
         size_t len = record_new(t, &items[i], &recs[i]);
-        pr[i] = (prepared){items[i].id,    recs[i],       len, items[i].fire_ms, items[i].hold,
-                           record_queue(items[i].queue), items[i].labels, items[i].nlabels};
+        pr[i] = (prepared){partition,         items[i].id,   recs[i],        len, items[i].fire_ms,
+                           items[i].hold,     record_queue(items[i].queue), items[i].labels, items[i].nlabels};
     }
     create_batch_ctx *c = xmalloc(sizeof *c + n * sizeof c->order[0]);
     *c = (create_batch_ctx){cb, arg, n};
-    int rc = send_create_batch(t, partition, n, pr, atomic, 0, 1, c->order, create_batch_done, c); /* bulk */
+    int rc = send_create_batch(t, n, pr, atomic, 0, 1, c->order, create_batch_done, c); /* bulk */
     if (rc < 0)
         free(c);
     for (size_t i = 0; i < n; i++)
@@ -1093,15 +1099,18 @@ int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new
     return rc;
 }
 
-/* ---- timers_create: creates of one partition share a call ----
+/* ---- timers_create: creates that come together share a call ----
  *
- * A create is sent at once when no create call of its partition is in
- * flight; else it waits, and the reply of the call in flight sends every
- * create that waits for the partition (up to CREATES_MAX) as one
- * create_batch call. So under load many creates share one call (a plain
- * call of 128 costs Redis about a third of what 128 create.lua calls do;
- * R's load, 64 connections over 16 partitions, makes calls of two or
- * three and saves a quarter), and an idle instance sends each at once. A create that finds its id taken is sent again
+ * A create is sent at once when no create call of its queue is in flight;
+ * else it waits, and the reply of the call in flight sends every create
+ * that waits in the queue (up to CREATES_MAX) as one create_batch call.
+ * So under load many creates share one call (a plain call of 128 costs
+ * Redis about a third of what 128 create.lua calls do), and an idle
+ * instance sends each at once. On one Redis all partitions share one
+ * queue, so a call holds the creates of every partition that came during
+ * the one before (R's load, 64 connections, makes calls of about ten); on
+ * a Redis Cluster a call is of one slot, so each partition has its queue
+ * (and R's load made calls of two or three there). A create that finds its id taken is sent again
  * alone through create.lua, which answers a repeat with the timer it
  * repeats. The record is made on the caller's thread; the writer thread
  * only lays the call's arguments out. */
@@ -1109,6 +1118,7 @@ int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new
 
 typedef struct pending {
     struct pending *next;
+    uint32_t p; /* its partition */
     char *id;
     unsigned char *rec;
     size_t len;
@@ -1123,7 +1133,7 @@ typedef struct pending {
 
 typedef struct creates_ctx {
     timers *t;
-    uint32_t p;
+    uint32_t q; /* its queue (create_queue) */
     size_t n;
     pending **items;
     size_t *order;
@@ -1140,12 +1150,15 @@ static void pending_free(pending *w)
     free(w);
 }
 
-static int creates_send(timers *t, uint32_t p, pending *list, int admitted);
+static int creates_send(timers *t, uint32_t q, pending *list, int admitted);
 
-/* Takes what waits for partition p, or marks it idle when nothing does. */
-static pending *creates_take(timers *t, uint32_t p)
+/* The queue the creates of partition p wait in. */
+static uint32_t create_queue_of(const timers *t, uint32_t p) { return t->one_queue ? 0 : p; }
+
+/* Takes what waits in queue qi, or marks it idle when nothing does. */
+static pending *creates_take(timers *t, uint32_t qi)
 {
-    struct create_queue *q = &t->cq[p];
+    struct create_queue *q = &t->cq[qi];
     pthread_mutex_lock(&t->cmu);
     pending *list = q->head;
     size_t k = 0;
@@ -1164,12 +1177,12 @@ static pending *creates_take(timers *t, uint32_t p)
     return list;
 }
 
-/* Sends what waits for p; when the store refuses it, fails it, and so on
- * until nothing waits (the partition idle again). */
-static void creates_next(timers *t, uint32_t p)
+/* Sends what waits in queue q; when the store refuses it, fails it, and
+ * so on until nothing waits (the queue idle again). */
+static void creates_next(timers *t, uint32_t q)
 {
-    for (pending *list; (list = creates_take(t, p));) {
-        int rc = creates_send(t, p, list, 1); /* (admitted: refused only once the store stops) */
+    for (pending *list; (list = creates_take(t, q));) {
+        int rc = creates_send(t, q, list, 1); /* (admitted: refused only once the store stops) */
         if (rc == 0)
             return;
         for (pending *w = list, *nx; w; w = nx) {
@@ -1190,7 +1203,7 @@ static void creates_done(void *arg, const redisReply *r)
         int s = st == TIMERS_OK ? res[i].status : st;
         if (s == TIMERS_EXISTS || s == TIMERS_CONFLICT) {
             /* taken: create.lua answers with the timer (or its state) */
-            if (create_single(c->t, c->p, w->id, w->rec, w->len, w->labels, w->nlabels, w->cb, w->arg) < 0)
+            if (create_single(c->t, w->p, w->id, w->rec, w->len, w->labels, w->nlabels, w->cb, w->arg) < 0)
                 w->cb(w->arg, TIMERS_UNREACHABLE, NULL, NULL);
         } else {
             w->cb(w->arg, s == TIMERS_OK ? TIMERS_OK : s == TIMERS_NOT_STORED ? TIMERS_FAILED : s, NULL, NULL);
@@ -1199,28 +1212,28 @@ static void creates_done(void *arg, const redisReply *r)
     }
     free(res);
     timers *t = c->t;
-    uint32_t p = c->p;
+    uint32_t q = c->q;
     free(c->items);
     free(c->order);
     free(c);
-    creates_next(t, p);
+    creates_next(t, q);
 }
 
-/* Sends list (of partition p) as one create_batch call. */
-static int creates_send(timers *t, uint32_t p, pending *list, int admitted)
+/* Sends list (what waited in queue q) as one create_batch call. */
+static int creates_send(timers *t, uint32_t q, pending *list, int admitted)
 {
     size_t n = 0;
     for (pending *w = list; w; w = w->next)
         n++;
     creates_ctx *c = xmalloc(sizeof *c);
-    *c = (creates_ctx){t, p, n, xmalloc(n * sizeof *c->items), xmalloc(n * sizeof *c->order)};
+    *c = (creates_ctx){t, q, n, xmalloc(n * sizeof *c->items), xmalloc(n * sizeof *c->order)};
     prepared *pr = xmalloc(n * sizeof *pr);
     size_t i = 0;
     for (pending *w = list; w; w = w->next, i++) {
         c->items[i] = w;
-        pr[i] = (prepared){w->id, w->rec, w->len, w->fire_ms, w->hold, w->queue, w->labels, w->nlabels};
+        pr[i] = (prepared){w->p, w->id, w->rec, w->len, w->fire_ms, w->hold, w->queue, w->labels, w->nlabels};
     }
-    int rc = send_create_batch(t, p, n, pr, 0, admitted, 0, c->order, creates_done, c);
+    int rc = send_create_batch(t, n, pr, 0, admitted, 0, c->order, creates_done, c);
     free(pr);
     if (rc < 0) {
         free(c->items);
@@ -1232,16 +1245,16 @@ static int creates_send(timers *t, uint32_t p, pending *list, int admitted)
 
 int timers_create(timers *t, const timer_new *n, timers_create_cb cb, void *arg)
 {
-    uint32_t p = timers_partition(t, n->id);
+    uint32_t p = timers_partition(t, n->id), qi = create_queue_of(t, p);
     pending *w = xmalloc(sizeof *w);
-    *w = (pending){.id = xstrdup(n->id), .fire_ms = n->fire_ms, .hold = n->hold,
+    *w = (pending){.p = p, .id = xstrdup(n->id), .fire_ms = n->fire_ms, .hold = n->hold,
                    .queue = xstrdup(record_queue(n->queue)), .cb = cb, .arg = arg};
     w->len = record_new(t, n, &w->rec);
     w->nlabels = n->nlabels < TIMERS_LABELS_MAX ? n->nlabels : TIMERS_LABELS_MAX;
     w->labels = w->nlabels ? xmalloc(w->nlabels * sizeof *w->labels) : NULL;
     for (uint32_t i = 0; i < w->nlabels; i++)
         w->labels[i] = xstrdup(n->labels[i]);
-    struct create_queue *q = &t->cq[p];
+    struct create_queue *q = &t->cq[qi];
     pthread_mutex_lock(&t->cmu);
     int wait = q->busy;
     /* Waiting creates are queued writes too: with the store's queue they
@@ -1260,10 +1273,10 @@ int timers_create(timers *t, const timer_new *n, timers_create_cb cb, void *arg)
     }
     if (wait)
         return 0;
-    int rc = creates_send(t, p, w, 0);
+    int rc = creates_send(t, qi, w, 0);
     if (rc < 0) {
         pending_free(w);
-        creates_next(t, p); /* (what came meanwhile goes, or fails likewise) */
+        creates_next(t, qi); /* (what came meanwhile goes, or fails likewise) */
     }
     return rc;
 }

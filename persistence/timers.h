@@ -135,8 +135,9 @@ typedef struct timer_new {
                              * TIMERS_TRACESTATE_MAX bytes; else they are dropped) */
 } timer_new;
 
-/* Creates one timer. Creates of one partition that come while one of its
- * create calls is in flight wait and go together as the next call, so cb
+/* Creates one timer. Creates that come while a create call is in flight
+ * wait and go together as the next call (on a Redis Cluster those of one
+ * partition, each partition's while its own call is in flight), so cb
  * may run on the writer's thread or, when the store refuses that call, on
  * the thread of a later timers_create. Returns 0 (cb is called once), or
  * -EAGAIN when the store's queue with the waiting creates is full, or

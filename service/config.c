@@ -140,7 +140,7 @@ static const setting settings[] = {
       "hanging targets) leaves room for the others' due timers; 0: half of max-resident (rounded up) with API "
       "tokens, no cap without them; max-resident or more: no cap"),
     U("max-queued-writes", max_queued_writes, "100000", 1, 10000000,
-      "Redis commands waiting to be sent, creates waiting for their partition's call included; beyond it the API "
+      "Redis commands waiting to be sent, creates waiting for the next create call included; beyond it the API "
       "answers 429 with Retry-After"),
     U("lease-ttl-ms", lease_ttl_ms, "10000", 300, 600000,
       "instance lease TTL: renewed every ttl/3; another instance takes the claims over after it lapses"),

@@ -1,5 +1,8 @@
--- create_batch: store the new timers of one partition, each as create does
--- (a new timer, an idempotent repeat, or a conflict), in one call.
+-- create_batch: store new timers, each as create does (a new timer, an
+-- idempotent repeat, or a conflict), in one call. On a Redis Cluster the
+-- timers of a call are of one partition; on one Redis they may be of
+-- several (persistence/timers.c: one queue for all), so every write goes
+-- to the keys of its own timer's partition.
 -- KEYS: the timer keys, one per timer
 -- ARGV: 1 atomic ('1': when any timer conflicts, none is written), then per
 --       timer: its id, its record (as create's), the number of its labels,
@@ -24,29 +27,47 @@ local ids, recs, lfrom, lnum, pos = {}, {}, {}, {}, 2
 local plain = string.sub(ARGV[1], 1, 1) == 'P'
 if plain then
   -- All new (the usual case): one MSETNX writes every record or none, and
-  -- what create would index and count is written per call, not per timer.
-  local mset, free, held, nfree, nf, nh = {}, {}, {}, tonumber(ARGV[4]), 0, 0
+  -- what create would index and count is written per partition of the
+  -- call, not per timer.
+  local mset = {}
   pos = 6
   for i = 1, n do
     mset[2 * i - 1], mset[2 * i] = KEYS[i], ARGV[pos + 1]
-    if i <= nfree then
-      free[nf + 1], free[nf + 2], nf = ARGV[pos + 2], ARGV[pos], nf + 2
-    else
-      held[nh + 1], held[nh + 2], nh = ARGV[pos + 2], ARGV[pos], nh + 2
-    end
     pos = pos + 3
   end
   if n > 0 and redis.call('MSETNX', unpack(mset)) == 1 then
-    local base, ns, me = key_base(KEYS[1]), ARGV[2], ARGV[5]
-    if nf > 0 then
-      redis.call('ZADD', base .. 'ix:' .. ns .. ':scheduled', unpack(free))
-      redis.call('SADD', base .. 'nss', ns)
+    local nfree, ns, me = tonumber(ARGV[4]), ARGV[2], ARGV[5]
+    -- per partition (its key base): {free zset args, held zset args, count}
+    local parts, bases, last, g = {}, {}, nil, nil
+    pos = 6
+    for i = 1, n do
+      local base = key_base(KEYS[i])
+      if base ~= last then
+        g = parts[base]
+        if not g then
+          g = {{}, {}, 0}
+          parts[base] = g
+          bases[#bases + 1] = base
+        end
+        last = base
+      end
+      local z = i <= nfree and g[1] or g[2]
+      z[#z + 1], z[#z + 2] = ARGV[pos + 2], ARGV[pos]
+      g[3] = g[3] + 1
+      pos = pos + 3
     end
-    if nh > 0 then
-      redis.call('ZADD', base .. 'cl:' .. me, unpack(held))
-      redis.call('SADD', base .. 'holders', me)
+    for _, base in ipairs(bases) do
+      g = parts[base]
+      if #g[1] > 0 then
+        redis.call('ZADD', base .. 'ix:' .. ns .. ':scheduled', unpack(g[1]))
+        redis.call('SADD', base .. 'nss', ns)
+      end
+      if #g[2] > 0 then
+        redis.call('ZADD', base .. 'cl:' .. me, unpack(g[2]))
+        redis.call('SADD', base .. 'holders', me)
+      end
+      redis.call('HINCRBY', base .. 'cn', ARGV[3], g[3])
     end
-    redis.call('HINCRBY', base .. 'cn', ARGV[3], n)
     return {n}
   end
   -- Some id is taken: each timer as below (nothing was written).
@@ -89,11 +110,10 @@ local atomic = (ARGV[1] == '1' or ARGV[1] == 'P1') and conflict
 -- The writes, as create.lua's (place, count_add, labels_index), batched
 -- (the prelude's batched: one MSET for the records, one ZADD per zset, one
 -- SADD per registry and one HINCRBY per count field for the whole call).
--- place() and count_add() written out for a new scheduled record, with the
+-- place() and count_add() written out for a new scheduled record, with a
 -- partition's keys made once a call (or a namespace): calling them cost
 -- Redis about 1.5 us more a timer.
-local base = n > 0 and key_base(KEYS[1]) or ''
-local cn, nss, ix = base .. 'cn', base .. 'nss', {}
+local keys_of, last, pk = {}, nil, nil -- a partition's: {base, count key, index keys by namespace}
 batched(function()
   for i = 1, n do
     if code[i] == 1 then
@@ -103,20 +123,29 @@ batched(function()
         local id, rec = ids[i], recs[i]
         local fire, owner = new_fire_owner(rec)
         local ns = id_ns(id)
+        local base = key_base(KEYS[i])
+        if base ~= last then
+          pk = keys_of[base]
+          if not pk then
+            pk = {base .. 'cn', {}}
+            keys_of[base] = pk
+          end
+          last = base
+        end
         rec_new(KEYS[i], rec)
         if owner ~= NO_OWNER then
           zs_add(base .. 'cl:' .. owner, fire, id)
           set_add(base .. 'holders', owner)
         else
-          local k = ix[ns]
+          local k = pk[2][ns]
           if not k then
             k = base .. 'ix:' .. ns .. ':scheduled'
-            ix[ns] = k
-            set_add(nss, ns)
+            pk[2][ns] = k
+            set_add(base .. 'nss', ns)
           end
           zs_add(k, fire, id)
         end
-        hash_incr(cn, ns .. '/s' .. tail_queue(rec), 1)
+        hash_incr(pk[1], ns .. '/s' .. tail_queue(rec), 1)
         if lnum[i] > 0 then labels_index(KEYS[i], id, {unpack(ARGV, lfrom[i], lfrom[i] + lnum[i] - 1)}, 'ZADD') end
       end
     elseif code[i] == 0 and of_new[i] and atomic then

@@ -1059,6 +1059,68 @@ static void test_creates_of_a_partition_that_come_while_its_call_is_in_flight_go
     redisFree(c);
 }
 
+/* On one Redis the creates of every partition that come while a create
+ * call is in flight wait in one queue and go as one call; each is written,
+ * indexed (or held) and counted in its own partition. */
+static void creates_across_partitions(fixture *f, const char *prefix, int labelled)
+{
+    redisContext *c = raw(f);
+    char ids[40][16], tag[17], *labels[] = {"team:a"};
+    keys_owner_tag(tag, "box-a");
+    int64_t fire = (int64_t)clock_now_ms() + 60000;
+    long long per[16] = {0};
+    int parts = 0;
+    for (int i = 0; i < 40; i++) {
+        snprintf(ids[i], sizeof ids[i], "%s-%d", prefix, i);
+        uint32_t p = timers_partition(f->a, ids[i]);
+        parts += per[p]++ == 0;
+    }
+    assert_true(parts >= 8); /* (the ids spread over the partitions) */
+    freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
+    freeReplyObject(redisCommand(c, "CLIENT PAUSE 300 WRITE"));
+    many_done = 0;
+    for (int i = 0; i < 40; i++) {
+        timer_new n = {ids[i], SPEC, strlen(SPEC), "delay_ms=60000", fire, 0, "q7", "req-1", clock_now_ms(),
+                       i % 3 == 0, labelled && i % 4 == 1 ? labels : NULL, labelled && i % 4 == 1, .trace = {0}};
+        assert_int_equal(timers_create(f->a, &n, many_cb, (void *)(intptr_t)i), 0);
+    }
+    wait_done();
+    /* the first create's call, then one for the 39 that waited (or one for
+     * all 40: see the test of one partition above) */
+    long long calls = fcalls(c);
+    if (calls != 1 && calls != 2)
+        fail_msg("%lld calls for 40 creates that came during one call", calls);
+    for (int i = 0; i < 40; i++) {
+        assert_int_equal(many_status[i], TIMERS_OK);
+        uint32_t p = timers_partition(f->a, ids[i]);
+        get(f->a, ids[i]);
+        assert_int_equal(res.status, TIMERS_OK);
+        assert_string_equal(res.v.state, "scheduled");
+        /* held at once in this instance's claims, else in its partition's index */
+        char held[KEYS_MAX], ix[KEYS_MAX];
+        snprintf(held, sizeof held, "hw:{%u}:cl:%s", p, tag);
+        snprintf(ix, sizeof ix, "hw:{%u}:ix::scheduled", p);
+        assert_int_equal(raw_int(c, "ZSCORE %s %s", i % 3 == 0 ? held : ix, ids[i]), fire);
+        assert_int_equal(raw_int(c, "ZSCORE %s %s", i % 3 == 0 ? ix : held, ids[i]), -1);
+        assert_int_equal(raw_int(c, "SISMEMBER hw:{%u}:%s %s", p, i % 3 == 0 ? "holders" : "nss",
+                                 i % 3 == 0 ? tag : ""), 1);
+    }
+    for (uint32_t p = 0; p < 16; p++)
+        assert_int_equal(raw_int(c, "HGET hw:{%u}:cn /sq7", p), per[p] ? per[p] : -1); /* (-1: none) */
+    redisFree(c);
+}
+
+static void test_creates_of_many_partitions_that_come_during_one_call_go_as_one_call(void **state)
+{
+    fixture *f = *state;
+    /* a plain call (no labels), then one each item of which is written on its own */
+    creates_across_partitions(f, "wide", 0);
+    redisContext *c = raw(f);
+    freeReplyObject(redisCommand(c, "FLUSHALL"));
+    redisFree(c);
+    creates_across_partitions(f, "lab", 1);
+}
+
 /* ---- creates from many threads at once ---- */
 
 #define RACE_THREADS 4
@@ -1703,6 +1765,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_the_trace_context_is_kept_beside_the_request_id_and_split_off_when_read,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_what_does_not_fit_beside_the_request_id_is_dropped_and_the_id_kept_whole,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_creates_of_many_partitions_that_come_during_one_call_go_as_one_call,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_batch_create_answers_each_item_in_order_however_it_is_written, setup,
                                         teardown),
