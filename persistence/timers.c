@@ -1108,7 +1108,7 @@ int timers_create_batch(timers *t, uint32_t partition, size_t n, const timer_new
  * Redis about a third of what 128 create.lua calls do), and an idle
  * instance sends each at once. On one Redis all partitions share one
  * queue, so a call holds the creates of every partition that came during
- * the one before (R's load, 64 connections, makes calls of about ten); on
+ * the one before (R's load, 64 connections, makes calls of about twenty); on
  * a Redis Cluster a call is of one slot, so each partition has its queue
  * (and R's load made calls of two or three there). A create that finds its id taken is sent again
  * alone through create.lua, which answers a repeat with the timer it
