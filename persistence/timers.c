@@ -980,7 +980,7 @@ static int batch_plain(size_t n, const prepared *items)
  * plain call lists the timers no instance holds first, then the ones this
  * instance holds at once; any other call keeps the items' order. order
  * (n places) gets the items' places in the call's order. bulk: POST /timers/batch's call, sent
- * with store_eval_bulk (the creates that waited for their partition's call
+ * with store_eval_bulk (the creates that waited for the next create call
  * are not). */
 static int send_create_batch(timers *t, size_t n, const prepared *items, int atomic, int admitted,
                              int bulk, size_t *order, store_reply_cb done, void *ctx)

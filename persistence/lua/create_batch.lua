@@ -113,7 +113,7 @@ local atomic = (ARGV[1] == '1' or ARGV[1] == 'P1') and conflict
 -- place() and count_add() written out for a new scheduled record, with a
 -- partition's keys made once a call (or a namespace): calling them cost
 -- Redis about 1.5 us more a timer.
-local keys_of, last, pk = {}, nil, nil -- a partition's: {base, count key, index keys by namespace}
+local keys_of, last, pk = {}, nil, nil -- by key base, a partition's {count key, index keys by namespace}
 batched(function()
   for i = 1, n do
     if code[i] == 1 then
