@@ -347,9 +347,10 @@ timers *timers_new(store *st, const timers_config *c)
     snprintf(t->budget, sizeof t->budget, "%" PRIu32, c->call_budget_us ? c->call_budget_us : TIMERS_CALL_BUDGET_US);
     pthread_mutex_init(&t->cmu, NULL);
     t->one_queue = !store_is_cluster(st);
-    t->cq = xcalloc(t->partitions, sizeof *t->cq);
-    for (uint32_t p = 0; p < t->partitions; p++)
-        t->cq[p].tail = &t->cq[p].head;
+    uint32_t nq = t->one_queue ? 1 : t->partitions; /* create_queue_of */
+    t->cq = xcalloc(nq, sizeof *t->cq);
+    for (uint32_t q = 0; q < nq; q++)
+        t->cq[q].tail = &t->cq[q].head;
     return t;
 }
 
